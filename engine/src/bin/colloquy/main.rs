@@ -1,0 +1,147 @@
+//! The `colloquy` command line.
+//!
+//! - `colloquy demo`: the built-in protocols played by simulated agents, as transcripts.
+//! - `colloquy templates check DIR`: compile a template directory and list it, or print the
+//!   compiler's diagnostics.
+//! - `colloquy templates schema`: the JSON Schema of the template format, for editors.
+//!
+//! Layout: `demo` (the scenarios), `transcript` (sequence diagrams
+//! of a conversation's event log), `templates` (the `templates` subcommands).
+
+mod demo;
+mod templates;
+mod transcript;
+
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Log filter when `RUST_LOG` is unset. The one-shot commands report through their output
+/// (the demo's transcripts show violations the engine also logs as warnings), so only
+/// errors are logged by default.
+const DEFAULT_LOG_FILTER: &str = "error";
+/// Narrowest and widest transcripts: below 60 columns a five-agent diagram leaves no room
+/// for text; beyond 240 no terminal is that wide.
+const MIN_WIDTH: i64 = 60;
+const MAX_WIDTH: i64 = 240;
+
+/// Colloquy: a policy-driven dialogue engine for agents speaking FIPA performatives.
+#[derive(Debug, Parser)]
+#[command(name = "colloquy", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Play the built-in protocols with simulated agents and print each conversation as a
+    /// sequence diagram drawn from the engine's event log.
+    Demo {
+        /// Template directory [default: ./templates, else the source tree's templates/].
+        #[arg(long, value_name = "DIR")]
+        templates: Option<PathBuf>,
+        /// Width of the transcripts, in columns.
+        #[arg(
+            long,
+            value_name = "COLUMNS",
+            default_value_t = transcript::DEFAULT_WIDTH,
+            value_parser = clap::value_parser!(u16).range(MIN_WIDTH..=MAX_WIDTH),
+        )]
+        width: u16,
+    },
+    /// Work with template files.
+    Templates {
+        #[command(subcommand)]
+        command: TemplatesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TemplatesCommand {
+    /// Compile every template in DIR; list them, or print the diagnostics and exit 1.
+    Check {
+        /// The directory holding the *.yaml templates.
+        dir: PathBuf,
+    },
+    /// Print the JSON Schema of the template format.
+    Schema,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        // A closed pipe (`colloquy templates schema | head`) is the reader's choice, not a
+        // failure worth reporting.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            let _ = io::stdout().flush();
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let mut out = io::stdout().lock();
+    match cli.command {
+        Command::Demo { templates, width } => {
+            let dir = templates.unwrap_or_else(default_templates_dir);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()?;
+            runtime.block_on(demo::run(&dir, usize::from(width), &mut out))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Templates {
+            command: TemplatesCommand::Check { dir },
+        } => templates::check(&dir, &mut out, &mut io::stderr().lock()),
+        Command::Templates {
+            command: TemplatesCommand::Schema,
+        } => {
+            templates::schema(&mut out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `./templates` when it exists, else the templates shipped in the source tree this binary
+/// was built from.
+fn default_templates_dir() -> PathBuf {
+    let local = PathBuf::from("templates");
+    if local.is_dir() {
+        return local;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

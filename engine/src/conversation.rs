@@ -1,0 +1,378 @@
+//! A conversation's state, rebuilt from (and only changed by) its events.
+//!
+//! [`Conversation::apply`] is the one mutator: the live engine calls it for each event it
+//! emits, and a store reload calls it for each stored event, so both paths reach the same
+//! state. Nothing here does I/O.
+
+use std::sync::Arc;
+
+use colloquy_policy::CompiledTemplate;
+use colloquy_policy::compiled::StateId;
+use colloquy_protocol::conversation::{
+    CommitmentState, CommitmentView, ConversationStatus, ConversationView, Outcome, ThreadView,
+    Violation,
+};
+use colloquy_protocol::event::{ConversationEvent, EventKind, Started, ThreadTransition};
+use colloquy_protocol::message::{AgentId, Message};
+use colloquy_protocol::template::Role;
+use serde_json::{Map, Value};
+
+/// Live state of one conversation.
+#[derive(Debug)]
+pub struct Conversation {
+    /// The compiled template revision the conversation is pinned to.
+    pub template: Arc<CompiledTemplate>,
+    /// The facts it started from (id, initiator, participants, parameters, context).
+    pub started: Arc<Started>,
+    /// Active or completed.
+    pub status: ConversationStatus,
+    /// Set on completion.
+    pub outcome: Option<Outcome>,
+    /// One per participant, in `started.participants` order.
+    pub threads: Vec<Thread>,
+    /// Variables owned by hooks and declarative actions.
+    pub vars: Map<String, Value>,
+    /// Conversation deadline.
+    pub deadline: Option<u64>,
+    /// Commitments, in creation order.
+    pub commitments: Vec<Commitment>,
+    /// Recorded violations, in order.
+    pub violations: Vec<Violation>,
+    /// Agents added by routing or escalation: they may read the conversation.
+    pub observers: Vec<AgentId>,
+    /// Accepted message ids and the seq of their `message_accepted` event (idempotency).
+    pub accepted: Vec<(Arc<str>, u64)>,
+    /// Scheduled `on_timeout` retries.
+    pub retry: RetryState,
+    /// When it completed.
+    pub completed_at: Option<u64>,
+    /// Number of events applied; the store's optimistic-concurrency version.
+    pub version: u64,
+}
+
+/// One initiator ↔ participant thread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Thread {
+    /// The participant.
+    pub participant: AgentId,
+    /// Current state.
+    pub state: StateId,
+    /// Current reply-by deadline.
+    pub deadline: Option<u64>,
+}
+
+/// A commitment's live state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Commitment {
+    /// `<conversation id>/<n>`.
+    pub id: Arc<str>,
+    /// Index of its rule in the template's `commitments`.
+    pub rule: usize,
+    /// Index of its thread.
+    pub thread: usize,
+    /// Where it stands.
+    pub state: CommitmentState,
+    /// When it becomes violated, while armed.
+    pub deadline: Option<u64>,
+    /// The message that created it.
+    pub created_by: Arc<str>,
+}
+
+/// `on_timeout` retry bookkeeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RetryState {
+    /// When the next retry runs.
+    pub next_at: Option<u64>,
+    /// How many retries have run.
+    pub attempts: u32,
+}
+
+impl Conversation {
+    /// A conversation in its initial state: every thread at the machine's initial state.
+    pub fn new(template: Arc<CompiledTemplate>, started: Arc<Started>) -> Conversation {
+        let initial = template.machine.initial;
+        let threads = started
+            .participants
+            .iter()
+            .map(|participant| Thread {
+                participant: participant.clone(),
+                state: initial,
+                deadline: None,
+            })
+            .collect();
+        Conversation {
+            deadline: started.deadline,
+            template,
+            started,
+            status: ConversationStatus::Active,
+            outcome: None,
+            threads,
+            vars: Map::new(),
+            commitments: Vec::new(),
+            violations: Vec::new(),
+            observers: Vec::new(),
+            accepted: Vec::new(),
+            retry: RetryState::default(),
+            completed_at: None,
+            version: 0,
+        }
+    }
+
+    /// Rebuilds a conversation from its log. The first event must be `started`.
+    pub fn replay(
+        template: Arc<CompiledTemplate>,
+        events: &[ConversationEvent],
+    ) -> Option<Conversation> {
+        let (first, rest) = events.split_first()?;
+        let EventKind::Started(started) = &first.kind else {
+            return None;
+        };
+        let mut conversation = Conversation::new(template, started.clone());
+        conversation.version = first.seq;
+        for event in rest {
+            conversation.apply(event);
+        }
+        Some(conversation)
+    }
+
+    /// The conversation id.
+    pub fn id(&self) -> &Arc<str> {
+        &self.started.id
+    }
+
+    /// The initiator.
+    pub fn initiator(&self) -> &AgentId {
+        &self.started.initiator
+    }
+
+    /// Whether the conversation has ended.
+    pub fn is_completed(&self) -> bool {
+        self.status == ConversationStatus::Completed
+    }
+
+    /// The role `agent` plays, if it is a party.
+    pub fn role_of(&self, agent: &str) -> Option<Role> {
+        if &*self.started.initiator == agent {
+            Some(Role::Initiator)
+        } else if self.thread_index(agent).is_some() {
+            Some(Role::Participant)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `agent` may read the conversation: a party or an observer.
+    pub fn can_read(&self, agent: &str) -> bool {
+        self.role_of(agent).is_some() || self.observers.iter().any(|observer| &**observer == agent)
+    }
+
+    /// The index of `participant`'s thread.
+    pub fn thread_index(&self, participant: &str) -> Option<usize> {
+        self.threads
+            .iter()
+            .position(|thread| &*thread.participant == participant)
+    }
+
+    /// Whether a thread's state is terminal.
+    pub fn thread_outcome(&self, thread: &Thread) -> Option<Outcome> {
+        self.template.machine.state(thread.state).terminal
+    }
+
+    /// The agent playing `role` in thread `thread`.
+    pub fn party(&self, role: Role, thread: usize) -> &AgentId {
+        match role {
+            Role::Initiator => &self.started.initiator,
+            Role::Participant => &self.threads[thread].participant,
+        }
+    }
+
+    /// The seq of the `message_accepted` event of message `id`, if it was accepted.
+    pub fn accepted_seq(&self, id: &str) -> Option<u64> {
+        self.accepted
+            .iter()
+            .rev()
+            .find(|(known, _)| &**known == id)
+            .map(|(_, seq)| *seq)
+    }
+
+    /// Applies one event. Events come from this engine or from the store, so they refer to
+    /// threads, states and commitments that exist; anything else is ignored rather than
+    /// trusted.
+    pub fn apply(&mut self, event: &ConversationEvent) {
+        self.version = event.seq;
+        match &event.kind {
+            EventKind::Started(_) => {}
+            EventKind::MessageAccepted {
+                message,
+                transitions,
+            } => {
+                self.accepted.push((message.id.clone(), event.seq));
+                for receiver in &message.receivers {
+                    if self.role_of(receiver).is_none()
+                        && &**receiver != colloquy_protocol::message::ENGINE_PARTY
+                        && !self.observers.contains(receiver)
+                    {
+                        self.observers.push(receiver.clone());
+                    }
+                }
+                for transition in transitions {
+                    self.apply_transition(transition);
+                }
+            }
+            EventKind::ThreadExpired(transition) => self.apply_transition(transition),
+            EventKind::ThreadDeadlineSet {
+                participant,
+                deadline,
+            } => {
+                if let Some(index) = self.thread_index(participant) {
+                    self.threads[index].deadline = *deadline;
+                }
+            }
+            EventKind::ViolationRecorded(violation) => self.violations.push((**violation).clone()),
+            EventKind::CommitmentCreated(view) => {
+                let rule = self
+                    .template
+                    .commitments
+                    .iter()
+                    .position(|rule| rule.name == view.name);
+                let thread = self
+                    .thread_index(&view.debtor)
+                    .or_else(|| self.thread_index(&view.creditor));
+                if let (Some(rule), Some(thread)) = (rule, thread) {
+                    self.commitments.push(Commitment {
+                        id: view.id.clone(),
+                        rule,
+                        thread,
+                        state: view.state,
+                        deadline: view.deadline,
+                        created_by: view.created_by.clone(),
+                    });
+                }
+            }
+            EventKind::CommitmentMoved {
+                id, to, deadline, ..
+            } => {
+                if let Some(commitment) = self.commitments.iter_mut().find(|c| c.id == *id) {
+                    commitment.state = *to;
+                    commitment.deadline = *deadline;
+                }
+            }
+            EventKind::VarsMerged { vars } => {
+                for (key, value) in vars {
+                    self.vars.insert(key.clone(), value.clone());
+                }
+            }
+            EventKind::DeadlineSet { deadline } => self.deadline = *deadline,
+            EventKind::RetryScheduled { at, .. } => self.retry.next_at = Some(*at),
+            EventKind::RetryFired { attempt } => {
+                self.retry.next_at = None;
+                self.retry.attempts = *attempt;
+            }
+            EventKind::Escalated { to, .. } => {
+                if !self.observers.contains(to) {
+                    self.observers.push(to.clone());
+                }
+            }
+            EventKind::Completed { outcome, .. } => {
+                self.status = ConversationStatus::Completed;
+                self.outcome = Some(*outcome);
+                self.completed_at = Some(event.at);
+            }
+        }
+    }
+
+    fn apply_transition(&mut self, transition: &ThreadTransition) {
+        let Some(index) = self.thread_index(&transition.participant) else {
+            return;
+        };
+        let Some(state) = self.template.machine.id_of(&transition.to) else {
+            return;
+        };
+        let thread = &mut self.threads[index];
+        thread.state = state;
+        thread.deadline = transition.deadline;
+    }
+
+    /// When the scheduler next needs to look at this conversation: the earliest pending
+    /// deadline or retry, or, once completed, the end of its retention window.
+    pub fn next_wake(&self, retention_ms: u64) -> Option<u64> {
+        if let Some(completed_at) = self.completed_at {
+            return Some(completed_at.saturating_add(retention_ms));
+        }
+        let threads = self
+            .threads
+            .iter()
+            .filter(|thread| self.thread_outcome(thread).is_none())
+            .filter_map(|thread| thread.deadline);
+        let commitments = self
+            .commitments
+            .iter()
+            .filter(|commitment| !commitment.state.is_terminal())
+            .filter_map(|commitment| commitment.deadline);
+        self.deadline
+            .into_iter()
+            .chain(threads)
+            .chain(commitments)
+            .chain(self.retry.next_at)
+            .min()
+    }
+
+    /// The thread as the API shows it.
+    pub fn thread_view(&self, thread: &Thread) -> ThreadView {
+        ThreadView {
+            participant: thread.participant.clone(),
+            state: self.template.machine.state(thread.state).name.clone(),
+            outcome: self.thread_outcome(thread),
+            deadline: thread.deadline,
+        }
+    }
+
+    /// Every thread as the API shows it.
+    pub fn thread_views(&self) -> Vec<ThreadView> {
+        self.threads
+            .iter()
+            .map(|thread| self.thread_view(thread))
+            .collect()
+    }
+
+    /// A commitment as both parties see it.
+    pub fn commitment_view(&self, commitment: &Commitment) -> CommitmentView {
+        let rule = &self.template.commitments[commitment.rule];
+        CommitmentView {
+            id: commitment.id.clone(),
+            conversation_id: self.started.id.clone(),
+            name: rule.name.clone(),
+            debtor: self.party(rule.debtor, commitment.thread).clone(),
+            creditor: self.party(rule.creditor, commitment.thread).clone(),
+            state: commitment.state,
+            deadline: commitment.deadline,
+            created_by: commitment.created_by.clone(),
+        }
+    }
+
+    /// The whole conversation as the API shows it; `messages` come from the event log.
+    pub fn view(&self, messages: Vec<Message>) -> ConversationView {
+        ConversationView {
+            id: self.started.id.clone(),
+            template: self.started.template.clone(),
+            revision: self.started.revision.clone(),
+            initiator: self.started.initiator.clone(),
+            participants: self.started.participants.clone(),
+            status: self.status,
+            outcome: self.outcome,
+            threads: self.thread_views(),
+            vars: Value::Object(self.vars.clone()),
+            parameters: self.started.parameters.clone(),
+            context: self.started.context.clone(),
+            deadline: self.deadline,
+            messages,
+            commitments: self
+                .commitments
+                .iter()
+                .map(|c| self.commitment_view(c))
+                .collect(),
+            violations: self.violations.clone(),
+            version: self.version,
+        }
+    }
+}

@@ -1,0 +1,616 @@
+//! The [`Engine`]: the library API of the conversation core.
+//!
+//! It owns the live conversations (one async lock each, so one conversation's messages are
+//! handled one at a time while different conversations run in parallel), runs each unit of
+//! work as a [`Step`], and acknowledges nothing before the store accepted the step's commit.
+//! A failed commit drops the live copy, so the next request reloads the truth from the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use colloquy_policy::{Catalog, CompiledTemplate};
+use colloquy_protocol::conversation::{
+    CommitmentState, CommitmentView, ConversationStatus, ConversationView, Outcome, SendReceipt,
+    ThreadView, Violation, ViolationKind,
+};
+use colloquy_protocol::event::{ConversationEvent, EventKind, ThreadTransition};
+use colloquy_protocol::message::{AgentId, ENGINE_PARTY, Message, SendMessage, StartConversation};
+use dashmap::DashMap;
+use tokio::sync::Mutex;
+
+use crate::clock::Clock;
+use crate::conversation::Conversation;
+use crate::dispatch;
+use crate::error::EngineError;
+use crate::step::Step;
+use crate::store::{ConversationStore, StoreError};
+
+/// How long a completed conversation stays readable before retention removes it.
+pub const DEFAULT_RETENTION_MS: u64 = 5 * 60 * 1000;
+/// How often a write that lost an optimistic-concurrency race is retried.
+pub const MAX_COMMIT_ATTEMPTS: usize = 5;
+/// Conversations a scheduler pass takes off the deadline index at most.
+pub const SCHEDULER_BATCH: usize = 1024;
+/// Longest client-supplied conversation or message id.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Where the engine finds templates: the newest revision for new conversations, and the
+/// exact revision running conversations are pinned to.
+pub trait TemplateSource: Send + Sync + 'static {
+    /// The revision new conversations of `name` use.
+    fn latest(&self, name: &str) -> Option<Arc<CompiledTemplate>>;
+    /// A specific revision.
+    fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>>;
+}
+
+impl TemplateSource for Catalog {
+    fn latest(&self, name: &str) -> Option<Arc<CompiledTemplate>> {
+        Catalog::latest(self, name)
+    }
+
+    fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>> {
+        Catalog::revision(self, name, revision)
+    }
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// How long completed conversations are kept (default 5 minutes).
+    pub retention_ms: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            retention_ms: DEFAULT_RETENTION_MS,
+        }
+    }
+}
+
+type Slot = Arc<Mutex<Option<Conversation>>>;
+
+/// The conversation engine.
+pub struct Engine {
+    templates: Arc<dyn TemplateSource>,
+    store: Arc<dyn ConversationStore>,
+    clock: Arc<dyn Clock>,
+    config: EngineConfig,
+    live: DashMap<Arc<str>, Slot, foldhash::fast::RandomState>,
+}
+
+impl Engine {
+    /// An engine over these templates, this store and this clock.
+    pub fn new(
+        templates: Arc<dyn TemplateSource>,
+        store: Arc<dyn ConversationStore>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> Engine {
+        Engine {
+            templates,
+            store,
+            clock,
+            config,
+            live: DashMap::default(),
+        }
+    }
+
+    /// The engine's clock reading.
+    pub fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Starts a conversation with `initiator` as the initiator; sends `request.message` as
+    /// its opening act when present. Nothing is stored unless all of it succeeds.
+    pub async fn start(
+        &self,
+        initiator: &str,
+        request: StartConversation,
+    ) -> Result<ConversationView, EngineError> {
+        let template = self
+            .templates
+            .latest(&request.template)
+            .ok_or_else(|| EngineError::UnknownTemplate(request.template.clone()))?;
+        let id: Arc<str> = match &request.conversation_id {
+            Some(id) => {
+                check_id(id, "/conversation_id")?;
+                Arc::from(id.as_str())
+            }
+            None => new_id(),
+        };
+        let opening_id = match &request.message {
+            Some(message) => Some(message_id(message)?),
+            None => None,
+        };
+        let now = self.now();
+        let started = dispatch::prepare_start(&template, id.clone(), initiator, &request, now)?;
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let mut guard = slot.clone().lock_owned().await;
+        match self.live.entry(id.clone()) {
+            dashmap::Entry::Occupied(_) => {
+                return Err(EngineError::DuplicateConversation(id.to_string()));
+            }
+            dashmap::Entry::Vacant(vacant) => {
+                vacant.insert(slot);
+            }
+        }
+        let result = async {
+            let mut conversation = Conversation::new(template, Arc::new(started));
+            let mut step = Step::new(&mut conversation, now);
+            dispatch::on_start(&mut step)?;
+            if let (Some(message), Some(message_id)) = (&request.message, opening_id) {
+                dispatch::on_message(&mut step, initiator, message, message_id)?;
+            }
+            let commit = step.into_commit(self.config.retention_ms);
+            self.store
+                .commit(commit)
+                .await
+                .map_err(|error| match error {
+                    StoreError::Duplicate(id) => EngineError::DuplicateConversation(id.to_string()),
+                    other => EngineError::Store(other),
+                })?;
+            Ok(conversation)
+        }
+        .await;
+        match result {
+            Ok(conversation) => {
+                let messages = self.messages(&conversation).await?;
+                let view = conversation.view(messages);
+                *guard = Some(conversation);
+                Ok(view)
+            }
+            Err(error) => {
+                drop(guard);
+                self.live.remove(&id);
+                Err(error)
+            }
+        }
+    }
+
+    /// Sends a message from `sender` into a conversation. A retry with an already accepted
+    /// `message_id` returns the first result and changes nothing.
+    pub async fn send(
+        &self,
+        conversation_id: &str,
+        sender: &str,
+        message: SendMessage,
+    ) -> Result<SendReceipt, EngineError> {
+        let id = message_id(&message)?;
+        let (summary, handled) = self
+            .with_conversation(conversation_id, |step| {
+                if let Some(seq) = step.conversation.accepted_seq(&id) {
+                    if step.conversation.role_of(sender).is_none() {
+                        return Err(EngineError::NotAParty {
+                            agent: sender.to_owned(),
+                            conversation: conversation_id.to_owned(),
+                        });
+                    }
+                    return Ok(Handled::Duplicate(seq));
+                }
+                dispatch::on_message(step, sender, &message, id.clone())?;
+                Ok(Handled::Fresh(receipt_parts(&id, step.events())))
+            })
+            .await?;
+        let (duplicate, parts) = match handled {
+            Handled::Fresh(parts) => (false, parts),
+            Handled::Duplicate(seq) => {
+                let events = self.store.events_after(conversation_id, seq - 1).await?;
+                (true, receipt_parts(&id, &events))
+            }
+        };
+        Ok(SendReceipt {
+            message_id: id,
+            duplicate,
+            receivers: parts.receivers,
+            transitions: parts.transitions,
+            violation: parts.violation,
+            status: summary.status,
+            outcome: summary.outcome,
+            threads: summary.threads,
+        })
+    }
+
+    /// The conversation as `viewer` sees it; `None` reads as an administrator.
+    pub async fn view(
+        &self,
+        conversation_id: &str,
+        viewer: Option<&str>,
+    ) -> Result<ConversationView, EngineError> {
+        let slot = self.loaded_slot(conversation_id).await?;
+        let guard = slot.lock().await;
+        let conversation = guard
+            .as_ref()
+            .ok_or_else(|| EngineError::UnknownConversation(conversation_id.to_owned()))?;
+        if let Some(viewer) = viewer
+            && !conversation.can_read(viewer)
+        {
+            return Err(EngineError::NotAParty {
+                agent: viewer.to_owned(),
+                conversation: conversation_id.to_owned(),
+            });
+        }
+        let messages = self.messages(conversation).await?;
+        Ok(conversation.view(messages))
+    }
+
+    /// The conversation's events after `after_seq`, for readers that may see it.
+    pub async fn events(
+        &self,
+        conversation_id: &str,
+        viewer: Option<&str>,
+        after_seq: u64,
+    ) -> Result<Vec<ConversationEvent>, EngineError> {
+        self.view_check(conversation_id, viewer).await?;
+        Ok(self.store.events_after(conversation_id, after_seq).await?)
+    }
+
+    async fn view_check(
+        &self,
+        conversation_id: &str,
+        viewer: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let slot = self.loaded_slot(conversation_id).await?;
+        let guard = slot.lock().await;
+        match (guard.as_ref(), viewer) {
+            (None, _) => Err(EngineError::UnknownConversation(conversation_id.to_owned())),
+            (Some(conversation), Some(viewer)) if !conversation.can_read(viewer) => {
+                Err(EngineError::NotAParty {
+                    agent: viewer.to_owned(),
+                    conversation: conversation_id.to_owned(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Commitments of live conversations where `agent` is debtor or creditor.
+    pub async fn commitments_of(&self, agent: &str) -> Vec<CommitmentView> {
+        let slots: Vec<Slot> = self
+            .live
+            .iter()
+            .map(|entry| entry.value().clone())
+            .collect();
+        let mut found = Vec::new();
+        for slot in slots {
+            let guard = slot.lock().await;
+            if let Some(conversation) = guard.as_ref() {
+                found.extend(
+                    conversation
+                        .commitments
+                        .iter()
+                        .map(|c| conversation.commitment_view(c))
+                        .filter(|view| &*view.debtor == agent || &*view.creditor == agent),
+                );
+            }
+        }
+        found
+    }
+
+    /// The creditor waives a commitment.
+    pub async fn release_commitment(
+        &self,
+        commitment_id: &str,
+        agent: &str,
+    ) -> Result<CommitmentView, EngineError> {
+        self.settle(commitment_id, agent, CommitmentState::Released)
+            .await
+    }
+
+    /// The debtor withdraws from a commitment.
+    pub async fn cancel_commitment(
+        &self,
+        commitment_id: &str,
+        agent: &str,
+    ) -> Result<CommitmentView, EngineError> {
+        self.settle(commitment_id, agent, CommitmentState::Cancelled)
+            .await
+    }
+
+    async fn settle(
+        &self,
+        commitment_id: &str,
+        agent: &str,
+        to: CommitmentState,
+    ) -> Result<CommitmentView, EngineError> {
+        let (conversation_id, _) = commitment_id
+            .rsplit_once('/')
+            .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))?;
+        let (_, view) = self
+            .with_conversation(conversation_id, |step| {
+                dispatch::settle_commitment(step, commitment_id, agent, to)?;
+                let conversation = &*step.conversation;
+                conversation
+                    .commitments
+                    .iter()
+                    .find(|c| &*c.id == commitment_id)
+                    .map(|c| conversation.commitment_view(c))
+                    .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))
+            })
+            .await
+            .map_err(|error| match error {
+                EngineError::UnknownConversation(_) => {
+                    EngineError::UnknownCommitment(commitment_id.to_owned())
+                }
+                other => other,
+            })?;
+        Ok(view)
+    }
+
+    /// One scheduler pass: fires every due deadline and retry, and removes conversations
+    /// whose retention window has passed. Returns how many conversations it looked at.
+    pub async fn run_due(&self) -> Result<usize, EngineError> {
+        let now = self.now();
+        let due = self.store.claim_due(now, SCHEDULER_BATCH).await?;
+        for id in &due {
+            if let Err(error) = self.wake(id, now).await {
+                tracing::warn!(conversation = %id, %error, "scheduled wake-up failed");
+            }
+        }
+        Ok(due.len())
+    }
+
+    async fn wake(&self, id: &str, now: u64) -> Result<(), EngineError> {
+        let slot = self.loaded_slot(id).await?;
+        let mut guard = slot.lock().await;
+        let Some(conversation) = guard.as_mut() else {
+            return Ok(());
+        };
+        if let Some(completed_at) = conversation.completed_at
+            && now >= completed_at.saturating_add(self.config.retention_ms)
+        {
+            self.store.remove(id).await?;
+            *guard = None;
+            drop(guard);
+            self.live.remove(id);
+            tracing::debug!(conversation = %id, "removed after retention");
+            return Ok(());
+        }
+        let mut step = Step::new(conversation, now);
+        dispatch::fire_due(&mut step);
+        // Even with nothing fired, the commit puts the conversation back on the deadline
+        // index: claiming took it off.
+        let commit = step.into_commit(self.config.retention_ms);
+        if let Err(error) = self.store.commit(commit).await {
+            *guard = None;
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    /// Runs [`Engine::run_due`] every `period` until the returned task is aborted.
+    pub fn spawn_scheduler(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+        let engine = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                ticker.tick().await;
+                if let Err(error) = engine.run_due().await {
+                    tracing::warn!(%error, "scheduler pass failed");
+                }
+            }
+        })
+    }
+
+    /// How many conversations are loaded in memory.
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
+    fn slot(&self, id: &str) -> Slot {
+        if let Some(slot) = self.live.get(id) {
+            return slot.clone();
+        }
+        self.live.entry(Arc::from(id)).or_default().clone()
+    }
+
+    /// The conversation's slot with the conversation loaded; a missing conversation leaves
+    /// no trace (a message to an unknown conversation never creates one).
+    async fn loaded_slot(&self, id: &str) -> Result<Slot, EngineError> {
+        let slot = self.slot(id);
+        let mut guard = slot.lock().await;
+        if guard.is_none() {
+            match self.load(id).await? {
+                Some(conversation) => *guard = Some(conversation),
+                None => {
+                    drop(guard);
+                    self.live.remove_if(id, |_, slot| {
+                        slot.try_lock()
+                            .map(|guard| guard.is_none())
+                            .unwrap_or(false)
+                    });
+                    return Err(EngineError::UnknownConversation(id.to_owned()));
+                }
+            }
+        }
+        drop(guard);
+        Ok(slot)
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<Conversation>, EngineError> {
+        let Some(events) = self.store.load(id).await? else {
+            return Ok(None);
+        };
+        let Some(EventKind::Started(started)) = events.first().map(|event| &event.kind) else {
+            return Err(EngineError::Store(StoreError::Internal(format!(
+                "conversation `{id}` has no start event"
+            ))));
+        };
+        let template = self
+            .templates
+            .revision(&started.template, &started.revision)
+            .ok_or_else(|| EngineError::RevisionGone {
+                name: started.template.to_string(),
+                revision: started.revision.to_string(),
+            })?;
+        Ok(Conversation::replay(template, &events))
+    }
+
+    /// Runs `work` on the loaded conversation after firing its due timers, and commits the
+    /// result. Lost races with other writers are retried from a fresh load.
+    async fn with_conversation<R>(
+        &self,
+        id: &str,
+        mut work: impl FnMut(&mut Step<'_>) -> Result<R, EngineError>,
+    ) -> Result<(Summary, R), EngineError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let slot = self.loaded_slot(id).await?;
+            let mut guard = slot.lock().await;
+            let Some(conversation) = guard.as_mut() else {
+                // Dropped by a failed commit between load and lock: load again.
+                continue;
+            };
+            let now = self.now();
+            let mut timers = Step::new(conversation, now);
+            dispatch::fire_due(&mut timers);
+            if !timers.is_empty() {
+                let commit = timers.into_commit(self.config.retention_ms);
+                if let Err(error) = self.store.commit(commit).await {
+                    *guard = None;
+                    if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS
+                    {
+                        continue;
+                    }
+                    return Err(error.into());
+                }
+            }
+            let Some(conversation) = guard.as_mut() else {
+                continue;
+            };
+            let mut step = Step::new(conversation, now);
+            let result = work(&mut step);
+            let emitted = !step.is_empty();
+            let commit = step.into_commit(self.config.retention_ms);
+            let value = match result {
+                Ok(value) => value,
+                Err(error) => {
+                    if emitted {
+                        // Contract broken (emitted, then failed): never trust this copy.
+                        tracing::error!(conversation = %id, %error, "step failed after emitting events; reloading");
+                        *guard = None;
+                    }
+                    return Err(error);
+                }
+            };
+            if emitted && let Err(error) = self.store.commit(commit).await {
+                *guard = None;
+                if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS {
+                    continue;
+                }
+                return Err(error.into());
+            }
+            let Some(conversation) = guard.as_ref() else {
+                continue;
+            };
+            let summary = Summary {
+                status: conversation.status,
+                outcome: conversation.outcome,
+                threads: conversation.thread_views(),
+            };
+            return Ok((summary, value));
+        }
+    }
+
+    async fn messages(&self, conversation: &Conversation) -> Result<Vec<Message>, EngineError> {
+        let events = self.store.events_after(conversation.id(), 0).await?;
+        Ok(events
+            .into_iter()
+            .filter_map(|event| match event.kind {
+                EventKind::MessageAccepted { message, .. } => Some((*message).clone()),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+fn check_id(id: &str, pointer: &str) -> Result<(), EngineError> {
+    let valid = !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if valid {
+        Ok(())
+    } else {
+        Err(EngineError::invalid(
+            pointer,
+            format!("ids are 1 to {MAX_ID_LEN} characters of A-Z a-z 0-9 - _ . :"),
+        ))
+    }
+}
+
+/// A fresh UUIDv7, formatted straight into its shared string.
+fn new_id() -> Arc<str> {
+    let mut buffer = uuid::Uuid::encode_buffer();
+    Arc::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buffer))
+}
+
+fn message_id(message: &SendMessage) -> Result<Arc<str>, EngineError> {
+    match &message.message_id {
+        Some(id) => {
+            check_id(id, "/message_id")?;
+            Ok(Arc::from(id.as_str()))
+        }
+        None => Ok(new_id()),
+    }
+}
+
+/// What [`Engine::send`]'s work found.
+enum Handled {
+    /// Accepted now.
+    Fresh(ReceiptParts),
+    /// Accepted before, at this event seq.
+    Duplicate(u64),
+}
+
+/// Where a conversation stands after a unit of work.
+struct Summary {
+    status: ConversationStatus,
+    outcome: Option<Outcome>,
+    threads: Vec<ThreadView>,
+}
+
+/// The message-specific half of a [`SendReceipt`].
+#[derive(Default)]
+struct ReceiptParts {
+    receivers: Vec<AgentId>,
+    transitions: Vec<ThreadTransition>,
+    violation: Option<Violation>,
+}
+
+/// Reads what happened to message `id` from the events from its `message_accepted` on.
+fn receipt_parts(id: &Arc<str>, events: &[ConversationEvent]) -> ReceiptParts {
+    let mut parts = ReceiptParts::default();
+    let mut iter = events.iter();
+    for event in iter.by_ref() {
+        if let EventKind::MessageAccepted {
+            message,
+            transitions,
+        } = &event.kind
+            && message.id == *id
+        {
+            parts.receivers = message.receivers.clone();
+            parts.transitions = transitions.clone();
+            break;
+        }
+    }
+    for event in iter {
+        match &event.kind {
+            EventKind::ViolationRecorded(recorded)
+                if recorded.message_id.as_deref() == Some(&**id)
+                    && recorded.kind != ViolationKind::CommitmentViolated =>
+            {
+                parts.violation = Some((**recorded).clone());
+                break;
+            }
+            EventKind::MessageAccepted { message, .. } if &*message.sender != ENGINE_PARTY => {
+                break;
+            }
+            _ => {}
+        }
+    }
+    parts
+}

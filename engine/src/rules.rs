@@ -1,0 +1,298 @@
+//! Declarative rules: CEL conditions evaluated over a conversation, and the action
+//! executor's first half — turning actions (from rules or, later, hooks) into [`Effects`].
+//!
+//! Rules see the conversation as it was before the event being handled; their effects are
+//! applied together afterwards, so rule order does not change what a condition sees.
+
+use colloquy_policy::compiled::{CompiledAction, CompiledRule, Expression};
+use colloquy_protocol::action::{Action, RetryAction, RouteMode, SendAction};
+use colloquy_protocol::conversation::Outcome;
+use colloquy_protocol::message::Message;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::conversation::Conversation;
+
+/// What a timer step is about, as `on_timeout` rules see it (`timeout` in CEL).
+#[derive(Clone, Debug, Serialize)]
+pub struct TimeoutInfo {
+    /// `conversation`, `thread` or `retry`.
+    pub kind: &'static str,
+    /// The thread's participant, for thread deadlines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub participant: Option<String>,
+    /// Retries run so far.
+    pub attempt: u32,
+}
+
+/// The variables an expression can see.
+pub struct Scope<'a> {
+    /// The conversation before the event.
+    pub conversation: &'a Conversation,
+    /// The message being handled, if any.
+    pub message: Option<&'a Message>,
+    /// The timer being handled, if any.
+    pub timeout: Option<&'a TimeoutInfo>,
+    /// Engine time.
+    pub now: u64,
+}
+
+#[derive(Serialize)]
+struct ConversationFacts<'a> {
+    id: &'a str,
+    template: &'a str,
+    revision: &'a str,
+    initiator: &'a str,
+    participants: Vec<&'a str>,
+    deadline: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct ThreadFacts<'a> {
+    participant: &'a str,
+    state: &'a str,
+    outcome: Option<&'static str>,
+    terminal: bool,
+}
+
+impl Scope<'_> {
+    fn context(&self) -> cel::Context<'static, 'static> {
+        let conversation = self.conversation;
+        let started = &conversation.started;
+        let mut context = cel::Context::default();
+        let mut add = |name: &str, value: &dyn erased::Serializable| {
+            if let Err(error) = value.add_to(&mut context, name) {
+                tracing::warn!(conversation = %started.id, variable = name, %error, "cannot expose variable to CEL");
+            }
+        };
+        add("parameters", &started.parameters);
+        add("context", &started.context);
+        add("vars", &conversation.vars);
+        add("now", &self.now);
+        add(
+            "conversation",
+            &ConversationFacts {
+                id: &started.id,
+                template: &started.template,
+                revision: &started.revision,
+                initiator: &started.initiator,
+                participants: started.participants.iter().map(|p| &**p).collect(),
+                deadline: conversation.deadline,
+            },
+        );
+        let threads: Vec<ThreadFacts<'_>> = conversation
+            .threads
+            .iter()
+            .map(|thread| {
+                let outcome = conversation.thread_outcome(thread);
+                ThreadFacts {
+                    participant: &thread.participant,
+                    state: &conversation.template.machine.state(thread.state).name,
+                    outcome: outcome.map(Outcome::name),
+                    terminal: outcome.is_some(),
+                }
+            })
+            .collect();
+        add("threads", &threads);
+        if let Some(message) = self.message {
+            add("message", message);
+            add("content", &message.content);
+            add("sender", &&*message.sender);
+            add("performative", &message.performative.name());
+        }
+        let timeout = self.timeout.cloned().unwrap_or(TimeoutInfo {
+            kind: "none",
+            participant: None,
+            attempt: conversation.retry.attempts,
+        });
+        add(
+            "retry",
+            &serde_json::json!({ "attempt": conversation.retry.attempts }),
+        );
+        add("timeout", &timeout);
+        context
+    }
+
+    /// Evaluates a condition. A runtime error (a missing key, a type mismatch) counts as
+    /// false and is logged: one bad message must not wedge a conversation.
+    pub fn holds(&self, expression: &Expression) -> bool {
+        self.holds_in(&self.context(), expression)
+    }
+
+    fn holds_in(&self, context: &cel::Context<'_, '_>, expression: &Expression) -> bool {
+        match expression.program.execute(context) {
+            Ok(cel::Value::Bool(value)) => value,
+            Ok(other) => {
+                tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, value = ?other, "condition is not a boolean; treated as false");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, %error, "condition failed; treated as false");
+                false
+            }
+        }
+    }
+
+    fn evaluate(&self, context: &cel::Context<'_, '_>, expression: &Expression) -> Value {
+        let value = match expression.program.execute(context) {
+            Ok(value) => value,
+            Err(error) => {
+                tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, %error, "expression failed; stored as null");
+                return Value::Null;
+            }
+        };
+        match value.json() {
+            Ok(json) => json,
+            Err(error) => {
+                tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, %error, "value has no JSON form; stored as null");
+                Value::Null
+            }
+        }
+    }
+
+    /// Runs every matching rule of `rules` and collects their actions into `effects`.
+    pub fn run_rules(&self, rules: &[CompiledRule], effects: &mut Effects) {
+        if rules.is_empty() {
+            return;
+        }
+        let context = self.context();
+        for rule in rules {
+            if let Some(message) = self.message
+                && !rule.performatives.is_empty()
+                && !rule.performatives.contains(&message.performative)
+            {
+                continue;
+            }
+            if let Some(when) = &rule.when
+                && !self.holds_in(&context, when)
+            {
+                continue;
+            }
+            for action in &rule.then {
+                match action {
+                    CompiledAction::Literal(action) => effects.add(&rule.name, action.clone()),
+                    CompiledAction::EvalVars(expressions) => {
+                        for (name, expression) in expressions {
+                            effects
+                                .vars
+                                .insert(name.clone(), self.evaluate(&context, expression));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Everything a set of actions asks for, gathered before any of it is applied.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// The first rejection, with the rule that made it.
+    pub reject: Option<(String, String)>,
+    /// Variables to merge.
+    pub vars: Map<String, Value>,
+    /// Messages to send as the engine party.
+    pub sends: Vec<SendAction>,
+    /// Receivers to add to the current message.
+    pub route_add: Vec<String>,
+    /// Receivers to replace the current message's with.
+    pub route_replace: Option<Vec<String>>,
+    /// New conversation deadline: `Set(in_ms)` or `Extend(by_ms)`.
+    pub deadline: Option<DeadlineChange>,
+    /// A retry to schedule.
+    pub retry: Option<RetryAction>,
+    /// Complete with this outcome and reason.
+    pub complete: Option<(Outcome, Option<String>)>,
+    /// Agents to escalate to, with reasons.
+    pub escalations: Vec<(String, String)>,
+}
+
+/// See [`Effects::deadline`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DeadlineChange {
+    /// Milliseconds from now.
+    Set(u64),
+    /// Milliseconds added to the current deadline.
+    Extend(u64),
+}
+
+impl Effects {
+    /// Adds one action; `origin` names the rule or hook for rejections and logs.
+    pub fn add(&mut self, origin: &str, action: Action) {
+        match action {
+            Action::Continue => {}
+            Action::Reject(reject) => {
+                self.reject
+                    .get_or_insert_with(|| (origin.to_owned(), reject.reason));
+            }
+            Action::SetVars(vars) => self.vars.extend(vars),
+            Action::EvalVars(_) => {
+                tracing::warn!(origin, "eval_vars is only for declarative rules; ignored");
+            }
+            Action::Send(send) => self.sends.push(send),
+            Action::Route(route) => match route.mode {
+                RouteMode::Add => self.route_add.extend(route.to),
+                RouteMode::Replace => self.route_replace = Some(route.to),
+            },
+            Action::SetDeadline(set) => self.deadline = Some(DeadlineChange::Set(set.in_ms)),
+            Action::ExtendDeadline(extend) => {
+                self.deadline = Some(DeadlineChange::Extend(extend.by_ms));
+            }
+            Action::Retry(retry) => self.retry = Some(retry),
+            Action::Complete(complete) => {
+                self.complete
+                    .get_or_insert((complete.outcome, complete.reason));
+            }
+            Action::Escalate(escalate) => self.escalations.push((escalate.to, escalate.reason)),
+            Action::Log(log) => log_line(origin, log.level, &log.message),
+        }
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.reject.is_none()
+            && self.vars.is_empty()
+            && self.sends.is_empty()
+            && self.route_add.is_empty()
+            && self.route_replace.is_none()
+            && self.deadline.is_none()
+            && self.retry.is_none()
+            && self.complete.is_none()
+            && self.escalations.is_empty()
+    }
+}
+
+fn log_line(origin: &str, level: colloquy_protocol::action::LogLevel, message: &str) {
+    use colloquy_protocol::action::LogLevel;
+    match level {
+        LogLevel::Debug => tracing::debug!(origin, "{message}"),
+        LogLevel::Info => tracing::info!(origin, "{message}"),
+        LogLevel::Warn => tracing::warn!(origin, "{message}"),
+        LogLevel::Error => tracing::error!(origin, "{message}"),
+    }
+}
+
+mod erased {
+    //! Lets [`super::Scope::context`] add differently typed serde values through one closure.
+    use serde::Serialize;
+
+    pub trait Serializable {
+        fn add_to(
+            &self,
+            context: &mut cel::Context<'static, 'static>,
+            name: &str,
+        ) -> Result<(), String>;
+    }
+
+    impl<T: Serialize> Serializable for T {
+        fn add_to(
+            &self,
+            context: &mut cel::Context<'static, 'static>,
+            name: &str,
+        ) -> Result<(), String> {
+            context
+                .add_variable(name, self)
+                .map_err(|error| error.to_string())
+        }
+    }
+}

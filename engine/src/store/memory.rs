@@ -1,0 +1,215 @@
+//! The in-memory store: everything in process memory, gone at exit. For tests, benchmarks
+//! and throwaway runs.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use colloquy_protocol::event::ConversationEvent;
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+
+use super::{Commit, ConversationStore, InboxEntry, StoreError};
+
+/// Entries kept per inbox; older ones are dropped. Memory inboxes are a development aid:
+/// durable stores keep everything until it is acknowledged.
+pub const MEMORY_INBOX_CAPACITY: usize = 10_000;
+
+/// A fast keyed hash; ids come from clients, so it is seeded per process.
+type Hasher = foldhash::fast::RandomState;
+
+#[derive(Debug, Default)]
+struct Record {
+    events: Vec<ConversationEvent>,
+    wake_at: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    next_seq: u64,
+    entries: VecDeque<InboxEntry>,
+}
+
+/// An in-process [`ConversationStore`].
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    conversations: DashMap<Arc<str>, Record, Hasher>,
+    wakes: Mutex<BTreeSet<(u64, Arc<str>)>>,
+    inboxes: Mutex<HashMap<Arc<str>, Inbox, Hasher>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// How many conversations it holds.
+    pub fn len(&self) -> usize {
+        self.conversations.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.conversations.is_empty()
+    }
+
+    fn wakes(&self) -> MutexGuard<'_, BTreeSet<(u64, Arc<str>)>> {
+        // A panic while holding this lock leaves the set consistent (single insert/remove
+        // calls), so a poisoned lock is safe to keep using.
+        self.wakes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn inboxes(&self) -> MutexGuard<'_, HashMap<Arc<str>, Inbox, Hasher>> {
+        self.inboxes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl ConversationStore for MemoryStore {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let Commit {
+            conversation_id,
+            expected_version,
+            events,
+            deliveries,
+            wake_at,
+        } = commit;
+        let previous_wake = match self.conversations.entry(conversation_id.clone()) {
+            Entry::Vacant(vacant) => {
+                if expected_version != 0 {
+                    return Err(StoreError::Conflict {
+                        id: conversation_id,
+                        expected: expected_version,
+                        actual: 0,
+                    });
+                }
+                let mut events = events;
+                events.shrink_to_fit();
+                vacant.insert(Record { events, wake_at });
+                None
+            }
+            Entry::Occupied(mut occupied) => {
+                let record = occupied.get_mut();
+                let actual = record.events.len() as u64;
+                if expected_version == 0 {
+                    return Err(StoreError::Duplicate(conversation_id));
+                }
+                if actual != expected_version {
+                    return Err(StoreError::Conflict {
+                        id: conversation_id,
+                        expected: expected_version,
+                        actual,
+                    });
+                }
+                record.events.extend(events);
+                std::mem::replace(&mut record.wake_at, wake_at)
+            }
+        };
+        if previous_wake != wake_at {
+            let mut wakes = self.wakes();
+            if let Some(at) = previous_wake {
+                wakes.remove(&(at, conversation_id.clone()));
+            }
+            if let Some(at) = wake_at {
+                wakes.insert((at, conversation_id));
+            }
+        }
+        if !deliveries.is_empty() {
+            let mut inboxes = self.inboxes();
+            for delivery in deliveries {
+                let inbox = inboxes.entry(delivery.agent).or_default();
+                inbox.next_seq += 1;
+                if inbox.entries.len() == MEMORY_INBOX_CAPACITY {
+                    inbox.entries.pop_front();
+                }
+                inbox.entries.push_back(InboxEntry {
+                    seq: inbox.next_seq,
+                    conversation_id: delivery.conversation_id,
+                    message: delivery.message,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
+        Ok(self
+            .conversations
+            .get(id)
+            .map(|record| record.events.clone()))
+    }
+
+    async fn events_after(
+        &self,
+        id: &str,
+        after_seq: u64,
+    ) -> Result<Vec<ConversationEvent>, StoreError> {
+        Ok(self
+            .conversations
+            .get(id)
+            .map(|record| {
+                let skip = usize::try_from(after_seq).unwrap_or(usize::MAX);
+                record.events.iter().skip(skip).cloned().collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError> {
+        let claimed: Vec<(u64, Arc<str>)> = {
+            let mut wakes = self.wakes();
+            let due: Vec<_> = wakes
+                .iter()
+                .take_while(|(at, _)| *at <= now)
+                .take(limit)
+                .cloned()
+                .collect();
+            for entry in &due {
+                wakes.remove(entry);
+            }
+            due
+        };
+        for (at, id) in &claimed {
+            if let Some(mut record) = self.conversations.get_mut(id)
+                && record.wake_at == Some(*at)
+            {
+                record.wake_at = None;
+            }
+        }
+        Ok(claimed.into_iter().map(|(_, id)| id).collect())
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        if let Some((id, record)) = self.conversations.remove(id)
+            && let Some(at) = record.wake_at
+        {
+            self.wakes().remove(&(at, id));
+        }
+        Ok(())
+    }
+
+    async fn inbox(
+        &self,
+        agent: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        let inboxes = self.inboxes();
+        Ok(inboxes
+            .get(agent)
+            .map(|inbox| {
+                inbox
+                    .entries
+                    .iter()
+                    .filter(|entry| entry.seq > after_seq)
+                    .take(limit)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}

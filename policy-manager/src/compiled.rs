@@ -1,0 +1,254 @@
+//! Compiled templates: what the engine runs. Built only by the [`crate::compiler`], so every
+//! reference in here is resolved (state names are indices) and every schema and expression
+//! has been compiled once.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use colloquy_protocol::action::Action;
+use colloquy_protocol::conversation::{CommitmentState, Outcome};
+use colloquy_protocol::performative::Performative;
+use colloquy_protocol::template::{
+    CompleteWhen, ContextSpec, Enforcement, HookSpec, LateAction, ReplyBySpec, Role, Template,
+};
+
+/// A template ready to run: immutable, shared by every conversation pinned to its revision.
+#[derive(Debug)]
+pub struct CompiledTemplate {
+    /// `metadata.name`.
+    pub name: Arc<str>,
+    /// Content hash of the YAML (and, once hooks exist, its modules): `sha256:<hex>`.
+    pub revision: Arc<str>,
+    /// The file it was read from, when it came from a file.
+    pub source_path: Option<PathBuf>,
+    /// The parsed document, as written.
+    pub source: Template,
+    /// Out-of-protocol policy.
+    pub enforcement: Enforcement,
+    /// Minimum participants.
+    pub min_participants: u32,
+    /// Maximum participants, if capped.
+    pub max_participants: Option<u32>,
+    /// Template-declared intents (besides the 22 FIPA acts).
+    pub intents: Vec<Performative>,
+    /// Validator of the start parameters.
+    pub parameters_schema: Option<JsonSchema>,
+    /// Validators of message content, by performative.
+    pub content_schemas: HashMap<Performative, JsonSchema>,
+    /// The thread state machine.
+    pub machine: StateMachine,
+    /// Completion and outcome rules.
+    pub outcome: OutcomeRules,
+    /// Default conversation deadline.
+    pub conversation_deadline_ms: Option<u64>,
+    /// Commitment rules.
+    pub commitments: Vec<CommitmentRule>,
+    /// Routing rules.
+    pub routing: Vec<CompiledRule>,
+    /// Declarative `on_start` rules.
+    pub on_start: Vec<CompiledRule>,
+    /// Declarative `on_message` rules.
+    pub on_message: Vec<CompiledRule>,
+    /// Declarative `on_timeout` rules.
+    pub on_timeout: Vec<CompiledRule>,
+    /// The wasm hook section, as written (run by the engine's hook runtime).
+    pub hooks: Option<HookSpec>,
+    /// Context cap.
+    pub context: ContextSpec,
+}
+
+impl CompiledTemplate {
+    /// The performative this template knows by `name`: a FIPA act or a declared intent.
+    pub fn performative(&self, name: &str) -> Option<Performative> {
+        match Performative::parse(name)? {
+            Performative::Intent(intent) => self
+                .intents
+                .iter()
+                .find(|known| known.name() == &*intent)
+                .cloned(),
+            fipa => Some(fipa),
+        }
+    }
+}
+
+/// A compiled JSON Schema together with the schema it came from.
+pub struct JsonSchema {
+    /// The schema as written.
+    pub source: serde_json::Value,
+    /// The compiled validator.
+    pub validator: jsonschema::Validator,
+}
+
+impl fmt::Debug for JsonSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JsonSchema")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A compiled CEL expression together with its source text.
+pub struct Expression {
+    /// The expression as written.
+    pub source: Arc<str>,
+    /// The compiled program.
+    pub program: cel::Program,
+}
+
+impl fmt::Debug for Expression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Expression({:?})", self.source)
+    }
+}
+
+/// Index of a state in [`StateMachine::states`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StateId(pub u16);
+
+/// The per-participant thread state machine, names resolved to [`StateId`]s.
+#[derive(Debug)]
+pub struct StateMachine {
+    /// Every state; a [`StateId`] indexes this.
+    pub states: Vec<State>,
+    /// Where threads start.
+    pub initial: StateId,
+    /// Where open threads go when the conversation deadline passes (terminal).
+    pub on_expiry: StateId,
+}
+
+impl StateMachine {
+    /// The state with this id. Ids come from this machine, so the index is in range.
+    pub fn state(&self, id: StateId) -> &State {
+        &self.states[usize::from(id.0)]
+    }
+
+    /// The id of the state with this name.
+    pub fn id_of(&self, name: &str) -> Option<StateId> {
+        self.states
+            .iter()
+            .position(|state| &*state.name == name)
+            .and_then(|index| u16::try_from(index).ok())
+            .map(StateId)
+    }
+}
+
+/// One state.
+#[derive(Debug)]
+pub struct State {
+    /// Its name in the template.
+    pub name: Arc<str>,
+    /// `Some` for terminal states.
+    pub terminal: Option<Outcome>,
+    /// Moves out of it, in template order.
+    pub transitions: Vec<Transition>,
+    /// Where the thread goes when its reply-by passes here.
+    pub on_deadline: Option<StateId>,
+    /// What late messages get here.
+    pub late: Option<LatePolicy>,
+}
+
+/// One move.
+#[derive(Debug)]
+pub struct Transition {
+    /// Trigger.
+    pub performative: Performative,
+    /// Who must send it.
+    pub from: Role,
+    /// Destination.
+    pub to: StateId,
+    /// Optional guard.
+    pub guard: Option<Expression>,
+    /// Deadline the destination gets.
+    pub reply_by: Option<ReplyBySpec>,
+}
+
+/// What a late message gets.
+#[derive(Debug)]
+pub struct LatePolicy {
+    /// Flag or reject.
+    pub action: LateAction,
+    /// With reject: the automatic answer's performative.
+    pub reply: Option<Performative>,
+    /// With reject: the reason in the answer's content.
+    pub reason: Option<String>,
+}
+
+/// Completion and outcome rules.
+#[derive(Debug, Default)]
+pub struct OutcomeRules {
+    /// When the conversation completes.
+    pub complete_when: CompleteWhen,
+    /// Ordered rules; `None` condition = always.
+    pub rules: Vec<(Option<Expression>, Outcome)>,
+}
+
+/// A commitment rule.
+#[derive(Debug)]
+pub struct CommitmentRule {
+    /// Its name.
+    pub name: Arc<str>,
+    /// Who owes it.
+    pub debtor: Role,
+    /// To whom.
+    pub creditor: Role,
+    /// The creating performative.
+    pub created_by: Performative,
+    /// Who sends the creating performative.
+    pub created_from: Role,
+    /// State on creation.
+    pub initial: CommitmentState,
+    /// Moves, in order.
+    pub transitions: Vec<CommitmentTransition>,
+    /// Deadline.
+    pub deadline: Option<CommitmentDeadline>,
+}
+
+/// A commitment move.
+#[derive(Debug)]
+pub struct CommitmentTransition {
+    /// Trigger.
+    pub performative: Performative,
+    /// Who must send it (`None`: either party).
+    pub from: Option<Role>,
+    /// Source states (empty: every non-terminal state).
+    pub states: Vec<CommitmentState>,
+    /// Thread states the thread must be in before the message (empty: any).
+    pub thread_states: Vec<StateId>,
+    /// Destination.
+    pub to: CommitmentState,
+}
+
+/// A commitment deadline.
+#[derive(Debug)]
+pub struct CommitmentDeadline {
+    /// Milliseconds after arming.
+    pub after_ms: u64,
+    /// States in which the clock runs.
+    pub armed_in: Vec<CommitmentState>,
+    /// Prefer the arming message's `reply_by`.
+    pub from_reply_by: bool,
+}
+
+/// A routing or lifecycle rule.
+#[derive(Debug)]
+pub struct CompiledRule {
+    /// Its name, or `<section>[<index>]`.
+    pub name: Arc<str>,
+    /// Performative filter (empty: every one).
+    pub performatives: Vec<Performative>,
+    /// Condition (`None`: always).
+    pub when: Option<Expression>,
+    /// Actions, in order.
+    pub then: Vec<CompiledAction>,
+}
+
+/// An action ready to run.
+#[derive(Debug)]
+pub enum CompiledAction {
+    /// Any action whose fields are literal values.
+    Literal(Action),
+    /// `eval_vars`: variable name → compiled expression.
+    EvalVars(Vec<(String, Expression)>),
+}

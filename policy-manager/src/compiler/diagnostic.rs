@@ -1,0 +1,169 @@
+//! What the compiler says about a broken template: one [`Diagnostic`] per problem, printed in
+//! the `file:line:column: error: path: message` style of compilers so editors and terminals
+//! can jump to it, and [`Diagnostics`], the error of every compile call.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// One problem in a template.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Diagnostic {
+    /// The template file, when the template came from one.
+    pub file: Option<PathBuf>,
+    /// 1-based line in the file, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+    /// Where in the template, e.g. `spec.thread.states.requested.transitions[1].to`; empty for
+    /// the document as a whole.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it, when the compiler has an idea.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut wrote_location = false;
+        if let Some(file) = &self.file {
+            write!(f, "{}", file.display())?;
+            wrote_location = true;
+        }
+        if let Some(line) = self.line {
+            if wrote_location {
+                f.write_str(":")?;
+            }
+            write!(f, "{line}")?;
+            if let Some(column) = self.column {
+                write!(f, ":{column}")?;
+            }
+            wrote_location = true;
+        }
+        if wrote_location {
+            f.write_str(": ")?;
+        }
+        f.write_str("error: ")?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found, ordered by file, then line and column (problems without a position
+/// first within their file).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", render(.0))]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl Diagnostics {
+    /// Wraps and orders diagnostics. The sort is stable, so problems at one position keep the
+    /// order the checks found them in.
+    pub(crate) fn sorted(mut diagnostics: Vec<Diagnostic>) -> Diagnostics {
+        diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+        Diagnostics(diagnostics)
+    }
+}
+
+fn render(diagnostics: &[Diagnostic]) -> String {
+    diagnostics
+        .iter()
+        .map(Diagnostic::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Longest edit distance at which a name still counts as a likely typo.
+const MAX_TYPO_DISTANCE: usize = 2;
+
+/// The candidate closest to `name` if it is close enough to be a likely typo.
+pub(crate) fn closest<'c>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'c str>,
+) -> Option<&'c str> {
+    candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(name, candidate), candidate))
+        .filter(|(distance, candidate)| {
+            *distance > 0 && *distance <= MAX_TYPO_DISTANCE.min(candidate.len() / 2)
+        })
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn diagnostic(file: Option<&str>, line: Option<usize>, path: &str) -> Diagnostic {
+        Diagnostic {
+            file: file.map(PathBuf::from),
+            line,
+            column: line.map(|_| 7),
+            path: path.to_owned(),
+            message: "state `agred` does not exist".to_owned(),
+            hint: None,
+        }
+    }
+
+    #[test]
+    fn display_omits_what_is_unknown() {
+        let mut full = diagnostic(Some("t.yaml"), Some(12), "spec.x");
+        full.hint = Some("known states: agreed".to_owned());
+        assert_eq!(
+            full.to_string(),
+            "t.yaml:12:7: error: spec.x: state `agred` does not exist\n  hint: known states: agreed"
+        );
+        assert_eq!(
+            diagnostic(Some("t.yaml"), None, "").to_string(),
+            "t.yaml: error: state `agred` does not exist"
+        );
+        assert_eq!(
+            diagnostic(None, Some(3), "a").to_string(),
+            "3:7: error: a: state `agred` does not exist"
+        );
+        assert_eq!(
+            diagnostic(None, None, "").to_string(),
+            "error: state `agred` does not exist"
+        );
+    }
+
+    #[test]
+    fn diagnostics_are_ordered_by_file_then_line() {
+        let sorted = Diagnostics::sorted(vec![
+            diagnostic(Some("b.yaml"), Some(1), "first-b"),
+            diagnostic(Some("a.yaml"), Some(9), "late-a"),
+            diagnostic(Some("a.yaml"), Some(2), "early-a"),
+        ]);
+        let paths: Vec<_> = sorted.0.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["early-a", "late-a", "first-b"]);
+    }
+
+    #[test]
+    fn close_names_are_suggested() {
+        assert_eq!(closest("agred", ["agreed", "done"]), Some("agreed"));
+        assert_eq!(closest("requets", ["request", "refuse"]), Some("request"));
+        assert_eq!(closest("zzz", ["agreed", "done"]), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}

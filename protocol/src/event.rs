@@ -1,0 +1,143 @@
+//! The event log: every change to a conversation is one event, appended in order.
+//!
+//! Replaying a conversation's events rebuilds its state exactly; the log is what stores
+//! persist and what subscribers stream.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::conversation::{CommitmentState, CommitmentView, Outcome, Violation};
+use crate::message::{AgentId, Message};
+
+/// One entry of a conversation's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConversationEvent {
+    /// Position in the log, from 1; also the conversation's version after this event.
+    pub seq: u64,
+    /// When it happened (Unix milliseconds, engine clock).
+    pub at: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// The conversation began. Always the first event.
+    Started(Arc<Started>),
+    /// A message was accepted (and, under `report`, possibly flagged by a later
+    /// `violation_recorded`).
+    MessageAccepted {
+        /// The message as recorded, receivers after routing.
+        message: Arc<Message>,
+        /// The thread moves it caused.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        transitions: Vec<ThreadTransition>,
+    },
+    /// A thread's deadline or the conversation's deadline moved a thread.
+    ThreadExpired(Box<ThreadTransition>),
+    /// A thread's reply-by changed.
+    ThreadDeadlineSet {
+        /// The participant whose thread it is.
+        participant: AgentId,
+        /// The new deadline (Unix milliseconds), or none.
+        deadline: Option<u64>,
+    },
+    /// A rule was broken.
+    ViolationRecorded(Box<Violation>),
+    /// A commitment came into being.
+    CommitmentCreated(Box<CommitmentView>),
+    /// A commitment moved.
+    CommitmentMoved {
+        /// Its id.
+        id: Arc<str>,
+        /// The new state.
+        to: CommitmentState,
+        /// The new deadline, if the move armed or disarmed it.
+        deadline: Option<u64>,
+        /// The message or cause that moved it.
+        cause: Arc<str>,
+    },
+    /// Variables were merged into `vars`.
+    VarsMerged {
+        /// The merged keys and their new values.
+        vars: Map<String, Value>,
+    },
+    /// The conversation deadline changed.
+    DeadlineSet {
+        /// The new deadline (Unix milliseconds), or none.
+        deadline: Option<u64>,
+    },
+    /// A retry of `on_timeout` was scheduled.
+    RetryScheduled {
+        /// When it runs (Unix milliseconds).
+        at: u64,
+        /// Which attempt it will be, from 1.
+        attempt: u32,
+    },
+    /// A scheduled retry ran (its `on_timeout` rules were evaluated).
+    RetryFired {
+        /// Which attempt it was.
+        attempt: u32,
+    },
+    /// The conversation was handed to an agent.
+    Escalated {
+        /// The agent.
+        to: AgentId,
+        /// Why.
+        reason: String,
+    },
+    /// The conversation ended.
+    Completed {
+        /// How.
+        outcome: Outcome,
+        /// Why, when a rule, a hook or a deadline ended it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+/// The facts a conversation starts from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Started {
+    /// The conversation id.
+    pub id: Arc<str>,
+    /// The template's name.
+    pub template: Arc<str>,
+    /// The template revision it is pinned to.
+    pub revision: Arc<str>,
+    /// Who started it.
+    pub initiator: AgentId,
+    /// One thread each.
+    pub participants: Vec<AgentId>,
+    /// Validated parameters.
+    #[serde(default)]
+    pub parameters: Value,
+    /// The context snapshot after the size cap was applied.
+    #[serde(default)]
+    pub context: Value,
+    /// The conversation deadline (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<u64>,
+}
+
+/// A thread moved from one state to another.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadTransition {
+    /// The participant whose thread it is.
+    pub participant: AgentId,
+    /// The state before.
+    pub from: Arc<str>,
+    /// The state after.
+    pub to: Arc<str>,
+    /// The outcome, when `to` is terminal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// The thread's new reply-by deadline (Unix milliseconds), if the move set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<u64>,
+}

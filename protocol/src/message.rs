@@ -1,0 +1,129 @@
+//! Messages as agents send them ([`SendMessage`]) and as the engine records them ([`Message`]).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::performative::Performative;
+
+/// An agent's identifier. Shared, because one id appears in many messages and threads.
+pub type AgentId = Arc<str>;
+
+/// A message as a sender submits it. The sender is not a field: it is whoever the caller is
+/// (the bearer token over HTTP, the `sender` argument in the library API).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessage {
+    /// Idempotency key: a retry with the same id returns the first result and changes nothing.
+    /// The engine assigns a UUIDv7 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// The performative's name: a FIPA act or an intent the template declares.
+    pub performative: String,
+    /// Receivers. Empty means "the other party of my thread": the initiator for a
+    /// participant, every participant for the initiator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to: Vec<String>,
+    /// The content, validated against the template's schema for this performative.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub content: Value,
+    /// The id of the message this one answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to: Option<String>,
+    /// Latest time (Unix milliseconds) by which the sender wants a reply (FIPA `reply-by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_by: Option<u64>,
+}
+
+impl SendMessage {
+    /// A message with this performative and content and every other field left default.
+    pub fn new(performative: &str, content: Value) -> SendMessage {
+        SendMessage {
+            performative: performative.to_owned(),
+            content,
+            ..SendMessage::default()
+        }
+    }
+
+    /// Sets the idempotency key.
+    pub fn with_id(mut self, message_id: impl Into<String>) -> SendMessage {
+        self.message_id = Some(message_id.into());
+        self
+    }
+
+    /// Sets the receivers.
+    pub fn to<I, S>(mut self, receivers: I) -> SendMessage
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.to = receivers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the reply-by time (Unix milliseconds).
+    pub fn reply_by(mut self, at_ms: u64) -> SendMessage {
+        self.reply_by = Some(at_ms);
+        self
+    }
+
+    /// Sets the message this one answers.
+    pub fn in_reply_to(mut self, message_id: impl Into<String>) -> SendMessage {
+        self.in_reply_to = Some(message_id.into());
+        self
+    }
+}
+
+/// A message as the engine accepted and recorded it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Unique within the conversation; the idempotency key.
+    pub id: Arc<str>,
+    /// The act.
+    pub performative: Performative,
+    /// Who sent it: an agent, or [`ENGINE_PARTY`] for messages the engine sends itself.
+    pub sender: AgentId,
+    /// Who it is delivered to, after routing.
+    pub receivers: Vec<AgentId>,
+    /// The validated content.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub content: Value,
+    /// The message this one answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to: Option<Arc<str>>,
+    /// Reply-by time (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_by: Option<u64>,
+    /// When the engine accepted it (Unix milliseconds).
+    pub sent_at: u64,
+}
+
+/// The sender name of messages the engine sends on a conversation's behalf: automatic
+/// replies to late messages, messages sent by hooks and declarative actions.
+pub const ENGINE_PARTY: &str = "colloquy:engine";
+
+/// A request to start a conversation. The initiator is the caller.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartConversation {
+    /// The template's name; the newest revision is used.
+    pub template: String,
+    /// The participants, one thread each.
+    pub participants: Vec<String>,
+    /// Start parameters, validated against the template's parameter schema.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub parameters: Value,
+    /// Context snapshot, capped by the template (`spec.context`).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub context: Value,
+    /// A client-chosen id; a duplicate is refused, never merged. A UUIDv7 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    /// Conversation deadline, milliseconds from now (the template's default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// An opening message sent by the initiator in the same call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<SendMessage>,
+}

@@ -1,0 +1,353 @@
+//! A conversation's life around the messages: starting (and refused starts), the opening
+//! message, the conversation deadline, retention, and unknown conversations.
+
+use colloquy_engine::ErrorKind;
+use colloquy_protocol::conversation::{CommitmentState, ConversationStatus, Outcome};
+use colloquy_protocol::message::StartConversation;
+use colloquy_tests::{Harness, T0, msg};
+use serde_json::json;
+
+use crate::support::{commitment_states, expect_error, performatives, state};
+
+fn start_request(template: &str, participants: &[&str]) -> StartConversation {
+    StartConversation {
+        template: template.to_owned(),
+        participants: participants.iter().map(|p| (*p).to_owned()).collect(),
+        ..StartConversation::default()
+    }
+}
+
+#[tokio::test]
+async fn start_with_an_opening_message() {
+    let h = Harness::new();
+    let opening = msg("request", json!({"action": "book"})).with_id("open-1");
+    let view = h
+        .try_start("fipa-request", "alice", &["bob"], json!({}), Some(opening))
+        .await
+        .expect("start");
+    assert_eq!(view.status, ConversationStatus::Active);
+    assert_eq!(state(&view.threads, "bob"), "requested");
+    assert_eq!(performatives(&view), ["request"]);
+    assert_eq!(&*view.messages[0].id, "open-1");
+    assert_eq!(&*view.messages[0].sender, "alice");
+    assert_eq!(commitment_states(&view), [CommitmentState::Pending]);
+    assert_eq!(view.deadline, Some(T0 + 3_600_000));
+    // The opening message counts for idempotency like any other.
+    let again = h
+        .ok(
+            &view.id,
+            "alice",
+            msg("request", json!({})).with_id("open-1"),
+        )
+        .await;
+    assert!(again.duplicate);
+    assert_eq!(h.view(&view.id).await.version, view.version);
+}
+
+#[tokio::test]
+async fn start_with_an_invalid_opening_message_creates_nothing() {
+    let h = Harness::new();
+    let live = h.engine.live_count();
+    let mut request = start_request("fipa-request", &["bob"]);
+    request.conversation_id = Some("c-bad-opening".to_owned());
+    request.message = Some(msg("refuse", json!({"reason": 1})));
+    let error = expect_error(
+        h.engine.start("alice", request).await,
+        "schema_violation",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/content/reason"));
+    assert_eq!(h.engine.live_count(), live);
+    expect_error(
+        h.engine.view("c-bad-opening", None).await,
+        "unknown_conversation",
+        ErrorKind::NotFound,
+    );
+}
+
+#[tokio::test]
+async fn start_with_the_wrong_number_of_participants_is_refused() {
+    let h = Harness::new();
+    for participants in [&[][..], &["bob", "carol"][..]] {
+        let error = expect_error(
+            h.try_start("fipa-request", "alice", participants, json!({}), None)
+                .await,
+            "invalid",
+            ErrorKind::Unprocessable,
+        );
+        assert_eq!(error.pointer(), Some("/participants"));
+    }
+    expect_error(
+        h.try_start("fipa-contract-net", "alice", &[], json!({}), None)
+            .await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    let error = expect_error(
+        h.try_start(
+            "fipa-contract-net",
+            "alice",
+            &["p1", "alice"],
+            json!({}),
+            None,
+        )
+        .await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/participants/1"));
+    let error = expect_error(
+        h.try_start("fipa-contract-net", "alice", &["p1", "p1"], json!({}), None)
+            .await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/participants/1"));
+    assert_eq!(h.engine.live_count(), 0);
+}
+
+#[tokio::test]
+async fn start_with_an_unknown_template_is_refused() {
+    let h = Harness::new();
+    expect_error(
+        h.try_start("fipa-subscribe", "alice", &["bob"], json!({}), None)
+            .await,
+        "unknown_template",
+        ErrorKind::NotFound,
+    );
+}
+
+#[tokio::test]
+async fn duplicate_conversation_id_is_refused_and_the_first_survives() {
+    let h = Harness::new();
+    let mut request = start_request("fipa-request", &["bob"]);
+    request.conversation_id = Some("c-1".to_owned());
+    let first = h
+        .engine
+        .start("alice", request.clone())
+        .await
+        .expect("first start");
+    assert_eq!(&*first.id, "c-1");
+    h.ok("c-1", "alice", msg("request", json!({}))).await;
+    let before = h.view("c-1").await;
+    // Another initiator, another template: still refused, never merged.
+    let mut other = start_request("fipa-query", &["carol"]);
+    other.conversation_id = Some("c-1".to_owned());
+    let error = expect_error(
+        h.engine.start("mallory", other).await,
+        "duplicate_conversation",
+        ErrorKind::Conflict,
+    );
+    assert!(error.to_string().contains("c-1"), "{error}");
+    expect_error(
+        h.engine.start("alice", request).await,
+        "duplicate_conversation",
+        ErrorKind::Conflict,
+    );
+    let after = h.view("c-1").await;
+    assert_eq!(after.version, before.version);
+    assert_eq!(&*after.initiator, "alice");
+    assert_eq!(&*after.template, "fipa-request");
+}
+
+#[tokio::test]
+async fn conversation_deadline_times_out_open_threads_and_completes() {
+    let h = Harness::new();
+    let mut request = start_request("fipa-contract-net", &["p1", "p2", "p3"]);
+    request.deadline_ms = Some(30_000);
+    let c = h.engine.start("manager", request).await.expect("start");
+    assert_eq!(c.deadline, Some(T0 + 30_000));
+    h.ok(
+        &c.id,
+        "manager",
+        msg("cfp", json!({})).reply_by(T0 + 20_000),
+    )
+    .await;
+    h.ok(&c.id, "p1", msg("propose", json!({}))).await;
+    h.ok(&c.id, "p2", msg("refuse", json!({}))).await;
+    h.advance(20_000).await;
+    let view = h.view(&c.id).await;
+    assert_eq!(state(&view.threads, "p3"), "no_reply");
+    assert_eq!(state(&view.threads, "p1"), "proposed");
+    h.advance(10_000).await;
+    let view = h.view(&c.id).await;
+    assert_eq!(view.status, ConversationStatus::Completed);
+    assert_eq!(state(&view.threads, "p1"), "timed_out");
+    assert_eq!(state(&view.threads, "p2"), "refused");
+    assert_eq!(state(&view.threads, "p3"), "no_reply");
+    assert_eq!(view.deadline, None);
+    // The unanswered proposal lapses without blame.
+    assert_eq!(commitment_states(&view), [CommitmentState::Released]);
+    assert!(view.violations.is_empty(), "{:?}", view.violations);
+    assert_eq!(view.outcome, Some(Outcome::Failure));
+}
+
+#[tokio::test]
+async fn request_conversation_deadline_gives_timeout() {
+    let h = Harness::new();
+    let mut request = start_request("fipa-request", &["bob"]);
+    request.deadline_ms = Some(10_000);
+    request.message = Some(msg("request", json!({})));
+    let c = h.engine.start("alice", request).await.expect("start");
+    h.advance(10_000).await;
+    let view = h.view(&c.id).await;
+    assert_eq!(view.status, ConversationStatus::Completed);
+    assert_eq!(view.outcome, Some(Outcome::Timeout));
+    assert_eq!(state(&view.threads, "bob"), "timed_out");
+}
+
+#[tokio::test]
+async fn completed_conversations_are_removed_after_retention() {
+    let h = Harness::new();
+    let c = h.start("fipa-request", "alice", &["bob"], json!({})).await;
+    h.ok(&c.id, "alice", msg("request", json!({}))).await;
+    h.ok(&c.id, "bob", msg("inform", json!({}))).await;
+    let other = h
+        .start("fipa-request", "alice", &["carol"], json!({}))
+        .await;
+    assert_eq!(h.engine.live_count(), 2);
+    assert_eq!(h.engine.commitments_of("bob").await.len(), 1);
+
+    h.advance(299_999).await;
+    assert_eq!(h.view(&c.id).await.outcome, Some(Outcome::Success));
+    h.advance(1).await;
+    expect_error(
+        h.engine.view(&c.id, None).await,
+        "unknown_conversation",
+        ErrorKind::NotFound,
+    );
+    expect_error(
+        h.send(&c.id, "bob", msg("inform", json!({}))).await,
+        "unknown_conversation",
+        ErrorKind::NotFound,
+    );
+    expect_error(
+        h.engine.events(&c.id, None, 0).await,
+        "unknown_conversation",
+        ErrorKind::NotFound,
+    );
+    assert!(h.engine.commitments_of("bob").await.is_empty());
+    assert_eq!(h.engine.live_count(), 1);
+    // The active conversation is untouched.
+    assert_eq!(h.view(&other.id).await.status, ConversationStatus::Active);
+}
+
+#[tokio::test]
+async fn a_message_to_an_unknown_conversation_creates_nothing() {
+    let h = Harness::new();
+    for _ in 0..2 {
+        expect_error(
+            h.send("ghost", "bob", msg("propose", json!({}))).await,
+            "unknown_conversation",
+            ErrorKind::NotFound,
+        );
+    }
+    expect_error(
+        h.engine.view("ghost", None).await,
+        "unknown_conversation",
+        ErrorKind::NotFound,
+    );
+    assert_eq!(h.engine.live_count(), 0);
+    assert!(h.engine.commitments_of("bob").await.is_empty());
+}
+
+#[tokio::test]
+async fn parties_read_and_strangers_do_not() {
+    let h = Harness::new();
+    let c = h.start("fipa-request", "alice", &["bob"], json!({})).await;
+    h.ok(&c.id, "alice", msg("request", json!({}))).await;
+    assert_eq!(
+        h.engine
+            .view(&c.id, Some("bob"))
+            .await
+            .expect("bob reads")
+            .messages
+            .len(),
+        1
+    );
+    expect_error(
+        h.engine.view(&c.id, Some("eve")).await,
+        "not_a_party",
+        ErrorKind::Forbidden,
+    );
+    expect_error(
+        h.engine.events(&c.id, Some("eve"), 0).await,
+        "not_a_party",
+        ErrorKind::Forbidden,
+    );
+    let events = h
+        .engine
+        .events(&c.id, Some("alice"), 0)
+        .await
+        .expect("events");
+    assert_eq!(events.len() as u64, h.view(&c.id).await.version);
+}
+
+#[tokio::test]
+async fn a_fresh_engine_over_the_same_store_replays_the_same_conversation() {
+    use std::sync::Arc;
+
+    use colloquy_engine::{Engine, EngineConfig};
+    use colloquy_policy::Catalog;
+
+    let h = Harness::new();
+    let c = h
+        .start(
+            "fipa-contract-net",
+            "manager",
+            &["p1", "p2", "p3"],
+            json!({}),
+        )
+        .await;
+    h.ok(
+        &c.id,
+        "manager",
+        msg("cfp", json!({})).reply_by(T0 + 10_000),
+    )
+    .await;
+    h.ok(&c.id, "p1", msg("propose", json!({"price": 1}))).await;
+    h.ok(&c.id, "p2", msg("propose", json!({"price": 2}))).await;
+    h.advance(10_000).await;
+    h.ok(&c.id, "p3", msg("propose", json!({"price": 0}))).await;
+    h.ok(
+        &c.id,
+        "manager",
+        msg("accept-proposal", json!({}))
+            .to(["p1"])
+            .reply_by(T0 + 50_000),
+    )
+    .await;
+    h.ok(
+        &c.id,
+        "manager",
+        msg("reject-proposal", json!({})).to(["p2"]),
+    )
+    .await;
+    let original = h.view(&c.id).await;
+    assert!(!original.violations.is_empty());
+
+    let catalog = Catalog::new(
+        colloquy_tests::builtin_templates()
+            .into_iter()
+            .map(Arc::new),
+    );
+    let restarted = Engine::new(
+        Arc::new(catalog),
+        h.store.clone(),
+        h.clock.clone(),
+        EngineConfig::default(),
+    );
+    let replayed = restarted.view(&c.id, None).await.expect("replayed view");
+    assert_eq!(replayed, original);
+
+    // The replayed copy keeps working: the contract deadline still fires, once.
+    h.clock.advance(40_000);
+    restarted.run_due().await.expect("pass");
+    let view = restarted.view(&c.id, None).await.expect("view");
+    assert_eq!(state(&view.threads, "p1"), "timed_out");
+    assert_eq!(view.status, ConversationStatus::Completed);
+    assert_eq!(
+        commitment_states(&view),
+        [CommitmentState::Violated, CommitmentState::Released]
+    );
+}
