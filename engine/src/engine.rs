@@ -16,14 +16,14 @@ use colloquy_protocol::conversation::{
 use colloquy_protocol::event::{ConversationEvent, EventKind, ThreadTransition};
 use colloquy_protocol::message::{AgentId, ENGINE_PARTY, Message, SendMessage, StartConversation};
 use dashmap::DashMap;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, broadcast};
 
 use crate::clock::Clock;
 use crate::conversation::Conversation;
 use crate::dispatch;
 use crate::error::EngineError;
 use crate::step::Step;
-use crate::store::{ConversationStore, StoreError};
+use crate::store::{Commit, ConversationStore, StoreError};
 
 /// How long a completed conversation stays readable before retention removes it.
 pub const DEFAULT_RETENTION_MS: u64 = 5 * 60 * 1000;
@@ -72,12 +72,29 @@ type Slot = Arc<Mutex<Option<Conversation>>>;
 
 /// The conversation engine.
 pub struct Engine {
-    templates: Arc<dyn TemplateSource>,
-    store: Arc<dyn ConversationStore>,
-    clock: Arc<dyn Clock>,
-    config: EngineConfig,
-    live: DashMap<Arc<str>, Slot, foldhash::fast::RandomState>,
+    pub(crate) templates: Arc<dyn TemplateSource>,
+    pub(crate) store: Arc<dyn ConversationStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: EngineConfig,
+    pub(crate) live: DashMap<Arc<str>, Slot, foldhash::fast::RandomState>,
+    notices: broadcast::Sender<Notice>,
 }
+
+/// Published after every commit the store accepted: which conversation moved to which
+/// version, and which agents got inbox entries. Subscribers (event and inbox streams) read
+/// the details from the store; a lagging subscriber re-reads from its last position.
+#[derive(Clone, Debug)]
+pub struct Notice {
+    /// The conversation.
+    pub conversation_id: Arc<str>,
+    /// Its version after the commit.
+    pub version: u64,
+    /// Agents whose inbox grew.
+    pub agents: Arc<[AgentId]>,
+}
+
+/// Notices buffered per subscriber before it lags (and re-reads from the store).
+pub const NOTICE_BUFFER: usize = 4096;
 
 impl Engine {
     /// An engine over these templates, this store and this clock.
@@ -93,6 +110,7 @@ impl Engine {
             clock,
             config,
             live: DashMap::default(),
+            notices: broadcast::channel(NOTICE_BUFFER).0,
         }
     }
 
@@ -371,7 +389,7 @@ impl Engine {
         // Even with nothing fired, the commit puts the conversation back on the deadline
         // index: claiming took it off.
         let commit = step.into_commit(self.config.retention_ms);
-        if let Err(error) = self.store.commit(commit).await {
+        if let Err(error) = self.commit(commit).await {
             *guard = None;
             return Err(error.into());
         }
@@ -391,6 +409,30 @@ impl Engine {
                 }
             }
         })
+    }
+
+    /// Notices of every accepted commit, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
+    }
+
+    /// Commits to the store, then tells subscribers.
+    pub(crate) async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let version = commit.expected_version + commit.events.len() as u64;
+        let conversation_id = commit.conversation_id.clone();
+        let mut agents: Vec<AgentId> = Vec::new();
+        for delivery in &commit.deliveries {
+            if !agents.contains(&delivery.agent) {
+                agents.push(delivery.agent.clone());
+            }
+        }
+        let changed = !commit.events.is_empty();
+        self.store.commit(commit).await?;
+        if changed && self.notices.receiver_count() > 0 {
+            // No receiver is not an error: nobody is streaming right now.
+            let _ = self.notices.send(Notice { conversation_id, version, agents: agents.into() });
+        }
+        Ok(())
     }
 
     /// How many conversations are loaded in memory.
@@ -468,7 +510,7 @@ impl Engine {
             dispatch::fire_due(&mut timers);
             if !timers.is_empty() {
                 let commit = timers.into_commit(self.config.retention_ms);
-                if let Err(error) = self.store.commit(commit).await {
+                if let Err(error) = self.commit(commit).await {
                     *guard = None;
                     if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS
                     {
@@ -495,7 +537,7 @@ impl Engine {
                     return Err(error);
                 }
             };
-            if emitted && let Err(error) = self.store.commit(commit).await {
+            if emitted && let Err(error) = self.commit(commit).await {
                 *guard = None;
                 if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS {
                     continue;

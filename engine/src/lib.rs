@@ -22,5 +22,5 @@ pub mod step;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{Engine, EngineConfig, TemplateSource};
+pub use engine::{Engine, EngineConfig, Notice, TemplateSource};
 pub use error::{EngineError, ErrorKind};
