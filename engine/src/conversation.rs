@@ -206,13 +206,13 @@ impl Conversation {
                 message,
                 transitions,
             } => {
-                self.accepted.push((message.id.clone(), event.seq));
+                push_compact(&mut self.accepted, (message.id.clone(), event.seq));
                 for receiver in &message.receivers {
                     if self.role_of(receiver).is_none()
                         && &**receiver != colloquy_protocol::message::ENGINE_PARTY
                         && !self.observers.contains(receiver)
                     {
-                        self.observers.push(receiver.clone());
+                        push_compact(&mut self.observers, receiver.clone());
                     }
                 }
                 for transition in transitions {
@@ -228,7 +228,9 @@ impl Conversation {
                     self.threads[index].deadline = *deadline;
                 }
             }
-            EventKind::ViolationRecorded(violation) => self.violations.push((**violation).clone()),
+            EventKind::ViolationRecorded(violation) => {
+                push_compact(&mut self.violations, (**violation).clone());
+            }
             EventKind::CommitmentCreated(view) => {
                 let rule = self
                     .template
@@ -239,14 +241,17 @@ impl Conversation {
                     .thread_index(&view.debtor)
                     .or_else(|| self.thread_index(&view.creditor));
                 if let (Some(rule), Some(thread)) = (rule, thread) {
-                    self.commitments.push(Commitment {
-                        id: view.id.clone(),
-                        rule,
-                        thread,
-                        state: view.state,
-                        deadline: view.deadline,
-                        created_by: view.created_by.clone(),
-                    });
+                    push_compact(
+                        &mut self.commitments,
+                        Commitment {
+                            id: view.id.clone(),
+                            rule,
+                            thread,
+                            state: view.state,
+                            deadline: view.deadline,
+                            created_by: view.created_by.clone(),
+                        },
+                    );
                 }
             }
             EventKind::CommitmentMoved {
@@ -270,7 +275,7 @@ impl Conversation {
             }
             EventKind::Escalated { to, .. } => {
                 if !self.observers.contains(to) {
-                    self.observers.push(to.clone());
+                    push_compact(&mut self.observers, to.clone());
                 }
             }
             EventKind::Completed { outcome, .. } => {
@@ -374,5 +379,135 @@ impl Conversation {
             violations: self.violations.clone(),
             version: self.version,
         }
+    }
+}
+
+/// Grows small vectors one slot at a time. Most conversations hold one or two commitments
+/// and a handful of messages; the default growth (to 4, then doubling) would reserve room
+/// that a million idle conversations pay for. Past 8 elements, growth is amortized again.
+fn push_compact<T>(vec: &mut Vec<T>, item: T) {
+    if vec.len() == vec.capacity() && vec.len() < 8 {
+        vec.reserve_exact(1);
+    }
+    vec.push(item);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use colloquy_policy::TemplateCompiler;
+    use colloquy_protocol::message::{SendMessage, StartConversation};
+    use serde_json::json;
+
+    use super::*;
+    use crate::dispatch;
+    use crate::step::Step;
+
+    fn builtin(file: &str) -> Arc<CompiledTemplate> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../templates")
+            .join(file);
+        match TemplateCompiler::new().compile_file(&path) {
+            Ok(template) => Arc::new(template),
+            Err(diagnostics) => panic!("{diagnostics}"),
+        }
+    }
+
+    /// Runs one unit of work on `live` and appends its events to `log`.
+    fn step(
+        live: &mut Conversation,
+        log: &mut Vec<ConversationEvent>,
+        now: u64,
+        work: impl FnOnce(&mut Step<'_>),
+    ) {
+        let mut step = Step::new(live, now);
+        work(&mut step);
+        log.extend(step.events().iter().cloned());
+    }
+
+    fn send(step: &mut Step<'_>, sender: &str, message: SendMessage, id: &str) {
+        if let Err(error) = dispatch::on_message(step, sender, &message, Arc::from(id)) {
+            panic!("{sender} {}: {error}", message.performative);
+        }
+    }
+
+    #[test]
+    fn replaying_the_log_rebuilds_the_live_state() {
+        let template = builtin("fipa-contract-net.yaml");
+        let request = StartConversation {
+            template: "fipa-contract-net".to_owned(),
+            participants: vec!["p1".into(), "p2".into(), "p3".into()],
+            ..StartConversation::default()
+        };
+        let started = dispatch::prepare_start(&template, Arc::from("c1"), "m", &request, 1_000)
+            .expect("start");
+        let mut live = Conversation::new(template.clone(), Arc::new(started));
+        let mut log = Vec::new();
+        step(&mut live, &mut log, 1_000, |s| {
+            dispatch::on_start(s).expect("on_start")
+        });
+        step(&mut live, &mut log, 1_000, |s| {
+            send(
+                s,
+                "m",
+                SendMessage::new("cfp", json!({"task": "x"})).reply_by(5_000),
+                "m1",
+            );
+        });
+        step(&mut live, &mut log, 2_000, |s| {
+            send(
+                s,
+                "p1",
+                SendMessage::new("propose", json!({"price": 3})),
+                "p1-1",
+            );
+            send(s, "p2", SendMessage::new("refuse", json!({})), "p2-1");
+        });
+        // p3 stays silent past the cfp's reply-by; its late proposal is answered.
+        step(&mut live, &mut log, 6_000, dispatch::fire_due);
+        step(&mut live, &mut log, 6_500, |s| {
+            send(
+                s,
+                "p3",
+                SendMessage::new("propose", json!({"price": 1})),
+                "p3-1",
+            );
+            send(
+                s,
+                "m",
+                SendMessage::new("accept-proposal", json!({})).to(["p1"]),
+                "m2",
+            );
+        });
+
+        assert_eq!(live.version, log.len() as u64);
+        let replayed = Conversation::replay(template, &log).expect("replay");
+        assert_eq!(replayed.version, live.version);
+        assert_eq!(replayed.thread_views(), live.thread_views());
+        assert_eq!(replayed.commitments, live.commitments);
+        assert_eq!(replayed.violations, live.violations);
+        assert_eq!(replayed.accepted, live.accepted);
+        assert_eq!(replayed.status, live.status);
+        assert_eq!(replayed.deadline, live.deadline);
+        let states: Vec<_> = live
+            .thread_views()
+            .iter()
+            .map(|t| t.state.to_string())
+            .collect();
+        assert_eq!(states, ["contracted", "refused", "no_reply"]);
+        assert_eq!(live.commitments[0].state, CommitmentState::Active);
+        assert_eq!(live.violations.len(), 1, "the late proposal is flagged");
+    }
+
+    #[test]
+    fn small_vectors_grow_one_slot_at_a_time_then_amortized() {
+        let mut vec: Vec<u64> = Vec::new();
+        for n in 1..=8 {
+            push_compact(&mut vec, n);
+            assert_eq!(vec.capacity(), n as usize);
+        }
+        push_compact(&mut vec, 9);
+        assert!(vec.capacity() >= 16, "amortized growth past 8 elements");
     }
 }

@@ -11,13 +11,20 @@ use colloquy_policy::CompiledTemplate;
 use colloquy_policy::compiled::{LatePolicy, StateId, Transition};
 use colloquy_protocol::conversation::{CommitmentState, Outcome, Violation, ViolationKind};
 use colloquy_protocol::event::{EventKind, Started, ThreadTransition};
-use colloquy_protocol::message::{AgentId, ENGINE_PARTY, Message, SendMessage, StartConversation};
-use colloquy_protocol::template::{CompleteWhen, ContextOverflow, Enforcement, LateAction, Role};
+use colloquy_protocol::hook::HookInput;
+use colloquy_protocol::message::{
+    AgentId, Content, ENGINE_PARTY, Message, SendMessage, StartConversation,
+};
+use colloquy_protocol::template::{
+    CompleteWhen, ContextOverflow, Enforcement, FailurePolicy, HookEvent, LateAction, Role,
+};
 use serde_json::{Map, Value, json};
 
 use crate::conversation::Conversation;
 use crate::error::EngineError;
 use crate::rules::{DeadlineChange, Effects, Scope, TimeoutInfo};
+use crate::runtime::input::{MessageFacts, hook_input};
+use crate::runtime::{HookFailure, HookRuntime, event_name};
 use crate::step::Step;
 
 /// Longest agent id accepted.
@@ -69,14 +76,79 @@ pub fn on_start(step: &mut Step<'_>) -> Result<(), EngineError> {
         now: step.now,
     }
     .run_rules(&template.on_start, &mut effects);
+    let hook_error = if effects.reject.is_none() {
+        let input = || hook_input(step.conversation, HookEvent::OnStart, step.now, None, None);
+        run_hook(
+            step.conversation,
+            step.hooks,
+            HookEvent::OnStart,
+            input,
+            &mut effects,
+        )?
+    } else {
+        None
+    };
     if let Some((rule, reason)) = effects.reject.take() {
         return Err(EngineError::Rejected { rule, reason });
     }
     let started = step.conversation.started.clone();
     step.emit(EventKind::Started(started));
+    if let Some(detail) = hook_error {
+        record_violation(step, ViolationKind::HookError, None, None, detail);
+    }
     apply_effects(step, effects, None);
     check_completion(step);
     Ok(())
+}
+
+/// Runs the template's wasm hook at `event`, when the template lists it, adding its actions
+/// to `effects` like a declarative rule's (`input` builds the event only when needed).
+/// `Ok(None)`: it ran, or there is none. `Ok(Some(detail))`: it failed under `fail_open`; the
+/// caller records a `hook_error` violation once it emits. `Err`: it failed under
+/// `fail_closed`; the caller has emitted nothing yet and returns the error.
+fn run_hook<'a>(
+    conversation: &Conversation,
+    hooks: Option<&HookRuntime>,
+    event: HookEvent,
+    input: impl FnOnce() -> HookInput<'a>,
+    effects: &mut Effects,
+) -> Result<Option<String>, EngineError> {
+    let template = &conversation.template;
+    let Some(spec) = template
+        .hooks
+        .as_ref()
+        .filter(|spec| spec.events.contains(&event))
+    else {
+        return Ok(None);
+    };
+    let result = match hooks {
+        Some(runtime) => runtime.call(template, event, &input()),
+        None => Err(HookFailure::NoRuntime),
+    };
+    match result {
+        Ok(output) => {
+            if output.actions.is_empty() {
+                return Ok(None);
+            }
+            let origin = format!("hook `{}`", spec.module);
+            for action in output.actions {
+                effects.add(&origin, action);
+            }
+            Ok(None)
+        }
+        Err(failure) => match spec.failure_policy {
+            FailurePolicy::FailClosed => Err(EngineError::HookFailed {
+                hook: spec.module.clone(),
+                event: event_name(event),
+                cause: failure.to_string(),
+            }),
+            FailurePolicy::FailOpen => Ok(Some(format!(
+                "hook `{}` failed at {}: {failure}; carried on (fail_open)",
+                spec.module,
+                event_name(event)
+            ))),
+        },
+    }
 }
 
 fn check_agent_id(agent: &str, pointer: &str) -> Result<(), EngineError> {
@@ -191,12 +263,28 @@ pub fn validate(
     value: &Value,
     base: &str,
 ) -> Result<(), EngineError> {
+    // The common case, valid content, takes the fast boolean check; only a failure pays
+    // for collecting the error with its location.
+    if schema.validator.is_valid(value) {
+        return Ok(());
+    }
     match schema.validator.iter_errors(value).next() {
         None => Ok(()),
-        Some(error) => Err(EngineError::SchemaViolation {
-            pointer: format!("{base}{}", error.instance_path()),
-            message: error.to_string(),
-        }),
+        Some(error) => {
+            let mut pointer = format!("{base}{}", error.instance_path());
+            // A missing property is reported at its object; point at the property itself.
+            if let jsonschema::error::ValidationErrorKind::Required {
+                property: Value::String(name),
+            } = error.kind()
+            {
+                pointer.push('/');
+                pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
+            }
+            Err(EngineError::SchemaViolation {
+                pointer,
+                message: error.to_string(),
+            })
+        }
     }
 }
 
@@ -224,6 +312,7 @@ pub fn on_message(
     id: Arc<str>,
 ) -> Result<(), EngineError> {
     let template = step.conversation.template.clone();
+    let hooks = step.hooks;
     let conversation = &*step.conversation;
     let now = step.now;
     let performative = template
@@ -251,7 +340,7 @@ pub fn on_message(
         performative,
         sender: sender_id,
         receivers: Vec::new(),
-        content: request.content.clone(),
+        content: Content::from_value(&request.content),
         in_reply_to: request.in_reply_to.as_deref().map(Arc::from),
         reply_by: request.reply_by,
         sent_at: now,
@@ -298,8 +387,28 @@ pub fn on_message(
         ));
     }
     let mut effects = Effects::default();
+    let mut hook_error = None;
     if !moves.is_empty() {
         scope.run_rules(&template.on_message, &mut effects);
+        // The hook runs after the protocol check and before routing; a rule that already
+        // refused the message spares it the call.
+        if effects.reject.is_none() {
+            let input = || {
+                let facts = MessageFacts {
+                    message: &message,
+                    receivers: &receivers,
+                    content: &request.content,
+                };
+                hook_input(conversation, HookEvent::OnMessage, now, Some(facts), None)
+            };
+            hook_error = run_hook(
+                conversation,
+                hooks,
+                HookEvent::OnMessage,
+                input,
+                &mut effects,
+            )?;
+        }
         scope.run_rules(&template.routing, &mut effects);
     }
     if let Some((rule, reason)) = effects.reject.take() {
@@ -358,6 +467,15 @@ pub fn on_message(
         ..message
     });
     step.emit_message(message.clone(), transitions);
+    if let Some(detail) = hook_error {
+        record_violation(
+            step,
+            ViolationKind::HookError,
+            None,
+            Some(id.clone()),
+            detail,
+        );
+    }
 
     for (kind, detail) in violations {
         tracing::warn!(conversation = %step.conversation.id(), message = %id, "{detail}");
@@ -551,7 +669,9 @@ fn answer_late(step: &mut Step<'_>, message: &Message, thread: usize, policy: &L
             performative: reply.clone(),
             sender: Arc::from(ENGINE_PARTY),
             receivers: vec![message.sender.clone()],
-            content: json!({ "reason": policy.reason.clone().unwrap_or_else(|| "late".to_owned()) }),
+            content: Content::from_value(&json!({
+                "reason": policy.reason.clone().unwrap_or_else(|| "late".to_owned())
+            })),
             in_reply_to: Some(message.id.clone()),
             reply_by: None,
             sent_at: step.now,
@@ -807,6 +927,35 @@ pub fn fire_due(step: &mut Step<'_>) {
         }
         .run_rules(&template.on_timeout, &mut effects);
     }
+    // A failing `on_timeout` hook is recorded under either policy: time cannot be refused,
+    // and the deadline's own effects (expiry, a fired retry) stand.
+    let mut hook_errors = Vec::new();
+    for timeout in &timeouts {
+        let input = || {
+            hook_input(
+                step.conversation,
+                HookEvent::OnTimeout,
+                now,
+                None,
+                Some(timeout),
+            )
+        };
+        let run = run_hook(
+            step.conversation,
+            step.hooks,
+            HookEvent::OnTimeout,
+            input,
+            &mut effects,
+        );
+        match run {
+            Ok(None) => {}
+            Ok(Some(detail)) => hook_errors.push(detail),
+            Err(error) => hook_errors.push(error.to_string()),
+        }
+    }
+    for detail in hook_errors {
+        record_violation(step, ViolationKind::HookError, None, None, detail);
+    }
     // Rejecting a timer makes no sense (the compiler refuses it); ignore it if a hook does.
     effects.reject = None;
     apply_effects(step, effects, None);
@@ -863,7 +1012,7 @@ pub fn apply_effects(step: &mut Step<'_>, effects: Effects, message: Option<&Mes
                 .iter()
                 .map(|agent| Arc::from(agent.as_str()))
                 .collect(),
-            content: send.content,
+            content: Content::from_value(&send.content),
             in_reply_to: message.map(|m| m.id.clone()),
             reply_by: None,
             sent_at: now,
@@ -916,7 +1065,7 @@ pub fn apply_effects(step: &mut Step<'_>, effects: Effects, message: Option<&Mes
                 ),
                 sender: Arc::from(ENGINE_PARTY),
                 receivers: vec![agent],
-                content: json!({ "escalation": { "reason": reason } }),
+                content: Content::from_value(&json!({ "escalation": { "reason": reason } })),
                 in_reply_to: None,
                 reply_by: None,
                 sent_at: now,

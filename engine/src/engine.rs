@@ -77,7 +77,9 @@ pub struct Engine {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: EngineConfig,
     pub(crate) live: DashMap<Arc<str>, Slot, foldhash::fast::RandomState>,
-    notices: broadcast::Sender<Notice>,
+    /// Runs templates' wasm hooks; set by [`Engine::with_hooks`].
+    pub(crate) hooks: Option<Arc<crate::runtime::HookRuntime>>,
+    pub(crate) notices: broadcast::Sender<Notice>,
 }
 
 /// Published after every commit the store accepted: which conversation moved to which
@@ -110,6 +112,7 @@ impl Engine {
             clock,
             config,
             live: DashMap::default(),
+            hooks: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
         }
     }
@@ -155,25 +158,30 @@ impl Engine {
         }
         let result = async {
             let mut conversation = Conversation::new(template, Arc::new(started));
-            let mut step = Step::new(&mut conversation, now);
+            let mut step = self.step(&mut conversation, now);
             dispatch::on_start(&mut step)?;
             if let (Some(message), Some(message_id)) = (&request.message, opening_id) {
                 dispatch::on_message(&mut step, initiator, message, message_id)?;
             }
+            let messages: Vec<Message> = step
+                .events()
+                .iter()
+                .filter_map(|event| match &event.kind {
+                    EventKind::MessageAccepted { message, .. } => Some((**message).clone()),
+                    _ => None,
+                })
+                .collect();
             let commit = step.into_commit(self.config.retention_ms);
-            self.store
-                .commit(commit)
-                .await
-                .map_err(|error| match error {
-                    StoreError::Duplicate(id) => EngineError::DuplicateConversation(id.to_string()),
-                    other => EngineError::Store(other),
-                })?;
-            Ok(conversation)
+            // Through `Engine::commit`, so streams hear of the opening message's delivery.
+            self.commit(commit).await.map_err(|error| match error {
+                StoreError::Duplicate(id) => EngineError::DuplicateConversation(id.to_string()),
+                other => EngineError::Store(other),
+            })?;
+            Ok((conversation, messages))
         }
         .await;
         match result {
-            Ok(conversation) => {
-                let messages = self.messages(&conversation).await?;
+            Ok((conversation, messages)) => {
                 let view = conversation.view(messages);
                 *guard = Some(conversation);
                 Ok(view)
@@ -361,14 +369,29 @@ impl Engine {
         let now = self.now();
         let due = self.store.claim_due(now, SCHEDULER_BATCH).await?;
         for id in &due {
-            if let Err(error) = self.wake(id, now).await {
+            let span = tracing::info_span!("conversation", id = %id);
+            if let Err(error) = tracing::Instrument::instrument(self.wake(id, now), span).await {
                 tracing::warn!(conversation = %id, %error, "scheduled wake-up failed");
             }
         }
         Ok(due.len())
     }
 
+    /// Fires a claimed wake-up. A lost race (another node, or a stale cached copy) is
+    /// retried from a fresh load: the claim is this node's only chance to fire it soon.
     async fn wake(&self, id: &str, now: u64) -> Result<(), EngineError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.wake_once(id, now).await {
+                Err(EngineError::Store(StoreError::Conflict { .. }))
+                    if attempt < MAX_COMMIT_ATTEMPTS => {}
+                other => return other,
+            }
+        }
+    }
+
+    async fn wake_once(&self, id: &str, now: u64) -> Result<(), EngineError> {
         let slot = self.loaded_slot(id).await?;
         let mut guard = slot.lock().await;
         let Some(conversation) = guard.as_mut() else {
@@ -384,7 +407,7 @@ impl Engine {
             tracing::debug!(conversation = %id, "removed after retention");
             return Ok(());
         }
-        let mut step = Step::new(conversation, now);
+        let mut step = self.step(conversation, now);
         dispatch::fire_due(&mut step);
         // Even with nothing fired, the commit puts the conversation back on the deadline
         // index: claiming took it off.
@@ -430,7 +453,11 @@ impl Engine {
         self.store.commit(commit).await?;
         if changed && self.notices.receiver_count() > 0 {
             // No receiver is not an error: nobody is streaming right now.
-            let _ = self.notices.send(Notice { conversation_id, version, agents: agents.into() });
+            let _ = self.notices.send(Notice {
+                conversation_id,
+                version,
+                agents: agents.into(),
+            });
         }
         Ok(())
     }
@@ -449,7 +476,7 @@ impl Engine {
 
     /// The conversation's slot with the conversation loaded; a missing conversation leaves
     /// no trace (a message to an unknown conversation never creates one).
-    async fn loaded_slot(&self, id: &str) -> Result<Slot, EngineError> {
+    pub(crate) async fn loaded_slot(&self, id: &str) -> Result<Slot, EngineError> {
         let slot = self.slot(id);
         let mut guard = slot.lock().await;
         if guard.is_none() {
@@ -506,7 +533,7 @@ impl Engine {
                 continue;
             };
             let now = self.now();
-            let mut timers = Step::new(conversation, now);
+            let mut timers = self.step(conversation, now);
             dispatch::fire_due(&mut timers);
             if !timers.is_empty() {
                 let commit = timers.into_commit(self.config.retention_ms);
@@ -522,7 +549,7 @@ impl Engine {
             let Some(conversation) = guard.as_mut() else {
                 continue;
             };
-            let mut step = Step::new(conversation, now);
+            let mut step = self.step(conversation, now);
             let result = work(&mut step);
             let emitted = !step.is_empty();
             let commit = step.into_commit(self.config.retention_ms);

@@ -111,6 +111,17 @@ pub enum EngineError {
         /// Its reason.
         reason: String,
     },
+    /// The template's wasm hook failed and its policy is `fail_closed`: the message (or the
+    /// start) is refused and nothing changed.
+    #[error("hook `{hook}` failed at {event}: {cause}")]
+    HookFailed {
+        /// The hook module, as the template names it.
+        hook: String,
+        /// The lifecycle event (`on_start`, `on_message`).
+        event: &'static str,
+        /// What went wrong (a timeout, a trap, bad output, ...).
+        cause: String,
+    },
     /// The commitment has already reached a terminal state.
     #[error("commitment `{0}` is already {1}")]
     CommitmentClosed(String, &'static str),
@@ -134,7 +145,8 @@ impl EngineError {
             EngineError::UnknownPerformative { .. }
             | EngineError::SchemaViolation { .. }
             | EngineError::Invalid { .. }
-            | EngineError::Rejected { .. } => ErrorKind::Unprocessable,
+            | EngineError::Rejected { .. }
+            | EngineError::HookFailed { .. } => ErrorKind::Unprocessable,
             EngineError::ContextTooLarge { .. } => ErrorKind::TooLarge,
             EngineError::ConversationEnded(_) => ErrorKind::Gone,
             EngineError::Store(StoreError::Unavailable(_)) => ErrorKind::Unavailable,
@@ -163,6 +175,7 @@ impl EngineError {
             EngineError::OutOfProtocol(_) => "out_of_protocol",
             EngineError::ConversationEnded(_) => "conversation_ended",
             EngineError::Rejected { .. } => "rejected",
+            EngineError::HookFailed { .. } => "hook_failed",
             EngineError::CommitmentClosed(..) => "commitment_closed",
             EngineError::Store(StoreError::Unavailable(_)) => "store_unavailable",
             EngineError::Store(_) => "internal",

@@ -7,17 +7,33 @@
 //!   I/O, testable with a fake clock.
 //! - [`conversation`]: conversation state, changed only by applying events.
 //! - [`step`]: one unit of work: emits events, applies them, and builds the store commit.
+//! - [`runtime`]: the wasm hook runtime (wasmtime lives only here), [`runtime::HookRuntime`].
 //! - [`rules`]: CEL conditions and the action executor's collection of [`rules::Effects`].
-//! - [`store`]: the [`store::ConversationStore`] trait and its backends.
+//! - [`store`]: the [`store::ConversationStore`] trait and its backends (memory, SQLite,
+//!   Redis).
+//! - [`cluster`]: durable and shared stores: following other nodes' commits, finding
+//!   conversations not loaded yet (commitments after a restart).
 //! - [`clock`]: injectable time.
 //! - [`error`]: [`EngineError`] and its classification.
+//! - [`listing`]: listing conversations and finding their template.
+//! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
+//! - [`delivery`]: webhook push delivery of inbox messages.
+//! - [`policy`]: following a policy manager's live catalog (embedded or remote).
+//! - [`api`]: the HTTP service (axum) under `/v1`.
 
+pub mod api;
 pub mod clock;
+pub mod cluster;
 pub mod conversation;
+pub mod delivery;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod listing;
+pub mod metrics;
+pub mod policy;
 pub mod rules;
+pub mod runtime;
 pub mod step;
 pub mod store;
 

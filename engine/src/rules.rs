@@ -96,7 +96,7 @@ impl Scope<'_> {
         add("threads", &threads);
         if let Some(message) = self.message {
             add("message", message);
-            add("content", &message.content);
+            add("content", &message.content.value());
             add("sender", &&*message.sender);
             add("performative", &message.performative.name());
         }

@@ -16,6 +16,8 @@ pub struct Step<'a> {
     pub conversation: &'a mut Conversation,
     /// The engine clock's reading for this step.
     pub now: u64,
+    /// The hook runtime templates' wasm hooks run on (`None`: the engine has none).
+    pub hooks: Option<&'a crate::runtime::HookRuntime>,
     base_version: u64,
     events: Vec<ConversationEvent>,
     deliveries: Vec<Delivery>,
@@ -28,6 +30,7 @@ impl<'a> Step<'a> {
         Step {
             conversation,
             now,
+            hooks: None,
             base_version,
             events: Vec::new(),
             deliveries: Vec::new(),

@@ -45,6 +45,41 @@ impl Catalog {
             .cloned()
     }
 
+    /// The next catalog after a reload: `templates` are exactly the ones new conversations can
+    /// start (a name missing from them is deleted), while every revision `previous` could
+    /// look up stays reachable through [`Catalog::revision`], so conversations pinned to it
+    /// still load.
+    pub fn successor(
+        previous: &Catalog,
+        templates: impl IntoIterator<Item = Arc<CompiledTemplate>>,
+    ) -> Catalog {
+        let mut next = Catalog {
+            latest: HashMap::new(),
+            by_revision: previous.by_revision.clone(),
+        };
+        for template in templates {
+            next.insert(template);
+        }
+        next
+    }
+
+    /// The newest revision of every template, sorted by name.
+    pub fn templates(&self) -> Vec<Arc<CompiledTemplate>> {
+        let mut templates: Vec<_> = self.latest.values().cloned().collect();
+        templates.sort_by(|a, b| a.name.cmp(&b.name));
+        templates
+    }
+
+    /// Every revision of `name` this catalog can look up (the newest among them, if the
+    /// template still exists), in no particular order.
+    pub fn revisions_of(&self, name: &str) -> Vec<Arc<CompiledTemplate>> {
+        self.by_revision
+            .iter()
+            .filter(|((template, _), _)| &**template == name)
+            .map(|(_, template)| template.clone())
+            .collect()
+    }
+
     /// Names of the templates new conversations can start, sorted.
     pub fn names(&self) -> Vec<Arc<str>> {
         let mut names: Vec<_> = self.latest.keys().cloned().collect();

@@ -19,7 +19,7 @@ use colloquy_protocol::template::{
 pub struct CompiledTemplate {
     /// `metadata.name`.
     pub name: Arc<str>,
-    /// Content hash of the YAML (and, once hooks exist, its modules): `sha256:<hex>`.
+    /// Content hash of the YAML and of its hook module's bytes: `sha256:<hex>`.
     pub revision: Arc<str>,
     /// The file it was read from, when it came from a file.
     pub source_path: Option<PathBuf>,
@@ -55,6 +55,10 @@ pub struct CompiledTemplate {
     pub on_timeout: Vec<CompiledRule>,
     /// The wasm hook section, as written (run by the engine's hook runtime).
     pub hooks: Option<HookSpec>,
+    /// The hook module's bytes, read when the template was compiled from a file. `None`
+    /// without hooks, and for templates compiled from text without an origin (whose module
+    /// cannot be located): the engine then fails the hook under the template's policy.
+    pub hook_module: Option<Arc<HookModule>>,
     /// Context cap.
     pub context: ContextSpec,
 }
@@ -70,6 +74,28 @@ impl CompiledTemplate {
                 .cloned(),
             fipa => Some(fipa),
         }
+    }
+}
+
+/// A hook module as the compiler read it. Only its framing is checked here (wasm magic,
+/// core-module version, size); linking (exports, ABI version, imports) is the engine's hook
+/// runtime's job, the only place that knows wasmtime.
+pub struct HookModule {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// Its bytes.
+    pub bytes: Arc<[u8]>,
+    /// SHA-256 of the bytes, lowercase hex: the key of the engine's compiled-module caches.
+    pub sha256: Arc<str>,
+}
+
+impl fmt::Debug for HookModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HookModule")
+            .field("path", &self.path)
+            .field("bytes", &self.bytes.len())
+            .field("sha256", &self.sha256)
+            .finish()
     }
 }
 

@@ -92,6 +92,17 @@ impl TemplateCompiler {
     /// all or nothing: any problem in any file fails the whole set with the diagnostics of all
     /// files, and so does a `metadata.name` used by two files. Sorted by name.
     pub fn compile_dir(&self, dir: &Path) -> Result<Vec<CompiledTemplate>, Diagnostics> {
+        let compiled = self.compile_dir_with_sources(dir)?;
+        Ok(compiled.into_iter().map(|(template, _)| template).collect())
+    }
+
+    /// [`TemplateCompiler::compile_dir`], each template with the exact text it was compiled
+    /// from: the policy manager serves that text, so what it serves always matches the
+    /// revision (re-reading the file later could see a newer edit).
+    pub fn compile_dir_with_sources(
+        &self,
+        dir: &Path,
+    ) -> Result<Vec<(CompiledTemplate, Arc<str>)>, Diagnostics> {
         let files = template_files(dir).map_err(|diagnostic| Diagnostics(vec![*diagnostic]))?;
         let mut compiled = Vec::new();
         let mut problems = Vec::new();
@@ -123,7 +134,7 @@ impl TemplateCompiler {
                         });
                     } else {
                         first_file_of.insert(template.name.clone(), file.clone());
-                        compiled.push(template);
+                        compiled.push((template, Arc::from(source)));
                     }
                 }
                 Err(diagnostics) => problems.extend(diagnostics),
@@ -132,7 +143,7 @@ impl TemplateCompiler {
         if !problems.is_empty() {
             return Err(Diagnostics::sorted(problems));
         }
-        compiled.sort_by(|a, b| a.name.cmp(&b.name));
+        compiled.sort_by(|(a, _), (b, _)| a.name.cmp(&b.name));
         Ok(compiled)
     }
 
@@ -243,7 +254,8 @@ impl TemplateCompiler {
         }
         match resolve::resolve(template, origin, &at) {
             Ok(mut compiled) if diagnostics.is_empty() => {
-                compiled.revision = revision(source);
+                let module = compiled.hook_module.as_ref().map(|m| &*m.sha256);
+                compiled.revision = revision(source, module);
                 Ok(compiled)
             }
             Ok(_) => Err(diagnostics),
@@ -255,9 +267,17 @@ impl TemplateCompiler {
     }
 }
 
-/// `sha256:` and the first [`REVISION_HEX_DIGITS`] hex digits of the SHA-256 of the YAML.
-fn revision(source: &str) -> Arc<str> {
-    let digest = Sha256::digest(source.as_bytes());
+/// `sha256:` and the first [`REVISION_HEX_DIGITS`] hex digits of the SHA-256 of the YAML
+/// followed by the hook module's SHA-256 (so rebuilding a hook makes a new revision, which
+/// new conversations pick up while running ones keep theirs).
+fn revision(source: &str, hook_module_sha256: Option<&str>) -> Arc<str> {
+    let mut hasher = Sha256::new();
+    hasher.update(source.as_bytes());
+    if let Some(module) = hook_module_sha256 {
+        hasher.update(b"\0hook-module:");
+        hasher.update(module.as_bytes());
+    }
+    let digest = hasher.finalize();
     let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
     Arc::from(format!("sha256:{}", &hex[..REVISION_HEX_DIGITS]))
 }

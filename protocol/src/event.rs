@@ -48,6 +48,10 @@ pub enum EventKind {
         deadline: Option<u64>,
     },
     /// A rule was broken.
+    ///
+    /// On the wire the violation sits under a `violation` key: inlined, its `at` would
+    /// collide with the event's own `at`.
+    #[serde(with = "nested_violation")]
     ViolationRecorded(Box<Violation>),
     /// A commitment came into being.
     CommitmentCreated(Box<CommitmentView>),
@@ -75,6 +79,7 @@ pub enum EventKind {
     /// A retry of `on_timeout` was scheduled.
     RetryScheduled {
         /// When it runs (Unix milliseconds).
+        #[serde(rename = "retry_at")]
         at: u64,
         /// Which attempt it will be, from 1.
         attempt: u32,
@@ -140,4 +145,64 @@ pub struct ThreadTransition {
     /// The thread's new reply-by deadline (Unix milliseconds), if the move set one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<u64>,
+}
+
+/// (De)serializes a violation event's payload as `{"violation": {...}}`.
+mod nested_violation {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::conversation::Violation;
+
+    #[derive(Serialize)]
+    struct Out<'a> {
+        violation: &'a Violation,
+    }
+
+    #[derive(Deserialize)]
+    struct In {
+        violation: Box<Violation>,
+    }
+
+    #[allow(clippy::borrowed_box)] // the signature serde's `with` requires
+    pub fn serialize<S: Serializer>(violation: &Box<Violation>, s: S) -> Result<S::Ok, S::Error> {
+        Out { violation }.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Box<Violation>, D::Error> {
+        Ok(In::deserialize(d)?.violation)
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+    use crate::conversation::ViolationKind;
+
+    /// Every event must read back as written: the SSE streams and the stores depend on it.
+    #[test]
+    fn events_with_their_own_time_round_trip() {
+        let events = [
+            ConversationEvent {
+                seq: 4,
+                at: 10,
+                kind: EventKind::ViolationRecorded(Box::new(Violation {
+                    kind: ViolationKind::LateMessage,
+                    agent: Some("initech".into()),
+                    message_id: Some("m1".into()),
+                    detail: "late".into(),
+                    at: 11,
+                })),
+            },
+            ConversationEvent {
+                seq: 5,
+                at: 12,
+                kind: EventKind::RetryScheduled { at: 13, attempt: 1 },
+            },
+        ];
+        for event in events {
+            let json = serde_json::to_string(&event).expect("serializes");
+            let back: ConversationEvent = serde_json::from_str(&json).expect(&json);
+            assert_eq!(back, event, "{json}");
+        }
+    }
 }

@@ -10,15 +10,21 @@
 //! - [`action`]: the action vocabulary shared by declarative template rules and wasm hooks.
 //! - [`conversation`]: views of conversations, threads, commitments and violations.
 //! - [`event`]: the ordered event log every conversation change is written to.
+//! - [`hook`]: the hook ABI v1 payloads (event in, actions out) and their JSON Schemas.
 //! - [`error`]: the one JSON error body every API answers with.
+//! - [`api`]: the other bodies of the HTTP API (listings, inbox items, readiness).
+//! - [`policy`]: bodies of the policy manager's API (templates, revisions, status, change feed).
 #![deny(missing_docs)]
 
 pub mod action;
+pub mod api;
 pub mod conversation;
 pub mod error;
 pub mod event;
+pub mod hook;
 pub mod message;
 pub mod performative;
+pub mod policy;
 pub mod template;
 
 pub use action::Action;
@@ -28,5 +34,5 @@ pub use conversation::{
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use event::{ConversationEvent, EventKind};
-pub use message::{AgentId, Message, SendMessage, StartConversation};
+pub use message::{AgentId, Content, Message, SendMessage, StartConversation};
 pub use performative::{FipaAct, Performative};

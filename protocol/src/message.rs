@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::performative::Performative;
 
@@ -86,9 +87,9 @@ pub struct Message {
     pub sender: AgentId,
     /// Who it is delivered to, after routing.
     pub receivers: Vec<AgentId>,
-    /// The validated content.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub content: Value,
+    /// The validated content, kept as compact JSON text.
+    #[serde(default, skip_serializing_if = "Content::is_null")]
+    pub content: Content,
     /// The message this one answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<Arc<str>>,
@@ -126,4 +127,91 @@ pub struct StartConversation {
     /// An opening message sent by the initiator in the same call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<SendMessage>,
+}
+
+/// A recorded message's content: validated JSON kept as compact text.
+///
+/// Recorded messages live in event logs, inboxes and stores for the conversation's whole
+/// life; as text a small object takes its length in bytes, where a parsed
+/// `serde_json::Value` map takes a B-tree node of several hundred. Parse it with
+/// [`Content::value`] when you need to look inside.
+#[derive(Clone)]
+pub struct Content(Box<RawValue>);
+
+impl Content {
+    /// Content holding `value`.
+    pub fn from_value(value: &Value) -> Content {
+        // Serializing a `Value` cannot fail: its map keys are strings and it has no
+        // non-finite numbers. `null` is the safe answer should that ever change.
+        Content(serde_json::value::to_raw_value(value).unwrap_or_else(|_| null_raw()))
+    }
+
+    /// The JSON `null`.
+    pub fn null() -> Content {
+        Content(null_raw())
+    }
+
+    /// The content parsed.
+    pub fn value(&self) -> Value {
+        // The text was produced by serde_json from a `Value`, so it parses.
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+
+    /// The compact JSON text.
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Whether the content is `null` (no content).
+    pub fn is_null(&self) -> bool {
+        self.0.get() == "null"
+    }
+}
+
+fn null_raw() -> Box<RawValue> {
+    // "null" is valid JSON.
+    RawValue::from_string("null".to_owned()).unwrap_or_else(|_| unreachable!("null is JSON"))
+}
+
+impl Default for Content {
+    fn default() -> Content {
+        Content::null()
+    }
+}
+
+impl From<Value> for Content {
+    fn from(value: Value) -> Content {
+        Content::from_value(&value)
+    }
+}
+
+impl std::fmt::Debug for Content {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.get())
+    }
+}
+
+impl PartialEq for Content {
+    fn eq(&self, other: &Content) -> bool {
+        self.0.get() == other.0.get() || self.value() == other.value()
+    }
+}
+
+impl PartialEq<Value> for Content {
+    fn eq(&self, other: &Value) -> bool {
+        self.value() == *other
+    }
+}
+
+impl Serialize for Content {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Content, D::Error> {
+        // Through `Value`, so it works from any serde format, not only JSON text.
+        Value::deserialize(deserializer).map(|value| Content::from_value(&value))
+    }
 }

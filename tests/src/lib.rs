@@ -1,5 +1,8 @@
 //! Shared harness for the end-to-end scenarios: an engine over the built-in templates (and
-//! any fixture templates a test adds), an in-memory store and a manual clock.
+//! any fixture templates a test adds), an in-memory store and a manual clock; [`http`] runs
+//! the same over a real HTTP service.
+
+pub mod http;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -9,8 +9,22 @@
 //!
 //! # Backends
 //! - [`memory::MemoryStore`]: in-process, for tests and throwaway runs.
+//! - [`sqlite::SqliteStore`]: the embedded default, one SQLite file, group commit.
+//! - [`redis::RedisStore`]: several engine nodes sharing one Redis.
+//!
+//! [`open`] turns a `--store` spec (`memory`, `sqlite:PATH`, `redis://…`) into a store.
+//!
+//! # Deadlines across crashes and nodes
+//! [`ConversationStore::claim_due`] hands each due entry to one caller. The durable stores
+//! *lease* it rather than delete it: the entry moves to `now + CLAIM_LEASE_MS`, and the
+//! claimer's next commit of that conversation replaces it with the real next wake-up. A
+//! node that dies between claiming and committing therefore delays the deadline by the
+//! lease instead of losing it; the version check makes sure a timer that did fire is not
+//! fired again by the next claimer.
 
 pub mod memory;
+pub mod redis;
+pub mod sqlite;
 
 use std::sync::Arc;
 
@@ -18,7 +32,14 @@ use async_trait::async_trait;
 use colloquy_protocol::event::ConversationEvent;
 use colloquy_protocol::message::{AgentId, Message};
 
+pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
+pub use sqlite::{SqliteStore, Synchronous};
+
+/// How long a durable store keeps a claimed wake-up before handing it out again, in case
+/// the node that claimed it died before committing. Long enough for any wake-up to commit
+/// under load, short enough that a lost node delays a deadline by seconds, not minutes.
+pub const CLAIM_LEASE_MS: u64 = 15_000;
 
 /// A batch of changes to one conversation, applied all or nothing.
 #[derive(Clone, Debug)]
@@ -82,6 +103,49 @@ pub enum StoreError {
     Internal(String),
 }
 
+/// A commit another engine node made, heard through the store (Redis pub/sub). The engine
+/// drops its cached copy of an older version and passes the news on to its subscribers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteChange {
+    /// The conversation.
+    pub conversation_id: Arc<str>,
+    /// Its version after the commit.
+    pub version: u64,
+    /// Agents whose inbox grew.
+    pub agents: Vec<AgentId>,
+}
+
+/// Opens the store a `--store` spec names: `memory`, `sqlite:PATH` (add
+/// `?synchronous=normal` for [`Synchronous::Normal`]) or a `redis://` / `rediss://` URL.
+pub async fn open(spec: &str) -> Result<Arc<dyn ConversationStore>, StoreError> {
+    if spec == "memory" {
+        Ok(Arc::new(MemoryStore::new()))
+    } else if let Some(rest) = spec.strip_prefix("sqlite:") {
+        let (path, synchronous) = match rest.rsplit_once('?') {
+            Some((path, "synchronous=normal")) => (path, Synchronous::Normal),
+            Some((path, "synchronous=full")) => (path, Synchronous::Full),
+            Some((_, option)) => {
+                return Err(StoreError::Unavailable(format!(
+                    "unknown SQLite option `{option}`: expected synchronous=full|normal"
+                )));
+            }
+            None => (rest, Synchronous::Full),
+        };
+        if path.is_empty() {
+            return Err(StoreError::Unavailable(
+                "`sqlite:` needs a file path".to_owned(),
+            ));
+        }
+        Ok(Arc::new(SqliteStore::open_with(path, synchronous)?))
+    } else if spec.starts_with("redis://") || spec.starts_with("rediss://") {
+        Ok(Arc::new(RedisStore::connect(spec).await?))
+    } else {
+        Err(StoreError::Unavailable(format!(
+            "unknown store `{spec}`: expected `memory`, `sqlite:PATH` or `redis://HOST:PORT`"
+        )))
+    }
+}
+
 /// A durable home for conversations. See the module docs for the contract.
 #[async_trait]
 pub trait ConversationStore: Send + Sync + 'static {
@@ -99,8 +163,9 @@ pub trait ConversationStore: Send + Sync + 'static {
     ) -> Result<Vec<ConversationEvent>, StoreError>;
 
     /// Takes up to `limit` conversations whose wake-up time is at or before `now` off the
-    /// deadline index and returns their ids. Each entry is handed out once, also across
-    /// engine nodes sharing the store.
+    /// deadline index and returns their ids. Each entry is handed out to one caller, also
+    /// across engine nodes sharing the store; durable stores lease it for
+    /// [`CLAIM_LEASE_MS`] rather than delete it (see the module docs).
     async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError>;
 
     /// Deletes a conversation, its log and its wake-up (retention).
@@ -113,4 +178,19 @@ pub trait ConversationStore: Send + Sync + 'static {
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError>;
+
+    /// The ids of the conversations `agent` is a party of (initiator or participant), in id
+    /// order, or `None` when the store keeps no such index. Durable stores keep one, because
+    /// after a restart (or on another node) the engine has not loaded those conversations;
+    /// the memory store does not, because the engine holding it has every conversation
+    /// loaded.
+    async fn conversations_of(&self, _agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        Ok(None)
+    }
+
+    /// Commits other engine nodes made, from now on, or `None` for a store only this
+    /// process writes to.
+    fn remote_changes(&self) -> Option<tokio::sync::broadcast::Receiver<RemoteChange>> {
+        None
+    }
 }

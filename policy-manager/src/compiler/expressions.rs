@@ -71,6 +71,9 @@ pub(crate) enum ExpressionError {
     /// It is longer than [`MAX_EXPRESSION_BYTES`].
     #[error("CEL expression is {0} bytes long; the limit is {MAX_EXPRESSION_BYTES}")]
     TooLong(usize),
+    /// It nests deeper than [`MAX_EXPRESSION_DEPTH`].
+    #[error("CEL expression nests {0} levels deep; the limit is {MAX_EXPRESSION_DEPTH}")]
+    TooDeep(usize),
     /// The parser panicked (a bug in the `cel` crate); the template is refused, not the process.
     #[error("the CEL parser failed on this expression")]
     ParserPanicked,
@@ -84,7 +87,10 @@ pub(crate) fn compile(source: &str) -> Result<cel::Program, ExpressionError> {
     // `Program::compile` takes only the source text, so nothing is left half-updated if it
     // unwinds; a panic here must not take down a policy manager serving other templates.
     match catch_unwind(AssertUnwindSafe(|| cel::Program::compile(source))) {
-        Ok(Ok(program)) => Ok(program),
+        Ok(Ok(program)) => match depth(&program.expression().expr) {
+            depth if depth > MAX_EXPRESSION_DEPTH => Err(ExpressionError::TooDeep(depth)),
+            _ => Ok(program),
+        },
         Ok(Err(errors)) => Err(ExpressionError::Syntax(
             errors
                 .errors
@@ -94,6 +100,56 @@ pub(crate) fn compile(source: &str) -> Result<cel::Program, ExpressionError> {
         )),
         Err(_) => Err(ExpressionError::ParserPanicked),
     }
+}
+
+/// Deepest nesting accepted. The engine evaluates expressions recursively on its worker
+/// threads (2 MiB stacks), so depth, not length, is what could exhaust a stack; real
+/// conditions nest a handful of levels.
+pub(crate) const MAX_EXPRESSION_DEPTH: usize = 64;
+
+/// How deeply `expr` nests.
+fn depth(expr: &Expr) -> usize {
+    let children: Vec<&IdedExpr> = match expr {
+        Expr::Select(select) => vec![&select.operand],
+        Expr::Call(call) => call
+            .target
+            .iter()
+            .map(|t| &**t)
+            .chain(call.args.iter())
+            .collect(),
+        Expr::List(list) => list.elements.iter().collect(),
+        Expr::Map(map) => map
+            .entries
+            .iter()
+            .flat_map(|entry| match &entry.expr {
+                EntryExpr::StructField(field) => vec![&field.value],
+                EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
+            })
+            .collect(),
+        Expr::Struct(object) => object
+            .entries
+            .iter()
+            .flat_map(|entry| match &entry.expr {
+                EntryExpr::StructField(field) => vec![&field.value],
+                EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
+            })
+            .collect(),
+        Expr::Comprehension(c) => {
+            vec![
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    };
+    1 + children
+        .into_iter()
+        .map(|child| depth(&child.expr))
+        .max()
+        .unwrap_or(0)
 }
 
 /// The variables `program` uses without binding them itself, sorted.
@@ -229,5 +285,14 @@ mod tests {
         );
         let long = "1 + ".repeat(MAX_EXPRESSION_BYTES) + "1";
         assert!(matches!(compile(&long), Err(ExpressionError::TooLong(_))));
+        let deep = "1 + ".repeat(MAX_EXPRESSION_DEPTH + 1) + "1";
+        assert!(
+            matches!(compile(&deep), Err(ExpressionError::TooDeep(_))),
+            "deep nesting"
+        );
+        assert!(
+            compile(&("1 + ".repeat(20) + "1")).is_ok(),
+            "ordinary nesting"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! walk goes on with what it could resolve, so one run shows the author everything.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use colloquy_protocol::action::Action;
@@ -17,12 +17,13 @@ use colloquy_protocol::template::{
     StateSpec, Template, ThreadSpec,
 };
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use super::diagnostic::{Diagnostic, closest};
 use super::expressions::{self, ExpressionError, Scope};
 use crate::compiled::{
     CommitmentDeadline, CommitmentRule, CommitmentTransition, CompiledAction, CompiledRule,
-    CompiledTemplate, Expression, JsonSchema, LatePolicy, OutcomeRules, State, StateId,
+    CompiledTemplate, Expression, HookModule, JsonSchema, LatePolicy, OutcomeRules, State, StateId,
     StateMachine, Transition,
 };
 
@@ -34,6 +35,12 @@ const MAX_STATES: usize = u16::MAX as usize;
 const MIN_HOOK_MEMORY_BYTES: u64 = 64 * 1024;
 /// Largest hook memory cap: the whole 32-bit wasm address space.
 const MAX_HOOK_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// Largest hook module file. Far above any real hook (the examples are 1-200 KiB), low
+/// enough that a wrong path (a disk image, a log) fails fast instead of filling memory.
+const MAX_HOOK_MODULE_BYTES: u64 = 64 * 1024 * 1024;
+/// The first 8 bytes of a core wasm module: `\0asm` and binary format version 1. A component
+/// starts with the same magic and a different version/layer word.
+const CORE_MODULE_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
 /// Longest hook time budget per call. Hooks run inside message handling, so a minute is
 /// already far beyond anything a caller waits for.
 const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
@@ -100,9 +107,7 @@ pub(super) fn resolve(
     let on_start = resolver.rules(&spec.actions.on_start, Section::OnStart);
     let on_message = resolver.rules(&spec.actions.on_message, Section::OnMessage);
     let on_timeout = resolver.rules(&spec.actions.on_timeout, Section::OnTimeout);
-    if let Some(hooks) = &spec.hooks {
-        resolver.hooks(hooks);
-    }
+    let hook_module = spec.hooks.as_ref().and_then(|hooks| resolver.hooks(hooks));
     if spec.context.max_bytes == 0 {
         resolver.positive("spec.context.max_bytes");
     }
@@ -132,6 +137,7 @@ pub(super) fn resolve(
             on_message,
             on_timeout,
             hooks: spec.hooks.clone(),
+            hook_module,
             context: spec.context.clone(),
             source: template,
         }),
@@ -904,27 +910,19 @@ impl Resolver<'_> {
         }
     }
 
-    fn hooks(&mut self, hooks: &HookSpec) {
+    /// Checks the hook section and reads its module (when the template has a file origin).
+    fn hooks(&mut self, hooks: &HookSpec) -> Option<Arc<HookModule>> {
         if !hooks.module.ends_with(".wasm") {
             self.error(
                 "spec.hooks.module",
                 format!("hook module `{}` is not a .wasm file", hooks.module),
-                Some("point `module` at a core wasm module or component (`*.wasm`)".into()),
+                Some("point `module` at a core wasm module (`*.wasm`)".into()),
             );
         }
-        if let Some(origin) = self.origin {
+        let module = self.origin.and_then(|origin| {
             let resolved = origin.parent().unwrap_or(Path::new("")).join(&hooks.module);
-            if !resolved.is_file() {
-                self.error(
-                    "spec.hooks.module",
-                    format!("hook module `{}` not found", hooks.module),
-                    Some(format!(
-                        "resolved to {} (relative to the template's directory)",
-                        resolved.display()
-                    )),
-                );
-            }
-        }
+            self.hook_module(&hooks.module, resolved)
+        });
         if hooks.events.is_empty() {
             self.error(
                 "spec.hooks.events",
@@ -961,6 +959,67 @@ impl Resolver<'_> {
                 Some(format!("between 1 and {MAX_HOOK_TIMEOUT_MS}")),
             );
         }
+        module
+    }
+
+    /// Reads a hook module and checks its framing: a file, not too large, a core module.
+    fn hook_module(&mut self, written: &str, resolved: PathBuf) -> Option<Arc<HookModule>> {
+        let path = "spec.hooks.module";
+        let size = match std::fs::metadata(&resolved) {
+            Ok(meta) if meta.is_file() => meta.len(),
+            _ => {
+                let hint = format!(
+                    "resolved to {} (relative to the template's directory)",
+                    resolved.display()
+                );
+                self.error(
+                    path,
+                    format!("hook module `{written}` not found"),
+                    Some(hint),
+                );
+                return None;
+            }
+        };
+        if size > MAX_HOOK_MODULE_BYTES {
+            self.error(
+                path,
+                format!("hook module `{written}` is {size} bytes"),
+                Some(format!("modules are at most {MAX_HOOK_MODULE_BYTES} bytes")),
+            );
+            return None;
+        }
+        let bytes = match std::fs::read(&resolved) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                self.error(
+                    path,
+                    format!("cannot read hook module `{written}`: {error}"),
+                    None,
+                );
+                return None;
+            }
+        };
+        if !bytes.starts_with(&CORE_MODULE_HEADER) {
+            let hint = if bytes.starts_with(&CORE_MODULE_HEADER[..4]) {
+                "this is a wasm component or a newer binary format; hook ABI v1 takes a core \
+                 module (see docs/hook-abi.md)"
+            } else {
+                "the file does not start with the wasm magic bytes `\\0asm`"
+            };
+            self.error(
+                path,
+                format!("hook module `{written}` is not a core wasm module"),
+                Some(hint.into()),
+            );
+            return None;
+        }
+        let digest = Sha256::digest(&bytes);
+        let sha256: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+        Some(Arc::new(HookModule {
+            path: resolved,
+            bytes: Arc::from(bytes),
+            sha256: Arc::from(sha256),
+        }))
     }
 }
 

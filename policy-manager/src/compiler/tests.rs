@@ -39,7 +39,8 @@ fn minimal_template_compiles_and_resolves() {
         .unwrap_or_else(|diagnostics| panic!("{diagnostics}"));
 
     assert_eq!(&*template.name, "minimal");
-    assert_eq!(&*template.revision, &*revision(&source));
+    assert!(template.hook_module.is_none());
+    assert_eq!(&*template.revision, &*revision(&source, None));
     assert!(template.revision.starts_with("sha256:"));
     assert_eq!(template.revision.len(), "sha256:".len() + 16);
     assert_eq!(
@@ -168,6 +169,10 @@ fn full_template_resolves_every_section() {
         template.hooks.as_ref().map(|h| h.module.as_str()),
         Some("hooks/noop.wasm")
     );
+    // The module is read, and its bytes are part of the revision.
+    let module = template.hook_module.as_ref().expect("hook module read");
+    assert_eq!(module.bytes.len(), 8, "fixtures/valid/hooks/noop.wasm");
+    assert!(template.revision.len() == "sha256:".len() + 16);
     assert_eq!(template.context.max_bytes, 2048);
 }
 

@@ -208,7 +208,11 @@ async fn quote_start_checks_the_parameters_schema() {
         "schema_violation",
         ErrorKind::Unprocessable,
     );
-    assert_eq!(error.pointer(), Some("/parameters"));
+    assert_eq!(
+        error.pointer(),
+        Some("/parameters/limit"),
+        "the missing property is named"
+    );
     expect_error(
         h.try_start(
             "quote",

@@ -1,10 +1,17 @@
 //! End-to-end scenarios through the engine's library API: the built-in protocols, a custom
-//! protocol defined only in a fixture, commitments, deadlines and retention.
+//! protocol defined only in a fixture, commitments, deadlines and retention; `http_*`: the
+//! same over a real HTTP service with SDK agents.
 
 mod commitments;
 mod contract_net;
 mod custom_protocol;
 mod docs;
+mod hooks;
+mod http_auth;
+mod http_ops;
+mod http_protocols;
+mod http_status;
+mod http_streams;
 mod lifecycle;
 mod query;
 mod request;

@@ -286,7 +286,7 @@ async fn query_content_schema_is_checked_per_act() {
         "schema_violation",
         ErrorKind::Unprocessable,
     );
-    assert_eq!(error.pointer(), Some("/content"));
+    assert_eq!(error.pointer(), Some("/content/proposition"));
     assert!(error.to_string().contains("proposition"), "{error}");
     let error = expect_error(
         h.send(

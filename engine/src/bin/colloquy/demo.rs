@@ -1,64 +1,91 @@
-//! `colloquy demo`: the built-in protocols played by simulated agents in-process, each
+//! `colloquy demo`: the built-in protocols played by simulated agents over HTTP, each
 //! conversation printed as a transcript drawn from the engine's event log.
 //!
-//! The agents talk through the library API only ([`Engine::start`], [`Engine::send`],
-//! [`Engine::view`]); decisions such as "accept the cheapest proposal" are taken from what the
-//! engine recorded, as a real agent would read its inbox. Each scenario states the outcome it
-//! expects, and the demo fails when a conversation ends differently.
+//! The demo starts a server in-process on `127.0.0.1:0` (memory store, open development
+//! mode) and runs every agent as an SDK client: initiators use the SDK's `request`, `query`
+//! and `call_for_proposals` helpers, participants answer from handlers running over their
+//! inbox streams. Decisions such as "accept the cheapest proposal" are taken from what the
+//! server reported, as a real agent would. Each scenario states the outcome it expects, and
+//! the demo fails when a conversation ends differently.
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use colloquy_engine::store::MemoryStore;
-use colloquy_engine::{Engine, EngineConfig, SystemClock};
+use colloquy_engine::api::{self, RunningService, ServiceOptions};
 use colloquy_policy::{Catalog, TemplateCompiler};
 use colloquy_protocol::conversation::{CommitmentState, ConversationView, Outcome};
-use colloquy_protocol::message::{ENGINE_PARTY, SendMessage, StartConversation};
+use colloquy_protocol::event::{ConversationEvent, EventKind};
+use colloquy_protocol::message::ENGINE_PARTY;
+use colloquy_sdk::ask::now_ms;
+use colloquy_sdk::{AskOptions, Client, Handlers};
 use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
 use crate::transcript;
 
-/// How long the contract-net contractors have to propose. Long enough for the in-process
-/// proposals to arrive, short enough that the demo finishes well within two seconds.
+/// How long the contract-net contractors have to propose. Long enough for the proposals
+/// over loopback HTTP, short enough that the demo finishes well within two seconds.
 const CFP_WINDOW_MS: u64 = 300;
-/// Margin past the cfp's reply-by before the scheduler pass, so the deadline has surely passed.
-const DEADLINE_MARGIN_MS: u64 = 20;
+/// How late initech proposes: past the reply-by plus a few scheduler periods, so the engine
+/// has surely closed its thread.
+const LATE_BY_MS: u64 = 200;
+/// Longest any one step of a scenario may take before the demo gives up on it.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one scenario produced: its conversation and whether it ended as expected.
 struct Played {
     title: &'static str,
     expected: Outcome,
     view: ConversationView,
+    events: Vec<ConversationEvent>,
     /// Expectations the conversation did not meet, beyond its outcome.
     problems: Vec<String>,
 }
 
-/// Compiles the templates in `templates`, plays every scenario and writes the transcripts,
-/// `width` columns wide, to `out`. Fails when a conversation did not end as expected.
+/// Compiles the templates in `templates`, serves them on a loopback port, plays every
+/// scenario with SDK agents and writes the transcripts, `width` columns wide, to `out`.
+/// Fails when a conversation did not end as expected.
 pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow::Result<()> {
     let compiled = TemplateCompiler::new()
         .compile_dir(templates)
         .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
         .with_context(|| format!("compiling the templates in {}", templates.display()))?;
+    let names: Vec<(String, String)> = compiled
+        .iter()
+        .map(|t| (t.name.to_string(), t.revision.to_string()))
+        .collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let catalog = Catalog::new(compiled.into_iter().map(std::sync::Arc::new));
+    let service = api::launch(catalog, listener, ServiceOptions::default())?;
     writeln!(
         out,
-        "Colloquy demo: the built-in protocols, played in-process."
+        "Colloquy demo: the built-in protocols, played by SDK agents over HTTP ({}).",
+        service.url()
     )?;
-    for template in &compiled {
-        writeln!(out, "  {:<20} {}", template.name, template.revision)?;
+    for (name, revision) in &names {
+        writeln!(out, "  {name:<20} {revision}")?;
     }
     writeln!(out)?;
-    let catalog = Catalog::new(compiled.into_iter().map(Arc::new));
-    let engine = Engine::new(
-        Arc::new(catalog),
-        Arc::new(MemoryStore::new()),
-        Arc::new(SystemClock),
-        EngineConfig::default(),
-    );
 
+    let participants = Participants::start(&service).await?;
+    let result = play_all(&service, width, out).await;
+    participants.stop();
+    // Streams end and requests drain; a failure here changes nothing the demo showed.
+    if let Err(error) = service.shutdown().await {
+        tracing::warn!(%error, "demo server did not shut down cleanly");
+    }
+    result
+}
+
+async fn play_all(
+    service: &RunningService,
+    width: usize,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let url = service.url();
     let mut played = Vec::new();
     for (scenario, intro) in [
         (
@@ -76,12 +103,11 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
         ),
     ] {
         let play = match scenario {
-            Scenario::Request => request(&engine).await,
-            Scenario::Query => query(&engine).await,
-            Scenario::ContractNet => contract_net(&engine).await,
+            Scenario::Request => request(&url).await,
+            Scenario::Query => query(&url).await,
+            Scenario::ContractNet => contract_net(&url).await,
         };
         let play = play.with_context(|| format!("playing {}", scenario.template()))?;
-        let events = engine.events(&play.view.id, None, 0).await?;
         let number = format!("{}. ", played.len() + 1);
         for (i, line) in transcript::wrap(intro, width.saturating_sub(number.len()))
             .iter()
@@ -91,7 +117,11 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
             writeln!(out, "{lead}{line}")?;
         }
         writeln!(out)?;
-        write!(out, "{}", transcript::render(&play.view, &events, width))?;
+        write!(
+            out,
+            "{}",
+            transcript::render(&play.view, &play.events, width)
+        )?;
         writeln!(out)?;
         played.push(play);
     }
@@ -140,61 +170,140 @@ impl Scenario {
     }
 }
 
-fn start(template: &str, participants: &[&str], opening: SendMessage) -> StartConversation {
-    StartConversation {
-        template: template.to_owned(),
-        participants: participants.iter().map(|p| (*p).to_owned()).collect(),
-        message: Some(opening),
-        ..StartConversation::default()
+/// The participant agents, each serving its inbox in a task of its own.
+struct Participants(Vec<JoinHandle<()>>);
+
+impl Participants {
+    async fn start(service: &RunningService) -> anyhow::Result<Participants> {
+        let url = service.url();
+        let mut tasks = Vec::new();
+        let mut spawn = |client: Client, handlers: Handlers| {
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = client.serve(handlers, 0).await {
+                    tracing::error!(agent = client.agent(), %error, "agent stopped");
+                }
+            }));
+        };
+        // bob books rooms: agrees first, then reports the booking.
+        spawn(
+            Client::connect(&url, "bob", None).await?,
+            Handlers::new().on("fipa-request", "request", |msg| async move {
+                msg.agree(json!({})).await?;
+                msg.inform(json!({"done": true, "booking": "LV-0412"}))
+                    .await?;
+                Ok(())
+            }),
+        );
+        // dave answers price queries at once.
+        spawn(
+            Client::connect(&url, "dave", None).await?,
+            Handlers::new().on("fipa-query", "query-ref", |msg| async move {
+                msg.inform(json!({"value": {"eur": 3160}})).await?;
+                Ok(())
+            }),
+        );
+        // Contractors: propose their price; deliver when awarded.
+        for (name, price, late) in [
+            ("acme", 120, false),
+            ("globex", 95, false),
+            ("initech", 80, true),
+        ] {
+            let handlers = Handlers::new()
+                .on("fipa-contract-net", "cfp", move |msg| async move {
+                    if late {
+                        let reply_by = msg.message().reply_by.unwrap_or_else(now_ms);
+                        let wait = (reply_by + LATE_BY_MS).saturating_sub(now_ms());
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                    }
+                    msg.propose(json!({"price": price})).await?;
+                    Ok(())
+                })
+                .on("fipa-contract-net", "accept-proposal", |msg| async move {
+                    msg.inform(json!({"done": true, "delivered": 40})).await?;
+                    Ok(())
+                });
+            spawn(Client::connect(&url, name, None).await?, handlers);
+        }
+        Ok(Participants(tasks))
+    }
+
+    fn stop(self) {
+        self.0.iter().for_each(JoinHandle::abort);
     }
 }
 
+/// The conversation's view and whole event log, once it has completed.
+async fn finished(
+    client: &Client,
+    id: &str,
+) -> anyhow::Result<(ConversationView, Vec<ConversationEvent>)> {
+    let collect = async {
+        let mut stream = client.events(id, 0);
+        let mut events = Vec::new();
+        while let Some(event) = stream.next().await? {
+            events.push(event);
+        }
+        anyhow::Ok(events)
+    };
+    let events = tokio::time::timeout(STEP_TIMEOUT, collect)
+        .await
+        .with_context(|| format!("conversation {id} did not complete"))??;
+    let view = client.conversation(id).await?;
+    Ok((view, events))
+}
+
 /// FIPA Request: request → agree → inform.
-async fn request(engine: &Engine) -> anyhow::Result<Played> {
-    let opening = SendMessage::new(
-        "request",
-        json!({"action": "book-room", "room": "Lovelace", "slot": "Tue 10:00-11:00"}),
-    );
-    let started = engine
-        .start("alice", start("fipa-request", &["bob"], opening))
-        .await?;
-    let id = started.id.clone();
-    engine
-        .send(&id, "bob", SendMessage::new("agree", json!({})))
-        .await?;
-    engine
-        .send(
-            &id,
+async fn request(url: &str) -> anyhow::Result<Played> {
+    let alice = Client::connect(url, "alice", None).await?;
+    let (seen, mut observed) = tokio::sync::mpsc::unbounded_channel();
+    let answer = alice
+        .request(
             "bob",
-            SendMessage::new("inform", json!({"done": true, "booking": "LV-0412"})),
+            json!({"action": "book-room", "room": "Lovelace", "slot": "Tue 10:00-11:00"}),
+            AskOptions::default().timeout(STEP_TIMEOUT).observe(seen),
         )
         .await?;
-    let view = engine.view(&id, None).await?;
+    let (view, events) = finished(&alice, &answer.conversation_id).await?;
     let mut problems = Vec::new();
+    let mut intermediate = Vec::new();
+    while let Ok(message) = observed.try_recv() {
+        intermediate.push(message.performative.to_string());
+    }
+    if intermediate != ["agree", "inform"] {
+        problems.push(format!(
+            "alice observed {intermediate:?}, expected agree then inform"
+        ));
+    }
+    if answer
+        .reply
+        .as_ref()
+        .map(|m| m.performative.to_string())
+        .as_deref()
+        != Some("inform")
+    {
+        problems.push("the request resolved on something other than the inform".to_owned());
+    }
     expect_commitments(&view, &[("bob", CommitmentState::Fulfilled)], &mut problems);
     Ok(Played {
         title: "fipa-request",
         expected: Outcome::Success,
         view,
+        events,
         problems,
     })
 }
 
 /// FIPA Query: query-ref answered by an inform, agree skipped.
-async fn query(engine: &Engine) -> anyhow::Result<Played> {
-    let opening = SendMessage::new("query-ref", json!({"ref": "price of 40 oak chairs"}));
-    let started = engine
-        .start("carol", start("fipa-query", &["dave"], opening))
-        .await?;
-    let id = started.id.clone();
-    engine
-        .send(
-            &id,
+async fn query(url: &str) -> anyhow::Result<Played> {
+    let carol = Client::connect(url, "carol", None).await?;
+    let answer = carol
+        .query(
             "dave",
-            SendMessage::new("inform", json!({"value": {"eur": 3160}})),
+            json!({"ref": "price of 40 oak chairs"}),
+            AskOptions::default().timeout(STEP_TIMEOUT),
         )
         .await?;
-    let view = engine.view(&id, None).await?;
+    let (view, events) = finished(&carol, &answer.conversation_id).await?;
     let mut problems = Vec::new();
     let performatives: Vec<String> = view
         .messages
@@ -210,100 +319,76 @@ async fn query(engine: &Engine) -> anyhow::Result<Played> {
         title: "fipa-query",
         expected: Outcome::Success,
         view,
+        events,
         problems,
     })
 }
 
 /// FIPA Contract Net with three contractors: two proposals in time, one silence that turns
 /// into a late proposal, an award to the cheapest and a rejection for the other.
-async fn contract_net(engine: &Engine) -> anyhow::Result<Played> {
-    let reply_by = engine.now() + CFP_WINDOW_MS;
-    let cfp = SendMessage::new(
-        "cfp",
-        json!({"task": "deliver 40 oak chairs", "by": "Friday"}),
-    )
-    .reply_by(reply_by);
-    let participants = ["acme", "globex", "initech"];
-    let started = engine
-        .start("buyer", start("fipa-contract-net", &participants, cfp))
-        .await?;
-    let id = started.id.clone();
-    engine
-        .send(
-            &id,
-            "acme",
-            SendMessage::new("propose", json!({"price": 120})),
+async fn contract_net(url: &str) -> anyhow::Result<Played> {
+    let buyer = Client::connect(url, "buyer", None).await?;
+    let reply_by = now_ms() + CFP_WINDOW_MS;
+    let collected = buyer
+        .call_for_proposals(
+            &["acme", "globex", "initech"],
+            json!({"task": "deliver 40 oak chairs", "by": "Friday"}),
+            reply_by,
+            AskOptions::default().timeout(STEP_TIMEOUT),
         )
         .await?;
-    engine
-        .send(
-            &id,
-            "globex",
-            SendMessage::new("propose", json!({"price": 95})),
-        )
-        .await?;
+    let id = collected.conversation_id.clone();
 
-    // initech stays silent past the reply-by; the scheduler pass ends its thread.
-    let wait = reply_by.saturating_sub(engine.now()) + DEADLINE_MARGIN_MS;
-    tokio::time::sleep(Duration::from_millis(wait)).await;
-    engine.run_due().await?;
-    engine
-        .send(
-            &id,
-            "initech",
-            SendMessage::new("propose", json!({"price": 80})),
-        )
-        .await?;
+    // The buyer decides once the engine has turned initech's late bid away, so the
+    // transcript reads the same on every run.
+    let mut stream = buyer.events(&id, 0);
+    let late_bid_answered = async {
+        while let Some(event) = stream.next().await? {
+            if let EventKind::MessageAccepted { message, .. } = &event.kind
+                && &*message.sender == ENGINE_PARTY
+                && message.receivers.iter().any(|r| &**r == "initech")
+            {
+                return anyhow::Ok(true);
+            }
+        }
+        anyhow::Ok(false)
+    };
+    let late_answered = tokio::time::timeout(STEP_TIMEOUT, late_bid_answered)
+        .await
+        .unwrap_or(Ok(false))?;
 
-    // The buyer decides from the engine's record: proposals on threads still open.
-    let view = engine.view(&id, None).await?;
-    let mut offers: Vec<(&str, f64, serde_json::Value)> = view
-        .messages
+    let mut offers: Vec<(f64, &colloquy_protocol::Message)> = collected
+        .proposals
         .iter()
-        .filter(|m| m.performative.to_string() == "propose")
-        .filter(|m| {
-            view.threads
-                .iter()
-                .any(|t| t.participant == m.sender && &*t.state == "proposed")
-        })
-        .filter_map(|m| {
-            let price = m.content.get("price")?;
-            Some((&*m.sender, price.as_f64()?, price.clone()))
-        })
+        .filter_map(|m| Some((m.content.value().get("price")?.as_f64()?, m)))
         .collect();
-    offers.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let Some(((winner, _, price), losers)) = offers.split_first() else {
+    offers.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let Some(((_, winner), losers)) = offers.split_first() else {
         bail!("no proposal to accept");
     };
-    let (winner, price) = ((*winner).to_owned(), price.clone());
-    let losers: Vec<String> = losers
-        .iter()
-        .map(|(agent, _, _)| (*agent).to_owned())
-        .collect();
-    engine
-        .send(
-            &id,
-            "buyer",
-            SendMessage::new("accept-proposal", json!({"price": price})).to([winner.as_str()]),
-        )
-        .await?;
-    if !losers.is_empty() {
-        let reject = SendMessage::new("reject-proposal", json!({"reason": "a cheaper offer won"}));
-        engine.send(&id, "buyer", reject.to(losers)).await?;
+    let price = winner.content.value().get("price").cloned();
+    buyer.accept(&id, winner, json!({"price": price})).await?;
+    for (_, loser) in losers {
+        buyer
+            .reject(&id, loser, json!({"reason": "a cheaper offer won"}))
+            .await?;
     }
-    engine
-        .send(
-            &id,
-            &winner,
-            SendMessage::new("inform", json!({"done": true, "delivered": 40})),
-        )
-        .await?;
+    let (view, events) = finished(&buyer, &id).await?;
 
-    let view = engine.view(&id, None).await?;
     let mut problems = Vec::new();
-    if winner != "globex" {
+    if !late_answered {
+        problems.push("the late proposal got no automatic reject-proposal".to_owned());
+    }
+    if &*winner.sender != "globex" {
         problems.push(format!(
-            "expected globex (the cheapest in time) to win, not {winner}"
+            "expected globex (the cheapest in time) to win, not {}",
+            winner.sender
+        ));
+    }
+    if collected.silent != ["initech"] {
+        problems.push(format!(
+            "expected initech to be silent at the deadline, got {:?}",
+            collected.silent
         ));
     }
     for (participant, state) in [
@@ -320,14 +405,6 @@ async fn contract_net(engine: &Engine) -> anyhow::Result<Played> {
             None => problems.push(format!("no thread with {participant}")),
         }
     }
-    let auto_reject = view.messages.iter().any(|m| {
-        &*m.sender == ENGINE_PARTY
-            && m.performative.to_string() == "reject-proposal"
-            && m.receivers.iter().any(|r| &**r == "initech")
-    });
-    if !auto_reject {
-        problems.push("the late proposal got no automatic reject-proposal".to_owned());
-    }
     expect_commitments(
         &view,
         &[
@@ -340,21 +417,27 @@ async fn contract_net(engine: &Engine) -> anyhow::Result<Played> {
         title: "fipa-contract-net",
         expected: Outcome::Success,
         view,
+        events,
         problems,
     })
 }
 
-/// Checks the conversation holds exactly these commitments, by debtor and final state.
+/// Checks the conversation holds exactly these commitments, by debtor and final state, in
+/// any order.
 fn expect_commitments(
     view: &ConversationView,
     expected: &[(&str, CommitmentState)],
     problems: &mut Vec<String>,
 ) {
-    let found: Vec<(&str, CommitmentState)> = view
+    // By debtor: agents answer concurrently, so creation order may vary between runs.
+    let mut found: Vec<(&str, CommitmentState)> = view
         .commitments
         .iter()
         .map(|c| (&*c.debtor, c.state))
         .collect();
+    found.sort_by_key(|(debtor, _)| *debtor);
+    let mut expected = expected.to_vec();
+    expected.sort_by_key(|(debtor, _)| *debtor);
     if found != expected {
         let show = |list: &[(&str, CommitmentState)]| {
             list.iter()
@@ -363,7 +446,7 @@ fn expect_commitments(
         };
         problems.push(format!(
             "commitments: expected {:?}, found {:?}",
-            show(expected),
+            show(&expected),
             show(&found)
         ));
     }
@@ -379,11 +462,14 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates")
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_demo_plays_every_scenario_to_its_expected_outcome() {
         let mut out = Vec::new();
         let width = usize::from(transcript::DEFAULT_WIDTH);
-        let result = run(&templates(), width, &mut out).await;
+        let result =
+            tokio::time::timeout(Duration::from_secs(60), run(&templates(), width, &mut out))
+                .await
+                .expect("the demo finishes");
         let out = String::from_utf8(out).expect("transcripts are UTF-8");
         assert!(result.is_ok(), "{result:?}\n{out}");
         for title in ["fipa-request", "fipa-query", "fipa-contract-net"] {

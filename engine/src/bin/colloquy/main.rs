@@ -1,14 +1,21 @@
 //! The `colloquy` command line.
 //!
-//! - `colloquy demo`: the built-in protocols played by simulated agents, as transcripts.
+//! - `colloquy serve`: the HTTP service over a template directory (hot-reloaded, with the
+//!   policy manager's API embedded), or following a remote policy manager.
+//! - `colloquy policy-manager serve`: the policy manager alone.
+//! - `colloquy demo`: the built-in protocols played by simulated SDK agents over HTTP, as
+//!   transcripts.
 //! - `colloquy templates check DIR`: compile a template directory and list it, or print the
 //!   compiler's diagnostics.
 //! - `colloquy templates schema`: the JSON Schema of the template format, for editors.
 //!
-//! Layout: `demo` (the scenarios), `transcript` (sequence diagrams
+//! Layout: `serve` (the service), `policy_manager` (the policy manager and the template
+//! set-up of `serve`), `demo` (the scenarios), `transcript` (sequence diagrams
 //! of a conversation's event log), `templates` (the `templates` subcommands).
 
 mod demo;
+mod policy_manager;
+mod serve;
 mod templates;
 mod transcript;
 
@@ -19,10 +26,18 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc: markedly faster than the system allocator for the many small, short-lived
+/// allocations of request handling.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Log filter when `RUST_LOG` is unset. The one-shot commands report through their output
 /// (the demo's transcripts show violations the engine also logs as warnings), so only
 /// errors are logged by default.
 const DEFAULT_LOG_FILTER: &str = "error";
+/// Log filter of `colloquy serve` when `RUST_LOG` is unset: start-up, warnings (violations,
+/// failed webhooks) and errors, without a line per request.
+const SERVE_LOG_FILTER: &str = "info,tower_http=warn";
 /// Narrowest and widest transcripts: below 60 columns a five-agent diagram leaves no room
 /// for text; beyond 240 no terminal is that wide.
 const MIN_WIDTH: i64 = 60;
@@ -38,6 +53,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the HTTP API over a template directory.
+    Serve(serve::ServeArgs),
     /// Play the built-in protocols with simulated agents and print each conversation as a
     /// sequence diagram drawn from the engine's event log.
     Demo {
@@ -52,6 +69,11 @@ enum Command {
             value_parser = clap::value_parser!(u16).range(MIN_WIDTH..=MAX_WIDTH),
         )]
         width: u16,
+    },
+    /// Run the policy manager alone (templates, uploads, change feed for remote engines).
+    PolicyManager {
+        #[command(subcommand)]
+        command: policy_manager::PolicyManagerCommand,
     },
     /// Work with template files.
     Templates {
@@ -73,8 +95,12 @@ enum TemplatesCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let default_filter = match cli.command {
+        Command::Serve(_) | Command::PolicyManager { .. } => SERVE_LOG_FILTER,
+        _ => DEFAULT_LOG_FILTER,
+    };
     let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
@@ -96,10 +122,24 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut out = io::stdout().lock();
     match cli.command {
+        Command::Serve(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(serve::run(args, &mut out))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::PolicyManager { command } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(policy_manager::run(command, &mut out))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo { templates, width } => {
             let dir = templates.unwrap_or_else(default_templates_dir);
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
                 .build()?;
             runtime.block_on(demo::run(&dir, usize::from(width), &mut out))?;
             Ok(ExitCode::SUCCESS)
@@ -126,7 +166,7 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 /// `./templates` when it exists, else the templates shipped in the source tree this binary
 /// was built from.
-fn default_templates_dir() -> PathBuf {
+pub(crate) fn default_templates_dir() -> PathBuf {
     let local = PathBuf::from("templates");
     if local.is_dir() {
         return local;

@@ -450,7 +450,7 @@ impl Diagram<'_, '_> {
         }
 
         let mut text = message.performative.to_string();
-        let content = summary(&message.content);
+        let content = summary(&message.content.value());
         if !content.is_empty() {
             let _ = write!(text, " {{{content}}}");
         }
@@ -779,7 +779,7 @@ mod tests {
             performative: Performative::parse(performative).expect("a FIPA act"),
             sender: Arc::from(sender),
             receivers: receivers.iter().map(|r| Arc::from(*r)).collect(),
-            content,
+            content: content.into(),
             in_reply_to: None,
             reply_by: None,
             sent_at: T0,

@@ -1,0 +1,175 @@
+//! Per-message cost of a wasm hook, against the same pipeline without a hook in the same
+//! run. Run with `cargo bench -p colloquy-engine --bench hooks` after
+//! `templates/examples/build.sh` (it uses the C amount guard and the Rust credit policy).
+//!
+//! Four templates share one protocol (the initiator's `request` loops in state `open`), so
+//! every message is parsed, schema-validated, run through the state machine and stored;
+//! three of them also run an `on_message` hook: a trivial C hook (`trivial_hook.c`, answers
+//! `{}`: the ABI round trip alone), the C amount guard (scans the event, answers `{}`) and the
+//! Rust credit-assessment policy (serde parses the whole event, answers `set_vars`).
+//! One thread; the best of several interleaved rounds is reported.
+//! Arguments: `--messages N` per round and variant (default 200 000).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
+use colloquy_engine::store::MemoryStore;
+use colloquy_engine::{Engine, EngineConfig, SystemClock};
+use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
+use colloquy_protocol::message::{SendMessage, StartConversation};
+use serde_json::json;
+
+/// Messages per conversation: long enough that starting one is noise, short enough that the
+/// event log stays small.
+const MESSAGES_PER_CONVERSATION: usize = 20;
+/// Interleaved rounds; the fastest of each variant counts.
+const ROUNDS: usize = 3;
+
+fn template(name: &str, hook: Option<(&str, &str)>) -> CompiledTemplate {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/examples");
+    let dir = std::env::temp_dir().join(format!("colloquy-bench-hooks-{name}"));
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let mut yaml = format!(
+        r#"apiVersion: colloquy.dev/v1
+kind: ConversationTemplate
+metadata: {{ name: {name}, version: 1.0.0 }}
+spec:
+  roles: {{ participants: {{ min: 1, max: 1 }} }}
+  messages:
+    request:
+      schema:
+        type: object
+        required: [amount, purpose]
+        properties: {{ amount: {{ type: integer }}, purpose: {{ type: string }} }}
+  thread:
+    initial: open
+    on_expiry: done
+    states:
+      open: {{ transitions: [{{ performative: request, from: initiator, to: open }}, {{ performative: inform, from: participant, to: done }}] }}
+      done: {{ terminal: success }}
+"#
+    );
+    if let Some((module, config)) = hook {
+        let source: PathBuf = examples.join(module);
+        assert!(
+            source.is_file(),
+            "{} is missing: run templates/examples/build.sh first",
+            source.display()
+        );
+        std::fs::copy(&source, dir.join("hook.wasm")).expect("copy module");
+        yaml.push_str(&format!(
+            "  hooks: {{ module: hook.wasm, events: [on_message], config: {config} }}\n"
+        ));
+    }
+    let file = dir.join("template.yaml");
+    std::fs::write(&file, yaml).expect("write template");
+    TemplateCompiler::new()
+        .compile_file(&file)
+        .unwrap_or_else(|diagnostics| panic!("{diagnostics}"))
+}
+
+async fn messages_per_second(engine: &Engine, template: &str, messages: usize) -> f64 {
+    let request = SendMessage::new("request", json!({"amount": 1200, "purpose": "a new car"}));
+    let began = Instant::now();
+    let mut sent = 0;
+    while sent < messages {
+        let start = StartConversation {
+            template: template.to_owned(),
+            participants: vec!["bank".to_owned()],
+            parameters: json!({}),
+            ..StartConversation::default()
+        };
+        let view = engine.start("desk", start).await.expect("start");
+        for _ in 0..MESSAGES_PER_CONVERSATION {
+            engine
+                .send(&view.id, "desk", request.clone())
+                .await
+                .expect("send");
+        }
+        sent += MESSAGES_PER_CONVERSATION;
+    }
+    sent as f64 / began.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let messages = std::env::args()
+        .skip_while(|arg| arg != "--messages")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200_000);
+    let variants = [
+        ("no-hook", None),
+        (
+            "c-trivial",
+            Some(("../../target/hooks/trivial_hook.wasm", "{}")),
+        ),
+        (
+            "c-guard",
+            Some(("amount-guard/amount_guard.wasm", "{ max_amount: 100000 }")),
+        ),
+        (
+            "rust-hook",
+            Some((
+                "credit-assessment/credit_assessment.wasm",
+                "{ max_amount: 100000 }",
+            )),
+        ),
+    ];
+    let templates: Vec<Arc<CompiledTemplate>> = variants
+        .iter()
+        .map(|(name, hook)| Arc::new(template(name, *hook)))
+        .collect();
+    let runtime = Arc::new(
+        HookRuntime::new(HookRuntimeConfig {
+            cache_dir: None,
+            ..HookRuntimeConfig::default()
+        })
+        .expect("hook runtime"),
+    );
+    for template in &templates {
+        runtime.prepare(template).expect("hook loads");
+    }
+    let engine = Engine::new(
+        Arc::new(Catalog::new(templates.iter().cloned())),
+        Arc::new(MemoryStore::new()),
+        Arc::new(SystemClock),
+        EngineConfig::default(),
+    )
+    .with_hooks(runtime);
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let mut best = [0.0f64; 4];
+    tokio.block_on(async {
+        // Warm-up: instances created, caches filled.
+        for (name, _) in &variants {
+            messages_per_second(&engine, name, 2_000).await;
+        }
+        for _ in 0..ROUNDS {
+            for (index, (name, _)) in variants.iter().enumerate() {
+                let rate = messages_per_second(&engine, name, messages).await;
+                best[index] = best[index].max(rate);
+            }
+        }
+    });
+    let base_us = 1e6 / best[0];
+    println!("hooks bench: {messages} messages per round, best of {ROUNDS}, one thread");
+    println!(
+        "  {:<10} {:>12.0} msg/s  {:>7.2} µs/msg",
+        variants[0].0, best[0], base_us
+    );
+    for index in 1..variants.len() {
+        let us = 1e6 / best[index];
+        println!(
+            "  {:<10} {:>12.0} msg/s  {:>7.2} µs/msg  (+{:.2} µs, {:.0}% of no-hook throughput)",
+            variants[index].0,
+            best[index],
+            us,
+            us - base_us,
+            100.0 * best[index] / best[0]
+        );
+    }
+}

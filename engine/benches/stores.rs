@@ -1,0 +1,365 @@
+//! Messages per second of request conversations per store backend, as ratios to the memory
+//! store measured in the same run. Run with `cargo bench -p colloquy-engine --bench stores`.
+//!
+//! A request conversation is three messages: `request` (sent with the start call), `agree`,
+//! `inform`. Two workloads per backend, both with `--clients` (default 64) concurrent
+//! clients each driving one conversation at a time:
+//! - in-process: the clients call the [`Engine`] directly;
+//! - HTTP: the clients are keep-alive HTTP/1.1 connections (reqwest) to the service
+//!   (`api::launch`) on 127.0.0.1, in the same process.
+//!
+//! Backends: memory; SQLite in a temporary file (WAL, group commit) with `synchronous =
+//! FULL` (the default: on disk before the answer) and `NORMAL` (in the OS before the answer:
+//! survives `kill -9`, not power loss); Redis, a `redis-server` this benchmark starts from
+//! `PATH` with `appendfsync always` (the counterpart of FULL) and then `everysec` (of
+//! NORMAL), or the one `COLLOQUY_BENCH_REDIS` names (as configured). Without either, Redis
+//! is left out and the output says so.
+//!
+//! Arguments: `--conversations N` (in-process, per backend; default 20 000), `--seconds S`
+//! (HTTP, per backend; default 5), `--clients C`.
+
+use std::net::TcpListener as StdListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use colloquy_engine::api::{self, ServiceOptions};
+use colloquy_engine::store::{
+    ConversationStore, MemoryStore, RedisStore, SqliteStore, Synchronous,
+};
+use colloquy_engine::{Engine, EngineConfig, SystemClock};
+use colloquy_policy::{Catalog, TemplateCompiler};
+use colloquy_protocol::message::{SendMessage, StartConversation};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const REQUEST: &str = r#"{"performative":"request","content":{"action":"book-room","room":"4.12","from":"2026-12-01T09:00:00Z","minutes":60}}"#;
+const AGREE: &str = r#"{"performative":"agree","content":{"eta_ms":500}}"#;
+const INFORM: &str = r#"{"performative":"inform","content":{"done":true,"booking":"B-1042"}}"#;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn catalog() -> Catalog {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let templates = TemplateCompiler::new()
+        .compile_dir(&dir)
+        .expect("built-in templates compile");
+    Catalog::new(templates.into_iter().map(Arc::new))
+}
+
+fn parse(json: &str) -> SendMessage {
+    serde_json::from_str(json).expect("bench message parses")
+}
+
+fn start_request(participant: &str) -> StartConversation {
+    StartConversation {
+        template: "fipa-request".to_owned(),
+        participants: vec![participant.to_owned()],
+        message: Some(parse(REQUEST)),
+        ..StartConversation::default()
+    }
+}
+
+/// Messages/s with `clients` tasks sharing `conversations` conversations.
+async fn in_process(
+    store: Arc<dyn ConversationStore>,
+    conversations: usize,
+    clients: usize,
+) -> f64 {
+    let engine = Arc::new(Engine::new(
+        Arc::new(catalog()),
+        store,
+        Arc::new(SystemClock),
+        EngineConfig::default(),
+    ));
+    let next = Arc::new(AtomicUsize::new(0));
+    let began = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (engine, next) = (engine.clone(), next.clone());
+            tokio::spawn(async move {
+                let initiator = format!("a{client}");
+                let participant = format!("b{client}");
+                while next.fetch_add(1, Ordering::Relaxed) < conversations {
+                    let view = engine
+                        .start(&initiator, start_request(&participant))
+                        .await
+                        .expect("start");
+                    for json in [AGREE, INFORM] {
+                        engine
+                            .send(&view.id, &participant, parse(json))
+                            .await
+                            .expect("send");
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client");
+    }
+    (conversations * 3) as f64 / began.elapsed().as_secs_f64()
+}
+
+/// Messages/s over HTTP for `seconds`, after a one-second warm-up.
+async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usize) -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let options = ServiceOptions {
+        store: Some(store),
+        ..ServiceOptions::default()
+    };
+    let service = api::launch(catalog(), listener, options).expect("launch");
+    let url = service.url();
+    let counting = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let messages = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (url, counting, stop, messages) = (
+                url.clone(),
+                counting.clone(),
+                stop.clone(),
+                messages.clone(),
+            );
+            tokio::spawn(async move {
+                let http = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .tcp_nodelay(true)
+                    .build()
+                    .expect("client");
+                let (initiator, participant) = (format!("a{client}"), format!("b{client}"));
+                while !stop.load(Ordering::Relaxed) {
+                    let view: serde_json::Value = http
+                        .post(format!("{url}/v1/conversations"))
+                        .header("X-Agent-Id", &initiator)
+                        .json(&start_request(&participant))
+                        .send()
+                        .await
+                        .and_then(|r| r.error_for_status())
+                        .expect("start")
+                        .json()
+                        .await
+                        .expect("view");
+                    let id = view["id"].as_str().expect("id").to_owned();
+                    for json in [AGREE, INFORM] {
+                        http.post(format!("{url}/v1/conversations/{id}/messages"))
+                            .header("X-Agent-Id", &participant)
+                            .header("content-type", "application/json")
+                            .body(json)
+                            .send()
+                            .await
+                            .and_then(|r| r.error_for_status())
+                            .expect("send");
+                    }
+                    if counting.load(Ordering::Relaxed) {
+                        messages.fetch_add(3, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    counting.store(true, Ordering::Relaxed);
+    let began = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let rate = messages.load(Ordering::Relaxed) as f64 / began.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("client");
+    }
+    drop(service);
+    rate
+}
+
+/// A `redis-server` for the run, stopped on drop.
+struct RedisServer {
+    child: Child,
+    dir: PathBuf,
+    url: String,
+}
+
+impl RedisServer {
+    fn start() -> Option<RedisServer> {
+        let port = StdListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .ok()?
+            .port();
+        let dir = std::env::temp_dir().join(format!("colloquy-bench-redis-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        Some(RedisServer {
+            child,
+            dir,
+            url: format!("redis://127.0.0.1:{port}"),
+        })
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // Best effort: the process may have exited already.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn redis_store(url: &str, run: &str) -> Option<Arc<dyn ConversationStore>> {
+    // The server may take a moment to accept connections.
+    for _ in 0..50 {
+        let prefix = format!("colloquy-bench:{run}:{}", uuid::Uuid::now_v7());
+        if let Ok(store) = RedisStore::connect_with_prefix(url, &prefix).await {
+            return Some(Arc::new(store));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+fn sqlite_store(dir: &Path, run: &str, synchronous: Synchronous) -> Arc<dyn ConversationStore> {
+    Arc::new(
+        SqliteStore::open_with(dir.join(format!("{run}.db")), synchronous).expect("open SQLite"),
+    )
+}
+
+/// Switches the benchmark's own Redis between fsync policies (best effort: an error leaves
+/// the policy as it was, and the row says which was asked for).
+async fn set_appendfsync(url: &str, policy: &str) {
+    let Ok(client) = ::redis::Client::open(url) else {
+        return;
+    };
+    if let Ok(mut connection) = client.get_multiplexed_async_connection().await {
+        let result: Result<(), _> = ::redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendfsync")
+            .arg(policy)
+            .query_async(&mut connection)
+            .await;
+        if let Err(error) = result {
+            println!("could not set appendfsync {policy}: {error}");
+        }
+    }
+}
+
+fn main() {
+    let conversations = arg("--conversations", 20_000);
+    let seconds = arg("--seconds", 5) as u64;
+    let clients = arg("--clients", 64);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = std::env::temp_dir().join(format!("colloquy-bench-sqlite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let spawned = match std::env::var("COLLOQUY_BENCH_REDIS") {
+        Ok(_) => None,
+        Err(_) => RedisServer::start(),
+    };
+    let redis_url = std::env::var("COLLOQUY_BENCH_REDIS")
+        .ok()
+        .or_else(|| spawned.as_ref().map(|server| server.url.clone()));
+
+    let spawned = &spawned;
+    let rows = runtime.block_on(async {
+        // Warm-up: code paths and allocator.
+        in_process(Arc::new(MemoryStore::new()), 2_000, clients).await;
+        let mut rows: Vec<(&str, f64, f64)> = Vec::new();
+        let memory = (
+            in_process(Arc::new(MemoryStore::new()), conversations, clients).await,
+            over_http(Arc::new(MemoryStore::new()), seconds, clients).await,
+        );
+        rows.push(("memory", memory.0, memory.1));
+        for (name, synchronous) in [
+            ("sqlite (synchronous=FULL)", Synchronous::Full),
+            ("sqlite (synchronous=NORMAL)", Synchronous::Normal),
+        ] {
+            let run = format!("{synchronous:?}");
+            let sqlite = (
+                in_process(
+                    sqlite_store(&dir, &format!("{run}-in"), synchronous),
+                    conversations,
+                    clients,
+                )
+                .await,
+                over_http(
+                    sqlite_store(&dir, &format!("{run}-http"), synchronous),
+                    seconds,
+                    clients,
+                )
+                .await,
+            );
+            rows.push((name, sqlite.0, sqlite.1));
+        }
+        if let Some(url) = &redis_url {
+            for (name, fsync) in [
+                ("redis (appendfsync always)", "always"),
+                ("redis (appendfsync everysec)", "everysec"),
+            ] {
+                if spawned.is_some() {
+                    set_appendfsync(url, fsync).await;
+                }
+                match (
+                    redis_store(url, "in-process").await,
+                    redis_store(url, "http").await,
+                ) {
+                    (Some(a), Some(b)) => {
+                        let redis = (
+                            in_process(a, conversations, clients).await,
+                            over_http(b, seconds, clients).await,
+                        );
+                        rows.push((name, redis.0, redis.1));
+                    }
+                    _ => println!("redis at {url} unreachable: left out"),
+                }
+            }
+        } else {
+            println!("no redis-server on PATH and no COLLOQUY_BENCH_REDIS: redis left out");
+        }
+        rows
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!(
+        "request conversations (3 messages each), {clients} concurrent clients; \
+         in-process {conversations} conversations, HTTP {seconds}s per backend"
+    );
+    println!(
+        "{:<28} {:>14} {:>8} {:>14} {:>8}",
+        "backend", "in-process/s", "ratio", "HTTP msg/s", "ratio"
+    );
+    let (memory_in, memory_http) = (rows[0].1, rows[0].2);
+    for (name, inside, http) in &rows {
+        println!(
+            "{name:<28} {inside:>14.0} {:>7.2}x {http:>14.0} {:>7.2}x",
+            inside / memory_in,
+            http / memory_http
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! Who is calling. With an agents file (`colloquy serve --agents FILE`) every request carries
+//! `Authorization: Bearer <token>` and the token alone says which agent it is; without one
+//! the server runs in open development mode, where the `X-Agent-Id` header names the caller.
+//!
+//! The agents file is YAML and rejects unknown fields:
+//!
+//! ```yaml
+//! admin_token: "s3cret-admin"        # optional: reads everything, acts as no agent
+//! agents:
+//!   - id: alice
+//!     token: "alice-token"
+//!   - id: bob
+//!     token: "bob-token"
+//!     webhook: "http://127.0.0.1:9000/bob"   # optional push delivery
+//! ```
+//!
+//! Tokens are kept as SHA-256 digests, so a lookup's timing says nothing about a stored token.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+use colloquy_protocol::message::AgentId;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// The header naming the caller in open development mode.
+pub const AGENT_HEADER: &str = "x-agent-id";
+/// Longest agent id accepted from a header or the agents file.
+pub const MAX_AGENT_ID_LEN: usize = 128;
+
+/// The agents file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsFile {
+    /// The administrator's token, if there is one.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// The agents.
+    pub agents: Vec<AgentEntry>,
+}
+
+/// One agent of the agents file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentEntry {
+    /// Its id.
+    pub id: String,
+    /// Its bearer token.
+    pub token: String,
+    /// Where to push its inbox messages as well, if anywhere.
+    #[serde(default)]
+    pub webhook: Option<String>,
+}
+
+/// Why an agents file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentsFileError {
+    /// Unreadable.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not an agents file.
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Why, with line and column.
+        source: serde_norway::Error,
+    },
+    /// Parsed, but inconsistent.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A caller the server recognised.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// An agent: it acts and reads as itself.
+    Agent(AgentId),
+    /// The administrator: reads everything, is no agent, so it sends nothing.
+    Admin,
+}
+
+impl Caller {
+    /// The agent, or 403 for the administrator (who is nobody in a conversation).
+    pub fn agent(&self) -> Result<&AgentId, ApiError> {
+        match self {
+            Caller::Agent(agent) => Ok(agent),
+            Caller::Admin => Err(ApiError::Forbidden(
+                "the admin token names no agent; act with an agent's token".into(),
+            )),
+        }
+    }
+
+    /// Who reads: `None` for the administrator, who may read everything.
+    pub fn viewer(&self) -> Option<&str> {
+        match self {
+            Caller::Agent(agent) => Some(agent),
+            Caller::Admin => None,
+        }
+    }
+}
+
+type Digest32 = [u8; 32];
+
+fn digest(token: &str) -> Digest32 {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// How callers are identified.
+#[derive(Clone, Debug)]
+pub enum Identity {
+    /// Development mode: `X-Agent-Id` names the caller, nobody is checked.
+    Open,
+    /// Bearer tokens from an agents file.
+    Tokens {
+        /// Token digest → caller.
+        callers: HashMap<Digest32, Caller>,
+        /// Agent → webhook URL.
+        webhooks: HashMap<AgentId, String>,
+    },
+}
+
+impl Identity {
+    /// Reads an agents file.
+    pub fn from_file(path: &Path) -> Result<Identity, AgentsFileError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| AgentsFileError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Identity::from_yaml(&text, &shown)
+    }
+
+    /// Reads the text of an agents file; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Identity, AgentsFileError> {
+        let file: AgentsFile =
+            serde_norway::from_str(text).map_err(|source| AgentsFileError::Parse {
+                path: origin.to_owned(),
+                source,
+            })?;
+        Identity::from_agents(file).map_err(|message| AgentsFileError::Invalid {
+            path: origin.to_owned(),
+            message,
+        })
+    }
+
+    /// The identity an agents file describes; an error names the first inconsistency.
+    pub fn from_agents(file: AgentsFile) -> Result<Identity, String> {
+        let mut callers = HashMap::new();
+        let mut webhooks = HashMap::new();
+        if let Some(token) = &file.admin_token {
+            if token.is_empty() {
+                return Err("admin_token is empty".into());
+            }
+            callers.insert(digest(token), Caller::Admin);
+        }
+        for (index, agent) in file.agents.into_iter().enumerate() {
+            if !valid_agent_id(&agent.id) {
+                return Err(format!(
+                    "agents[{index}].id `{}` is not 1 to {MAX_AGENT_ID_LEN} characters of A-Z a-z 0-9 - _ . :",
+                    agent.id
+                ));
+            }
+            if agent.token.is_empty() {
+                return Err(format!("agents[{index}].token is empty"));
+            }
+            let id = AgentId::from(agent.id.as_str());
+            if callers
+                .insert(digest(&agent.token), Caller::Agent(id.clone()))
+                .is_some()
+            {
+                return Err(format!("agents[{index}].token is used twice"));
+            }
+            if let Some(url) = agent.webhook {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!("agents[{index}].webhook is not an http(s) URL"));
+                }
+                webhooks.insert(id, url);
+            }
+        }
+        Ok(Identity::Tokens { callers, webhooks })
+    }
+
+    /// Agents with a webhook URL.
+    pub fn webhooks(&self) -> HashMap<AgentId, String> {
+        match self {
+            Identity::Open => HashMap::new(),
+            Identity::Tokens { webhooks, .. } => webhooks.clone(),
+        }
+    }
+
+    /// Who the request's headers say the caller is.
+    pub fn identify(&self, parts: &Parts) -> Result<Caller, ApiError> {
+        match self {
+            Identity::Open => {
+                let agent = parts
+                    .headers
+                    .get(AGENT_HEADER)
+                    .ok_or_else(|| {
+                        ApiError::Unauthenticated(
+                            "open development mode: name the caller with the X-Agent-Id header"
+                                .into(),
+                        )
+                    })?
+                    .to_str()
+                    .ok()
+                    .filter(|id| valid_agent_id(id))
+                    .ok_or_else(|| {
+                        ApiError::Unauthenticated(format!(
+                            "X-Agent-Id is not 1 to {MAX_AGENT_ID_LEN} characters of A-Z a-z 0-9 - _ . :"
+                        ))
+                    })?;
+                Ok(Caller::Agent(AgentId::from(agent)))
+            }
+            Identity::Tokens { callers, .. } => {
+                let token = parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|value| value.to_str().ok())
+                    .and_then(|value| value.strip_prefix("Bearer "))
+                    .ok_or_else(|| {
+                        ApiError::Unauthenticated("missing `Authorization: Bearer` token".into())
+                    })?;
+                callers
+                    .get(&digest(token.trim()))
+                    .cloned()
+                    .ok_or_else(|| ApiError::Unauthenticated("unknown bearer token".into()))
+            }
+        }
+    }
+}
+
+/// Agent ids follow the conversation id alphabet, so they are safe in paths and logs.
+pub fn valid_agent_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_AGENT_ID_LEN
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
+        state.identity().identify(parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(yaml: &str) -> Result<Identity, String> {
+        let file: AgentsFile = serde_norway::from_str(yaml).map_err(|e| e.to_string())?;
+        Identity::from_agents(file)
+    }
+
+    #[test]
+    fn unknown_fields_and_reused_tokens_are_refused() {
+        assert!(
+            file("agents: [{id: a, token: t, sender: x}]")
+                .unwrap_err()
+                .contains("unknown field")
+        );
+        assert!(
+            file("agents: [{id: a, token: t}, {id: b, token: t}]")
+                .unwrap_err()
+                .contains("used twice")
+        );
+        assert!(file("agents: [{id: 'a b', token: t}]").is_err());
+    }
+
+    #[test]
+    fn tokens_name_their_agents() {
+        let identity = file("admin_token: root\nagents: [{id: alice, token: t1}]").expect("valid");
+        let parts = |value: &str| {
+            axum::http::Request::builder()
+                .header("authorization", value)
+                .body(())
+                .expect("request")
+                .into_parts()
+                .0
+        };
+        assert_eq!(
+            identity.identify(&parts("Bearer t1")).expect("known"),
+            Caller::Agent("alice".into())
+        );
+        assert_eq!(
+            identity.identify(&parts("Bearer root")).expect("known"),
+            Caller::Admin
+        );
+        assert!(identity.identify(&parts("Bearer nope")).is_err());
+    }
+}

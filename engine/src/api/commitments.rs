@@ -1,0 +1,90 @@
+//! Commitments: who owes what to whom, and the two ways out of one (the creditor releases,
+//! the debtor cancels).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use colloquy_protocol::api::CommitmentList;
+use colloquy_protocol::conversation::{CommitmentState, CommitmentView};
+use serde::Deserialize;
+
+use super::AppState;
+use super::auth::Caller;
+use super::error::ApiError;
+use super::extract::QueryParams;
+
+/// Which side of a commitment an agent is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Owes it.
+    Debtor,
+    /// Is owed it.
+    Creditor,
+}
+
+/// Query of `GET /v1/commitments`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitmentQuery {
+    agent: Option<String>,
+    role: Option<Role>,
+    state: Option<CommitmentState>,
+}
+
+/// `GET /v1/commitments?agent=&role=debtor|creditor&state=`: an agent's commitments (the
+/// caller's own; the administrator names any agent).
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    QueryParams(query): QueryParams<CommitmentQuery>,
+) -> Result<Json<CommitmentList>, ApiError> {
+    let agent = match (&caller, query.agent) {
+        (Caller::Agent(me), Some(agent)) if **me != *agent => {
+            return Err(ApiError::Forbidden(format!(
+                "`{me}` may list only its own commitments, not `{agent}`'s"
+            )));
+        }
+        (_, Some(agent)) => agent,
+        (Caller::Agent(me), None) => me.to_string(),
+        (Caller::Admin, None) => {
+            return Err(ApiError::BadRequest {
+                code: "invalid_query",
+                message: "name the agent whose commitments to list: ?agent=".into(),
+                pointer: None,
+            });
+        }
+    };
+    // Also the conversations this node has not loaded (after a restart, or on another node).
+    let mut commitments = state.engine().commitments(&agent).await?;
+    commitments.retain(|c| {
+        let role = match query.role {
+            None => true,
+            Some(Role::Debtor) => *c.debtor == *agent,
+            Some(Role::Creditor) => *c.creditor == *agent,
+        };
+        role && query.state.is_none_or(|s| c.state == s)
+    });
+    commitments.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(Json(CommitmentList { commitments }))
+}
+
+/// `POST /v1/commitments/{id}/release`: the creditor waives it. The id contains a `/`, so
+/// clients percent-encode it (`%2F`).
+pub async fn release(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<CommitmentView>, ApiError> {
+    let agent = caller.agent()?;
+    Ok(Json(state.engine().release_commitment(&id, agent).await?))
+}
+
+/// `POST /v1/commitments/{id}/cancel`: the debtor withdraws from it.
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<CommitmentView>, ApiError> {
+    let agent = caller.agent()?;
+    Ok(Json(state.engine().cancel_commitment(&id, agent).await?))
+}

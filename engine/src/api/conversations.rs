@@ -1,0 +1,128 @@
+//! Starting, messaging, reading and listing conversations.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use colloquy_protocol::api::ConversationPage;
+use colloquy_protocol::conversation::{ConversationStatus, ConversationView, SendReceipt};
+use colloquy_protocol::message::{SendMessage, StartConversation};
+use serde::Deserialize;
+use tracing::Instrument as _;
+
+use super::AppState;
+use super::auth::Caller;
+use super::error::ApiError;
+use super::extract::{JsonBody, QueryParams};
+use crate::listing::ConversationFilter;
+
+/// Page size of `GET /v1/conversations` when the caller names none.
+pub const DEFAULT_PAGE: usize = 50;
+
+/// `POST /v1/conversations` → 201 with the conversation view.
+pub async fn start(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(request): JsonBody<StartConversation>,
+) -> Result<Response, ApiError> {
+    let agent = caller.agent()?;
+    let span = tracing::info_span!(
+        "conversation",
+        id = request.conversation_id.as_deref().unwrap_or("(new)"),
+        template = %request.template,
+    );
+    let opening = request.message.as_ref().map(|m| m.performative.clone());
+    let result = state
+        .engine()
+        .start(agent, request)
+        .instrument(span.clone())
+        .await;
+    let view: ConversationView = match result {
+        Ok(view) => view,
+        Err(error) => {
+            if let Some(performative) = opening {
+                state.metrics().refused(None, &performative, error.code());
+            }
+            span.in_scope(|| tracing::debug!(%error, "start refused"));
+            return Err(error.into());
+        }
+    };
+    span.in_scope(|| tracing::debug!(conversation = %view.id, "started"));
+    let mut response = (StatusCode::CREATED, Json(&view)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/conversations/{}", view.id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// `POST /v1/conversations/{id}/messages` → 202 with the receipt.
+pub async fn send(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(message): JsonBody<SendMessage>,
+) -> Result<(StatusCode, Json<SendReceipt>), ApiError> {
+    let agent = caller.agent()?;
+    let span = tracing::info_span!("conversation", id = %id);
+    let performative = message.performative.clone();
+    match state
+        .engine()
+        .send(&id, agent, message)
+        .instrument(span)
+        .await
+    {
+        Ok(receipt) => Ok((StatusCode::ACCEPTED, Json(receipt))),
+        Err(error) => {
+            let template = state.metrics().template_of(&id);
+            state
+                .metrics()
+                .refused(template, &performative, error.code());
+            Err(error.into())
+        }
+    }
+}
+
+/// `GET /v1/conversations/{id}`: the whole conversation, for its parties and observers.
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ConversationView>, ApiError> {
+    let view = state.engine().view(&id, caller.viewer()).await?;
+    Ok(Json(view))
+}
+
+/// Query of `GET /v1/conversations`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    participant: Option<String>,
+    state: Option<ConversationStatus>,
+    template: Option<String>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/conversations?participant=&state=&template=&cursor=&limit=`: the conversations
+/// the caller may read, by id, a page at a time.
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Result<Json<ConversationPage>, ApiError> {
+    let filter = ConversationFilter {
+        participant: query.participant,
+        status: query.state,
+        template: query.template,
+        after: query.cursor,
+        limit: query.limit.unwrap_or(DEFAULT_PAGE),
+    };
+    let (conversations, more) = state.engine().list(caller.viewer(), &filter).await;
+    let next_cursor = more
+        .then(|| conversations.last().map(|c| c.id.to_string()))
+        .flatten();
+    Ok(Json(ConversationPage {
+        conversations,
+        next_cursor,
+    }))
+}

@@ -1,0 +1,154 @@
+//! Request extractors whose failures are [`ApiError`]s: JSON bodies that name where they
+//! are wrong, query strings, and the body size limit.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// Largest request body accepted: well above any message or start request the built-in
+/// templates expect (their context caps are a few KiB), small enough that one request cannot
+/// hold much memory.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// A JSON body. Syntax errors answer 400 `malformed_json` with the line and column; a body
+/// of the wrong shape (a missing, unknown or mistyped field) answers 400 `invalid_body` with
+/// a JSON pointer to the field; an oversized body answers 413.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T, S> FromRequest<S> for JsonBody<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::TooLarge(MAX_BODY_BYTES)
+                } else {
+                    ApiError::BadRequest {
+                        code: "unreadable_body",
+                        message: rejection.body_text(),
+                        pointer: None,
+                    }
+                }
+            })?;
+        parse(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses a JSON body, reporting where it is wrong.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let pointer = pointer(error.path());
+        let inner = error.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data => ApiError::BadRequest {
+                code: "invalid_body",
+                message: format!("{}: {inner}", pointer.as_deref().unwrap_or("body")),
+                pointer,
+            },
+            _ => ApiError::BadRequest {
+                code: "malformed_json",
+                message: format!("request body is not JSON: {inner}"),
+                pointer: None,
+            },
+        }
+    })?;
+    // Trailing characters after the document.
+    deserializer.end().map_err(|error| ApiError::BadRequest {
+        code: "malformed_json",
+        message: format!("request body is not JSON: {error}"),
+        pointer: None,
+    })?;
+    Ok(value)
+}
+
+/// The serde path as a JSON pointer (RFC 6901), `None` for the whole document.
+fn pointer(path: &serde_path_to_error::Path) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                out.push('/');
+                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Enum { variant } => {
+                out.push('/');
+                out.push_str(variant);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A query string; a malformed one answers 400 `invalid_query`.
+#[derive(Debug)]
+pub struct QueryParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for QueryParams<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(value)| QueryParams(value))
+            .map_err(|rejection| ApiError::BadRequest {
+                code: "invalid_query",
+                message: rejection.body_text(),
+                pointer: None,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use colloquy_protocol::message::StartConversation;
+
+    use super::*;
+
+    fn bad(body: &str) -> (String, Option<String>) {
+        match parse::<StartConversation>(body.as_bytes()) {
+            Err(ApiError::BadRequest { code, pointer, .. }) => (code.to_owned(), pointer),
+            other => panic!("expected a bad request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn syntax_errors_are_malformed_json() {
+        assert_eq!(bad("{\"template\": ").0, "malformed_json");
+        let trailing = r#"{"template": "t", "participants": []} trailing"#;
+        assert_eq!(bad(trailing).0, "malformed_json");
+    }
+
+    #[test]
+    fn wrong_fields_are_named_by_pointer() {
+        let (code, pointer) = bad(r#"{"template": "t", "participants": [1]}"#);
+        assert_eq!(code, "invalid_body");
+        assert_eq!(pointer.as_deref(), Some("/participants/0"));
+        let (code, pointer) = bad(
+            r#"{"template": "t", "participants": [], "message": {"performative": "inform", "sender": "x"}}"#,
+        );
+        assert_eq!(code, "invalid_body");
+        assert_eq!(
+            pointer.as_deref(),
+            Some("/message/sender"),
+            "unknown fields are named"
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! The HTTP service under `/v1` (axum): the only place axum appears.
+//!
+//! # Layout
+//! - [`router`]: every route, as a function of the shared [`AppState`].
+//! - [`error`]: [`ApiError`], the one error type, mapping failures to status codes.
+//! - [`extract`]: JSON bodies and query strings whose failures say where they are wrong.
+//! - [`auth`]: who the caller is (bearer tokens from an agents file, or open mode).
+//! - [`conversations`]: start, send, read and list conversations.
+//! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
+//!   long-poll inbox.
+//! - [`commitments`]: listing, releasing and cancelling commitments.
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/v1/openapi.json`.
+//! - [`policy`]: the policy manager's API (templates, uploads, change feed, status), served
+//!   alone or merged into this service.
+//! - [`server`]: putting it together: engine, scheduler, webhooks, listener.
+//! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
+
+pub mod auth;
+pub mod commitments;
+pub mod conversations;
+pub mod echo;
+pub mod error;
+pub mod extract;
+pub mod ops;
+pub mod policy;
+pub mod server;
+pub mod streams;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{MethodRouter, get, post};
+use tokio::sync::watch;
+
+pub use auth::{Caller, Identity};
+pub use error::ApiError;
+pub use server::{RunningService, ServiceOptions, launch};
+
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+struct Shared {
+    engine: Arc<Engine>,
+    identity: Identity,
+    metrics: Arc<Metrics>,
+    templates: Vec<String>,
+    /// Flips to `true` at shutdown so streams end and connections can drain.
+    closing: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// State over this engine. `templates` are the names `/readyz` reports; `closing`
+    /// turning `true` ends every open stream.
+    pub fn new(
+        engine: Arc<Engine>,
+        identity: Identity,
+        metrics: Arc<Metrics>,
+        templates: Vec<String>,
+        closing: watch::Receiver<bool>,
+    ) -> AppState {
+        AppState(Arc::new(Shared {
+            engine,
+            identity,
+            metrics,
+            templates,
+            closing,
+        }))
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.0.engine
+    }
+
+    /// How callers are identified.
+    pub fn identity(&self) -> &Identity {
+        &self.0.identity
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.0.metrics
+    }
+
+    fn closing(&self) -> watch::Receiver<bool> {
+        self.0.closing.clone()
+    }
+}
+
+/// The routes of the service, built from [`routes`].
+pub fn router(state: AppState) -> Router {
+    routes()
+        .into_iter()
+        .fold(Router::new(), |router, route| {
+            router.route(route.path, route.handler)
+        })
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// One route: a method on a path (OpenAPI path syntax, which axum 0.8 shares).
+pub struct Route {
+    /// Lowercase HTTP method, as OpenAPI spells it.
+    pub method: &'static str,
+    /// The path.
+    pub path: &'static str,
+    /// What serves it.
+    pub handler: MethodRouter<AppState>,
+}
+
+fn route(method: &'static str, path: &'static str, handler: MethodRouter<AppState>) -> Route {
+    Route {
+        method,
+        path,
+        handler,
+    }
+}
+
+/// Every route [`router`] serves. `/v1/openapi.json` must document exactly these (a test
+/// compares the two).
+pub fn routes() -> Vec<Route> {
+    vec![
+        route("post", "/v1/conversations", post(conversations::start)),
+        route("get", "/v1/conversations", get(conversations::list)),
+        route("get", "/v1/conversations/{id}", get(conversations::show)),
+        route(
+            "post",
+            "/v1/conversations/{id}/messages",
+            post(conversations::send),
+        ),
+        route("get", "/v1/conversations/{id}/events", get(streams::events)),
+        route("get", "/v1/agents/{id}/inbox", get(streams::inbox)),
+        route("get", "/v1/agents/{id}/inbox/poll", get(streams::poll)),
+        route("get", "/v1/commitments", get(commitments::list)),
+        route(
+            "post",
+            "/v1/commitments/{id}/release",
+            post(commitments::release),
+        ),
+        route(
+            "post",
+            "/v1/commitments/{id}/cancel",
+            post(commitments::cancel),
+        ),
+        route("get", "/v1/openapi.json", get(ops::openapi)),
+        route("get", "/healthz", get(ops::healthz)),
+        route("get", "/readyz", get(ops::readyz)),
+        route("get", "/metrics", get(ops::metrics)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::engine::EngineConfig;
+    use crate::store::MemoryStore;
+
+    fn app() -> Router {
+        let engine = Arc::new(Engine::new(
+            Arc::new(colloquy_policy::Catalog::default()),
+            Arc::new(MemoryStore::new()),
+            Arc::new(ManualClock::new(0)),
+            EngineConfig::default(),
+        ));
+        let (_, closing) = watch::channel(false);
+        router(AppState::new(
+            engine,
+            Identity::Open,
+            Arc::new(Metrics::new()),
+            Vec::new(),
+            closing,
+        ))
+    }
+
+    async fn answer(request: Request<Body>) -> (StatusCode, serde_json::Value) {
+        let response = app().oneshot(request).await.expect("infallible service");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, serde_json::from_slice(&bytes).expect("a JSON body"))
+    }
+
+    #[tokio::test]
+    async fn errors_outside_handlers_are_json_too() {
+        let request = Request::get("/v1/conversations").body(Body::empty());
+        let (status, body) = answer(request.expect("request")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(body["error"]["code"], "unauthenticated");
+        let request = Request::get("/v2/anything").body(Body::empty());
+        let (status, body) = answer(request.expect("request")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["error"]["code"], "not_found");
+        let request = Request::put("/healthz").body(Body::empty());
+        let (status, body) = answer(request.expect("request")).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(body["error"]["code"], "method_not_allowed");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_template_is_a_404_naming_it() {
+        let request = Request::post("/v1/conversations")
+            .header("x-agent-id", "alice")
+            .body(Body::from(
+                r#"{"template": "nope", "participants": ["bob"]}"#,
+            ));
+        let (status, body) = answer(request.expect("request")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["error"]["code"], "unknown_template");
+    }
+}

@@ -1,0 +1,186 @@
+//! Putting the service together: a metered store, the engine and its scheduler, webhook
+//! delivery, and the router on a listener, with a graceful shutdown.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt as _;
+use colloquy_policy::Catalog;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tower_http::trace::TraceLayer;
+
+use super::{AppState, Identity, router};
+use crate::clock::{Clock, SystemClock};
+use crate::delivery;
+use crate::engine::{Engine, EngineConfig, TemplateSource};
+use crate::metrics::{MeteredStore, Metrics};
+use crate::store::{ConversationStore, MemoryStore};
+
+/// How often the scheduler looks for due deadlines: the granularity of every deadline
+/// (a reply-by fires at most this late), cheap with the memory store's ordered index.
+pub const SCHEDULER_PERIOD: Duration = Duration::from_millis(50);
+
+/// How a service is set up.
+pub struct ServiceOptions {
+    /// Who may call.
+    pub identity: Identity,
+    /// The engine's clock.
+    pub clock: Arc<dyn Clock>,
+    /// Engine settings.
+    pub engine: EngineConfig,
+    /// Scheduler period.
+    pub scheduler_period: Duration,
+    /// The store; the memory store when `None`.
+    pub store: Option<Arc<dyn ConversationStore>>,
+    /// Where templates come from instead of the fixed `catalog` given to [`launch`]: a
+    /// policy manager's live catalog, so reloads reach the engine (the catalog then only
+    /// names the templates `/readyz` lists).
+    pub templates: Option<Arc<dyn TemplateSource>>,
+    /// More routes served next to the engine's (the embedded policy manager's API).
+    pub routes: Option<axum::Router>,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> ServiceOptions {
+        ServiceOptions {
+            identity: Identity::Open,
+            clock: Arc::new(SystemClock),
+            engine: EngineConfig::default(),
+            scheduler_period: SCHEDULER_PERIOD,
+            store: None,
+            templates: None,
+            routes: None,
+        }
+    }
+}
+
+/// A service accepting requests. Dropping it stops everything at once; [`shutdown`] lets
+/// requests in flight finish.
+///
+/// [`shutdown`]: RunningService::shutdown
+pub struct RunningService {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its engine.
+    pub engine: Arc<Engine>,
+    /// Its counters.
+    pub metrics: Arc<Metrics>,
+    closing: watch::Sender<bool>,
+    server: Option<JoinHandle<io::Result<()>>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl RunningService {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting connections, ends the streams, waits for requests in flight.
+    pub async fn shutdown(mut self) -> io::Result<()> {
+        // Send fails only when no receiver is left, which means nothing is listening anyway.
+        let _ = self.closing.send(true);
+        let result = match self.server.take() {
+            Some(server) => server
+                .await
+                .unwrap_or_else(|error| Err(io::Error::other(error))),
+            None => Ok(()),
+        };
+        for task in self.background.drain(..) {
+            task.abort();
+        }
+        result
+    }
+
+    /// Runs until the server fails (it does not stop on its own otherwise).
+    pub async fn wait(mut self) -> io::Result<()> {
+        match self.server.take() {
+            Some(server) => server
+                .await
+                .unwrap_or_else(|error| Err(io::Error::other(error))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningService {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        for task in self.background.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Starts the service on `listener` over the templates of `catalog`.
+pub fn launch(
+    catalog: Catalog,
+    listener: TcpListener,
+    options: ServiceOptions,
+) -> io::Result<RunningService> {
+    let addr = listener.local_addr()?;
+    let metrics = Arc::new(Metrics::new());
+    let inner = options
+        .store
+        .unwrap_or_else(|| Arc::new(MemoryStore::new()));
+    let store = Arc::new(MeteredStore::new(inner, metrics.clone()));
+    let templates: Vec<String> = catalog.names().iter().map(|n| n.to_string()).collect();
+    let source: Arc<dyn TemplateSource> = match options.templates {
+        Some(source) => source,
+        None => Arc::new(catalog),
+    };
+    let engine = Arc::new(Engine::new(source, store, options.clock, options.engine));
+    let mut background = vec![engine.spawn_scheduler(options.scheduler_period)];
+    // Other engine nodes' commits (shared Redis store) reach this node's streams.
+    background.extend(engine.follow_store());
+    let webhooks = options.identity.webhooks();
+    if !webhooks.is_empty() {
+        background.push(delivery::spawn_webhooks(
+            engine.clone(),
+            metrics.clone(),
+            webhooks,
+        ));
+    }
+    let (closing, closing_rx) = watch::channel(false);
+    let state = AppState::new(
+        engine.clone(),
+        options.identity,
+        metrics.clone(),
+        templates,
+        closing_rx.clone(),
+    );
+    let mut app = router(state);
+    if let Some(routes) = options.routes {
+        app = app.merge(routes);
+    }
+    let app = app.layer(TraceLayer::new_for_http());
+    let mut shutdown = closing_rx;
+    let server = tokio::spawn(async move {
+        // Small request-reply exchanges: send each answer at once rather than batch it.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "TCP_NODELAY not set");
+            }
+        });
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                // An error means the sender is gone: shut down as well.
+                let _ = shutdown.wait_for(|closing| *closing).await;
+            })
+            .await
+    });
+    Ok(RunningService {
+        addr,
+        engine,
+        metrics,
+        closing,
+        server: Some(server),
+        background,
+    })
+}

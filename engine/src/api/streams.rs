@@ -1,0 +1,355 @@
+//! Streams: a conversation's events and an agent's inbox as server-sent events, and the
+//! long-poll inbox for clients without SSE.
+//!
+//! Every stream follows the same loop: subscribe to the engine's commit notices first, then
+//! read the store from the client's position, send what is new, and wait for a notice that
+//! concerns this stream (or a lag, which just means "read again"). Subscribing before reading
+//! is what makes the loop miss nothing. Positions are the SSE event ids: the event `seq` for
+//! conversations, the agent's inbox `seq` for inboxes, so a client that reconnects with
+//! `Last-Event-ID` (or `?after=`) resumes exactly after what it saw. Delivery is
+//! at-least-once: a client that loses a connection before processing an event sees it again.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
+use colloquy_protocol::api::{InboxItem, InboxPage};
+use colloquy_protocol::event::EventKind;
+use futures_util::Stream;
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::AppState;
+use super::auth::Caller;
+use super::error::ApiError;
+use super::extract::QueryParams;
+use crate::engine::{Engine, Notice};
+use crate::metrics::Metrics;
+use crate::store::InboxEntry;
+
+/// Inbox entries read from the store at a time.
+pub const INBOX_BATCH: usize = 256;
+/// Events a stream buffers for a slow client before it waits for the client.
+pub const STREAM_BUFFER: usize = 64;
+/// Interval of SSE keep-alive comments, so proxies and clients see a live connection.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Longest long-poll wait; longer requests are cut to it (below common proxy timeouts).
+pub const MAX_POLL_WAIT_MS: u64 = 30_000;
+
+type SseStream =
+    Sse<KeepAliveStream<Box<dyn Stream<Item = Result<Event, Infallible>> + Send + Unpin>>>;
+
+/// Position query shared by the streams: `?after=N` (a `Last-Event-ID` header wins).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct After {
+    after: Option<u64>,
+}
+
+/// The resume position: `Last-Event-ID`, else `?after=`, else the start.
+fn position(headers: &HeaderMap, query: &After) -> Result<u64, ApiError> {
+    match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| ApiError::BadRequest {
+                code: "invalid_last_event_id",
+                message: "Last-Event-ID must be the non-negative integer id of an event".into(),
+                pointer: None,
+            }),
+        None => Ok(query.after.unwrap_or(0)),
+    }
+}
+
+fn sse(rx: mpsc::Receiver<Event>) -> SseStream {
+    let stream = futures_util::StreamExt::map(ReceiverStream::new(rx), Ok);
+    Sse::new(Box::new(stream) as Box<dyn Stream<Item = _> + Send + Unpin>)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+/// What woke a stream up.
+enum Wake {
+    /// Something may be new.
+    Read,
+    /// The client left or the server is closing.
+    Stop,
+}
+
+/// Waits for a notice that `concerns` this stream, for the client to leave, or for shutdown.
+async fn wait(
+    notices: &mut broadcast::Receiver<Notice>,
+    tx: &mpsc::Sender<Event>,
+    state: &AppState,
+    concerns: impl Fn(&Notice) -> bool,
+) -> Wake {
+    let mut closing = state.closing();
+    loop {
+        tokio::select! {
+            notice = notices.recv() => match notice {
+                Ok(notice) if concerns(&notice) => return Wake::Read,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return Wake::Read,
+                Err(broadcast::error::RecvError::Closed) => return Wake::Stop,
+            },
+            () = tx.closed() => return Wake::Stop,
+            _ = closing.wait_for(|closing| *closing) => return Wake::Stop,
+        }
+    }
+}
+
+/// `GET /v1/conversations/{id}/events`: the conversation's events as SSE (`id` = seq,
+/// `event` = the event type, `data` = the event), from the resume position on. The stream
+/// ends after the `completed` event.
+pub async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    QueryParams(query): QueryParams<After>,
+) -> Result<SseStream, ApiError> {
+    let mut after = position(&headers, &query)?;
+    let viewer = caller.viewer().map(str::to_owned);
+    let mut notices = state.engine().subscribe();
+    // Read once before answering, so an unknown conversation or a stranger gets a status code.
+    let first = state.engine().events(&id, viewer.as_deref(), after).await?;
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    // Resuming after the end of an ended conversation: nothing will come, close at once.
+    if first.is_empty() && state.engine().is_completed(&id).await? {
+        return Ok(sse(rx));
+    }
+    let span = tracing::info_span!("conversation", id = %id);
+    let task = async move {
+        let mut batch = first;
+        loop {
+            let mut ended = false;
+            for event in batch {
+                after = event.seq;
+                ended |= matches!(event.kind, EventKind::Completed { .. });
+                let sse = match Event::default()
+                    .id(event.seq.to_string())
+                    .event(event_type(&event.kind))
+                    .json_data(&event)
+                {
+                    Ok(sse) => sse,
+                    Err(error) => {
+                        tracing::error!(%error, "event not serializable");
+                        return;
+                    }
+                };
+                if tx.send(sse).await.is_err() {
+                    return;
+                }
+            }
+            if ended {
+                return;
+            }
+            let wake = wait(&mut notices, &tx, &state, |notice| {
+                *notice.conversation_id == *id
+            })
+            .await;
+            if matches!(wake, Wake::Stop) {
+                return;
+            }
+            batch = match state.engine().events(&id, viewer.as_deref(), after).await {
+                Ok(batch) => batch,
+                // Removed by retention or unreadable now: the stream is over.
+                Err(error) => {
+                    tracing::debug!(%error, "event stream ends");
+                    return;
+                }
+            };
+        }
+    };
+    tokio::spawn(tracing::Instrument::instrument(task, span));
+    Ok(sse(rx))
+}
+
+/// The `type` tag of an event, as serialized.
+fn event_type(kind: &EventKind) -> &'static str {
+    match kind {
+        EventKind::Started(_) => "started",
+        EventKind::MessageAccepted { .. } => "message_accepted",
+        EventKind::ThreadExpired(_) => "thread_expired",
+        EventKind::ThreadDeadlineSet { .. } => "thread_deadline_set",
+        EventKind::ViolationRecorded(_) => "violation_recorded",
+        EventKind::CommitmentCreated(_) => "commitment_created",
+        EventKind::CommitmentMoved { .. } => "commitment_moved",
+        EventKind::VarsMerged { .. } => "vars_merged",
+        EventKind::DeadlineSet { .. } => "deadline_set",
+        EventKind::RetryScheduled { .. } => "retry_scheduled",
+        EventKind::RetryFired { .. } => "retry_fired",
+        EventKind::Escalated { .. } => "escalated",
+        EventKind::Completed { .. } => "completed",
+    }
+}
+
+/// An agent reads its own inbox; the administrator reads any.
+fn check_inbox_reader(caller: &Caller, agent: &str) -> Result<(), ApiError> {
+    match caller {
+        Caller::Agent(me) if &**me != agent => Err(ApiError::Forbidden(format!(
+            "`{me}` may read only its own inbox, not `{agent}`'s"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Labels inbox entries with their conversation's template, remembering lookups.
+pub(crate) struct Labeller {
+    known: HashMap<Arc<str>, Option<Arc<str>>>,
+}
+
+impl Labeller {
+    pub(crate) fn new() -> Labeller {
+        Labeller {
+            known: HashMap::new(),
+        }
+    }
+
+    pub(crate) async fn item(
+        &mut self,
+        engine: &Engine,
+        metrics: &Metrics,
+        entry: InboxEntry,
+    ) -> InboxItem {
+        let template = match self.known.get(&entry.conversation_id) {
+            Some(template) => template.clone(),
+            None => {
+                let template = match metrics.template_of(&entry.conversation_id) {
+                    Some(template) => Some(template),
+                    None => engine.template_of(&entry.conversation_id).await.ok(),
+                };
+                self.known
+                    .insert(entry.conversation_id.clone(), template.clone());
+                template
+            }
+        };
+        InboxItem {
+            seq: entry.seq,
+            conversation_id: entry.conversation_id,
+            template,
+            message: (*entry.message).clone(),
+        }
+    }
+}
+
+/// `GET /v1/agents/{id}/inbox`: the agent's messages as SSE (`id` = inbox seq, `event` =
+/// `message`, `data` = an inbox item), in order, from the resume position on. Never ends on
+/// its own.
+pub async fn inbox(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+    QueryParams(query): QueryParams<After>,
+) -> Result<SseStream, ApiError> {
+    check_inbox_reader(&caller, &agent)?;
+    let mut after = position(&headers, &query)?;
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let span = tracing::info_span!("inbox", agent = %agent);
+    let task = async move {
+        let mut notices = state.engine().subscribe();
+        let mut labeller = Labeller::new();
+        loop {
+            let entries = match state.engine().store.inbox(&agent, after, INBOX_BATCH).await {
+                Ok(entries) => entries,
+                Err(error) => {
+                    tracing::warn!(%error, "inbox read failed; the stream ends");
+                    return;
+                }
+            };
+            let full = entries.len() == INBOX_BATCH;
+            for entry in entries {
+                after = entry.seq;
+                let item = labeller.item(state.engine(), state.metrics(), entry).await;
+                let sse = match Event::default()
+                    .id(item.seq.to_string())
+                    .event("message")
+                    .json_data(&item)
+                {
+                    Ok(sse) => sse,
+                    Err(error) => {
+                        tracing::error!(%error, "inbox item not serializable");
+                        return;
+                    }
+                };
+                if tx.send(sse).await.is_err() {
+                    return;
+                }
+            }
+            if full {
+                continue;
+            }
+            let wake = wait(&mut notices, &tx, &state, |notice| {
+                notice.agents.iter().any(|a| **a == *agent)
+            })
+            .await;
+            if matches!(wake, Wake::Stop) {
+                return;
+            }
+        }
+    };
+    tokio::spawn(tracing::Instrument::instrument(task, span));
+    Ok(sse(rx))
+}
+
+/// Query of the long-poll inbox.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+    wait_ms: Option<u64>,
+}
+
+/// `GET /v1/agents/{id}/inbox/poll?after=&limit=&wait_ms=`: the entries after `after`; when
+/// there are none, waits up to `wait_ms` (default 0, at most [`MAX_POLL_WAIT_MS`]) for one.
+pub async fn poll(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(agent): Path<String>,
+    QueryParams(query): QueryParams<PollQuery>,
+) -> Result<Json<InboxPage>, ApiError> {
+    check_inbox_reader(&caller, &agent)?;
+    let after = query.after.unwrap_or(0);
+    let limit = query.limit.unwrap_or(INBOX_BATCH).clamp(1, INBOX_BATCH);
+    let wait_for = Duration::from_millis(query.wait_ms.unwrap_or(0).min(MAX_POLL_WAIT_MS));
+    let mut notices = state.engine().subscribe();
+    let store = &state.engine().store;
+    let mut entries = store
+        .inbox(&agent, after, limit)
+        .await
+        .map_err(crate::EngineError::from)?;
+    if entries.is_empty() && !wait_for.is_zero() {
+        let arrived = async {
+            loop {
+                match notices.recv().await {
+                    Ok(notice) if notice.agents.iter().any(|a| **a == *agent) => return,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    // The engine is gone: nothing will arrive; let the timeout answer.
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            }
+        };
+        if tokio::time::timeout(wait_for, arrived).await.is_ok() {
+            entries = store
+                .inbox(&agent, after, limit)
+                .await
+                .map_err(crate::EngineError::from)?;
+        }
+    }
+    let next_after = entries.last().map_or(after, |entry| entry.seq);
+    let mut labeller = Labeller::new();
+    let mut items = Vec::with_capacity(entries.len());
+    for entry in entries {
+        items.push(labeller.item(state.engine(), state.metrics(), entry).await);
+    }
+    Ok(Json(InboxPage { items, next_after }))
+}

@@ -1,0 +1,203 @@
+//! `colloquy policy-manager serve`: the policy manager alone (template directory, watcher,
+//! REST API and change feed), and the template set-up of `colloquy serve`: an embedded
+//! policy manager over a directory, or a mirror following a remote one.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use colloquy_engine::api::policy::{self, PolicyState, Writes};
+use colloquy_policy::watcher::{self, DirectoryWatcher};
+use colloquy_policy::{Catalog, LiveCatalog, PolicyClient};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Where `colloquy policy-manager serve` listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7710";
+/// Environment variable read for the admin token when `--admin-token` is not given (keeps
+/// the secret out of `ps`).
+pub const ADMIN_TOKEN_ENV: &str = "COLLOQUY_ADMIN_TOKEN";
+/// Subdirectory of the data directory where a remote engine mirrors its policy manager's
+/// templates, so it starts with its last catalog even while the manager is down.
+pub const MIRROR_DIR: &str = "policy-mirror";
+
+/// `colloquy policy-manager …`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyManagerCommand {
+    /// Serve a template directory: compile it, watch it, reload it on every change, and
+    /// serve templates, uploads and the change feed remote engines follow.
+    Serve(PolicyManagerArgs),
+}
+
+/// Options of `colloquy policy-manager serve`.
+#[derive(Debug, Args)]
+pub struct PolicyManagerArgs {
+    /// Template directory [default: ./templates, else the source tree's templates/].
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Bearer token allowing `PUT` and `DELETE /v1/templates/{name}` [default: $COLLOQUY_ADMIN_TOKEN;
+    /// without either, uploads are disabled].
+    #[arg(long, value_name = "TOKEN")]
+    admin_token: Option<String>,
+}
+
+/// The admin token from the flag or the environment.
+pub fn admin_token(flag: Option<String>) -> Option<String> {
+    flag.or_else(|| std::env::var(ADMIN_TOKEN_ENV).ok())
+        .filter(|token| !token.is_empty())
+}
+
+/// Runs the standalone policy manager until Ctrl-C.
+pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    let PolicyManagerCommand::Serve(args) = command;
+    let dir = args.templates.unwrap_or_else(crate::default_templates_dir);
+    let live = Arc::new(open(&dir)?);
+    let _watcher = watch_dir(&live)?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let token = admin_token(args.admin_token);
+    let uploads = token.is_some();
+    let manager = policy::launch(live.clone(), listener, token)?;
+    writeln!(
+        out,
+        "colloquy policy manager listening on {}",
+        manager.url()
+    )?;
+    list(out, &dir.display(), &live)?;
+    if !uploads {
+        tracing::warn!("no --admin-token: template uploads and deletions are disabled");
+    }
+    out.flush()?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    tracing::info!("shutting down");
+    manager.shutdown().await?;
+    Ok(())
+}
+
+fn open(dir: &Path) -> anyhow::Result<LiveCatalog> {
+    LiveCatalog::open(dir)
+        .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
+        .with_context(|| format!("compiling the templates in {}", dir.display()))
+}
+
+fn watch_dir(live: &Arc<LiveCatalog>) -> anyhow::Result<DirectoryWatcher> {
+    watcher::watch(live.clone()).with_context(|| format!("watching {}", live.dir().display()))
+}
+
+fn list(
+    out: &mut dyn Write,
+    from: &dyn std::fmt::Display,
+    live: &LiveCatalog,
+) -> anyhow::Result<()> {
+    let snapshot = live.snapshot();
+    writeln!(
+        out,
+        "templates from {from} (catalog {}):",
+        snapshot.revision
+    )?;
+    for template in snapshot.summaries() {
+        writeln!(out, "  {:<24} {}", template.name, template.revision)?;
+    }
+    Ok(())
+}
+
+/// Where `colloquy serve` gets its templates, kept alive while it serves.
+pub struct ServeTemplates {
+    /// The live catalog the engine reads.
+    pub live: Arc<LiveCatalog>,
+    /// The policy routes merged into the service.
+    pub routes: axum::Router,
+    /// Flip to `true` before shutting the service down: ends the change feeds.
+    pub closing: watch::Sender<bool>,
+    _watcher: Option<DirectoryWatcher>,
+    _follower: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ServeTemplates {
+    /// The templates loaded now, as a fixed catalog (for the names `/readyz` lists).
+    pub fn catalog(&self) -> Catalog {
+        Catalog::new(self.live.snapshot().catalog.templates())
+    }
+}
+
+impl Drop for ServeTemplates {
+    fn drop(&mut self) {
+        if let Some(follower) = &self._follower {
+            follower.abort();
+        }
+    }
+}
+
+/// Templates of `colloquy serve`: an embedded policy manager over `dir` (watched, with its
+/// API merged into the service), or, with `remote`, a mirror under `data_dir` following the
+/// policy manager at that URL.
+pub fn serve_templates(
+    dir: Option<PathBuf>,
+    remote: Option<String>,
+    admin_token_flag: Option<String>,
+    data_dir: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<ServeTemplates> {
+    let (closing, closing_rx) = watch::channel(false);
+    match remote {
+        None => {
+            let dir = dir.unwrap_or_else(crate::default_templates_dir);
+            let live = Arc::new(open(&dir)?);
+            if live.snapshot().catalog.names().is_empty() {
+                anyhow::bail!("no templates in {}", dir.display());
+            }
+            let watcher = watch_dir(&live)?;
+            list(out, &dir.display(), &live)?;
+            let writes = admin_token(admin_token_flag).map_or(Writes::Disabled, Writes::AdminToken);
+            let routes = policy::router(PolicyState::new(live.clone(), writes, closing_rx));
+            Ok(ServeTemplates {
+                live,
+                routes,
+                closing,
+                _watcher: Some(watcher),
+                _follower: None,
+            })
+        }
+        Some(url) => {
+            if dir.is_some() {
+                anyhow::bail!("--templates and --policy-manager exclude each other");
+            }
+            let client = PolicyClient::new(&url)?;
+            let mirror = data_dir.join(MIRROR_DIR);
+            std::fs::create_dir_all(&mirror)
+                .with_context(|| format!("creating the template mirror {}", mirror.display()))?;
+            let live = LiveCatalog::new(&mirror).with_origin(url.clone());
+            // The mirror of an earlier run serves until the manager answers; a broken one
+            // is reported in /v1/status and replaced at the first sync.
+            let _ = live.reload();
+            let live = Arc::new(live);
+            list(
+                out,
+                &format!("{url} (mirrored in {})", mirror.display()),
+                &live,
+            )?;
+            let follower = colloquy_policy::follower::follow(live.clone(), client);
+            let routes = policy::router(PolicyState::new(
+                live.clone(),
+                Writes::Follower(url),
+                closing_rx,
+            ));
+            Ok(ServeTemplates {
+                live,
+                routes,
+                closing,
+                _watcher: None,
+                _follower: Some(follower),
+            })
+        }
+    }
+}

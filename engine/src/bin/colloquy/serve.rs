@@ -1,0 +1,120 @@
+//! `colloquy serve`: the HTTP API over a template directory, with the configured store
+//! (SQLite under the data directory by default) and the deadline scheduler, until Ctrl-C.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+use colloquy_engine::api::{self, Identity, ServiceOptions};
+use tokio::net::TcpListener;
+
+/// Where `colloquy serve` listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+
+/// Options of `colloquy serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Template directory [default: ./templates, else the source tree's templates/].
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// YAML file of agent ids, bearer tokens, webhooks and the admin token. Without it the
+    /// server runs in open development mode (`X-Agent-Id` names the caller).
+    #[arg(long, value_name = "FILE")]
+    agents: Option<PathBuf>,
+    /// Where conversations live: `sqlite:PATH` (one file, survives restarts), `redis://HOST:PORT`
+    /// (shared by several `colloquy serve` nodes) or `memory` (lost at exit)
+    /// [default: sqlite:DATA_DIR/colloquy.db].
+    #[arg(long, value_name = "STORE")]
+    store: Option<String>,
+    /// Directory of the default SQLite store.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// Follow the policy manager at this URL (its change feed) instead of serving a template
+    /// directory; its templates are mirrored under DATA_DIR/policy-mirror.
+    #[arg(long, value_name = "URL", conflicts_with = "templates")]
+    policy_manager: Option<String>,
+    /// Bearer token allowing template uploads and deletions through the embedded policy
+    /// manager [default: $COLLOQUY_ADMIN_TOKEN; without either, uploads are disabled].
+    #[arg(long, value_name = "TOKEN")]
+    admin_token: Option<String>,
+}
+
+/// Where the default SQLite store lives unless `--data-dir` says otherwise.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+/// The default store's file name inside the data directory.
+pub const DATABASE_FILE: &str = "colloquy.db";
+
+/// The `--store` spec to open, and how to describe it at start-up.
+fn store_spec(store: Option<String>, data_dir: &std::path::Path) -> (String, String) {
+    let spec =
+        store.unwrap_or_else(|| format!("sqlite:{}", data_dir.join(DATABASE_FILE).display()));
+    let description = if spec == "memory" {
+        "memory (conversations are lost at exit)".to_owned()
+    } else if let Some(path) = spec.strip_prefix("sqlite:") {
+        format!("sqlite {path}")
+    } else {
+        // A Redis URL may carry a password: show where, not how.
+        let host = spec
+            .rsplit_once('@')
+            .map(|(_, host)| host)
+            .or_else(|| spec.split_once("://").map(|(_, host)| host))
+            .unwrap_or(&spec);
+        format!("redis {host}")
+    };
+    (spec, description)
+}
+
+/// Runs the service until Ctrl-C, then lets requests in flight finish.
+pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let identity = match &args.agents {
+        Some(path) => Identity::from_file(path)?,
+        None => Identity::Open,
+    };
+    let (spec, store_description) = store_spec(args.store, &args.data_dir);
+    let store = colloquy_engine::store::open(&spec)
+        .await
+        .with_context(|| format!("opening the store `{spec}`"))?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    writeln!(out, "colloquy listening on http://{addr}")?;
+    let templates = crate::policy_manager::serve_templates(
+        args.templates,
+        args.policy_manager,
+        args.admin_token,
+        &args.data_dir,
+        out,
+    )?;
+    match &args.agents {
+        Some(path) => writeln!(out, "agents from {}", path.display())?,
+        None => tracing::warn!(
+            "no --agents file: open development mode, any caller may act as any agent by \
+             naming it in the X-Agent-Id header"
+        ),
+    }
+    writeln!(out, "store: {store_description}")?;
+    out.flush()?;
+    let options = ServiceOptions {
+        identity,
+        store: Some(store),
+        templates: Some(templates.live.clone()),
+        routes: Some(templates.routes.clone()),
+        ..ServiceOptions::default()
+    };
+    let catalog = templates.catalog();
+    let service = api::launch(catalog, listener, options)?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    tracing::info!("shutting down");
+    // Ends the template change feeds, which would otherwise hold the shutdown open.
+    let _ = templates.closing.send(true);
+    service.shutdown().await?;
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! What the engine does for durable and shared stores.
+//!
+//! - **Following other nodes.** With Redis, several engine processes write the same
+//!   conversations. Writes stay correct on their own (a stale cached copy fails the version
+//!   check, is reloaded and the work retried), but reads and streams need to hear of other
+//!   nodes' commits: [`Engine::follow_store`] catches cached conversations up with each
+//!   remote commit and republishes it as a [`Notice`], so an inbox stream on node A wakes
+//!   up for a message sent through node B.
+//! - **Conversations not loaded yet.** After a restart (or on another node) the engine has
+//!   loaded only what it touched since. [`Engine::commitments`] asks the store which
+//!   conversations an agent is a party of and loads them on demand.
+
+use std::sync::{Arc, Weak};
+
+use colloquy_protocol::conversation::CommitmentView;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+use crate::engine::{Engine, Notice};
+use crate::error::EngineError;
+use crate::store::RemoteChange;
+
+impl Engine {
+    /// Starts following the commits other engine nodes make through the shared store, until
+    /// the engine is dropped. `None` when the store has no other writers (memory, SQLite).
+    pub fn follow_store(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let mut changes = self.store.remote_changes()?;
+        let engine: Weak<Engine> = Arc::downgrade(self);
+        Some(tokio::spawn(async move {
+            loop {
+                let received = changes.recv().await;
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                match received {
+                    Ok(change) => engine.hear(change).await,
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::warn!(
+                            missed,
+                            "missed remote change notices; dropping cached conversations"
+                        );
+                        engine.forget_cached();
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        }))
+    }
+
+    /// Brings a cached copy up to the remote version, then tells this node's subscribers.
+    async fn hear(&self, change: RemoteChange) {
+        let slot = self
+            .live
+            .get(&change.conversation_id)
+            .map(|entry| entry.value().clone());
+        if let Some(slot) = slot {
+            let mut guard = slot.lock().await;
+            if let Some(conversation) = guard.as_mut()
+                && conversation.version < change.version
+            {
+                match self
+                    .store
+                    .events_after(&change.conversation_id, conversation.version)
+                    .await
+                {
+                    Ok(events) => {
+                        for event in &events {
+                            conversation.apply(event);
+                        }
+                    }
+                    Err(error) => {
+                        // The next request loads it afresh instead.
+                        tracing::debug!(conversation = %change.conversation_id, %error, "catch-up failed");
+                        *guard = None;
+                    }
+                }
+            }
+        }
+        if self.notices.receiver_count() > 0 {
+            // No receiver is not an error: nobody is streaming right now.
+            let _ = self.notices.send(Notice {
+                conversation_id: change.conversation_id,
+                version: change.version,
+                agents: change.agents.into(),
+            });
+        }
+    }
+
+    /// Drops every cached conversation that is not in use, so the next access reloads it.
+    fn forget_cached(&self) {
+        for entry in self.live.iter() {
+            if let Ok(mut guard) = entry.value().try_lock() {
+                *guard = None;
+            }
+        }
+    }
+
+    /// The commitments where `agent` is debtor or creditor, in every conversation the store
+    /// holds — also those this engine has not loaded since it started, which it loads now.
+    /// With a store that keeps no party index (memory) this is
+    /// [`Engine::commitments_of`].
+    pub async fn commitments(&self, agent: &str) -> Result<Vec<CommitmentView>, EngineError> {
+        let Some(ids) = self.store.conversations_of(agent).await? else {
+            return Ok(self.commitments_of(agent).await);
+        };
+        let mut found = Vec::new();
+        for id in ids {
+            let slot = match self.loaded_slot(&id).await {
+                Ok(slot) => slot,
+                // Removed (retention) since the index was read.
+                Err(EngineError::UnknownConversation(_)) => continue,
+                Err(error) => return Err(error),
+            };
+            let guard = slot.lock().await;
+            if let Some(conversation) = guard.as_ref() {
+                found.extend(
+                    conversation
+                        .commitments
+                        .iter()
+                        .map(|c| conversation.commitment_view(c))
+                        .filter(|view| &*view.debtor == agent || &*view.creditor == agent),
+                );
+            }
+        }
+        Ok(found)
+    }
+}

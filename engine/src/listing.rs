@@ -1,0 +1,118 @@
+//! Reading many conversations at once: the listing behind `GET /v1/conversations` and the
+//! template lookup the inbox streams use to label messages.
+//!
+//! Both read the conversations this engine holds in memory. With the memory store that is
+//! every conversation (retention removes a conversation from both at once); durable stores
+//! will need an index of their own, which comes with them.
+
+use std::sync::Arc;
+
+use colloquy_protocol::api::ConversationSummary;
+use colloquy_protocol::conversation::ConversationStatus;
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+
+/// Largest page `list` returns; larger requested limits are cut to it.
+pub const MAX_PAGE: usize = 500;
+
+/// Which conversations to list.
+#[derive(Clone, Debug, Default)]
+pub struct ConversationFilter {
+    /// Only those `agent` takes part in (initiator or participant).
+    pub participant: Option<String>,
+    /// Only active or only completed ones.
+    pub status: Option<ConversationStatus>,
+    /// Only those of this template.
+    pub template: Option<String>,
+    /// Only ids after this one (the previous page's last id).
+    pub after: Option<String>,
+    /// At most this many (cut to [`MAX_PAGE`]).
+    pub limit: usize,
+}
+
+impl Engine {
+    /// The conversations `viewer` may read (all of them for `None`, an administrator) that
+    /// match `filter`, ordered by id, plus whether more follow.
+    pub async fn list(
+        &self,
+        viewer: Option<&str>,
+        filter: &ConversationFilter,
+    ) -> (Vec<ConversationSummary>, bool) {
+        let mut ids: Vec<Arc<str>> = self
+            .live
+            .iter()
+            .map(|entry| entry.key().clone())
+            .filter(|id| filter.after.as_deref().is_none_or(|after| &**id > after))
+            .collect();
+        ids.sort_unstable();
+        let limit = filter.limit.clamp(1, MAX_PAGE);
+        let mut page = Vec::new();
+        for id in ids {
+            let Some(slot) = self.live.get(&id).map(|entry| entry.value().clone()) else {
+                continue;
+            };
+            let guard = slot.lock().await;
+            let Some(conversation) = guard.as_ref() else {
+                continue;
+            };
+            let started = &conversation.started;
+            let readable = viewer.is_none_or(|viewer| conversation.can_read(viewer));
+            let party = filter.participant.as_deref().is_none_or(|agent| {
+                &*started.initiator == agent || started.participants.iter().any(|p| &**p == agent)
+            });
+            let status = filter
+                .status
+                .is_none_or(|status| conversation.status == status);
+            let template = filter
+                .template
+                .as_deref()
+                .is_none_or(|name| &*started.template == name);
+            if !(readable && party && status && template) {
+                continue;
+            }
+            if page.len() == limit {
+                return (page, true);
+            }
+            page.push(ConversationSummary {
+                id: started.id.clone(),
+                template: started.template.clone(),
+                revision: started.revision.clone(),
+                initiator: started.initiator.clone(),
+                participants: started.participants.clone(),
+                status: conversation.status,
+                outcome: conversation.outcome,
+                deadline: conversation.deadline,
+                version: conversation.version,
+            });
+        }
+        (page, false)
+    }
+
+    /// The template name of a conversation, loading it if needed.
+    pub async fn template_of(&self, conversation_id: &str) -> Result<Arc<str>, EngineError> {
+        let view_free = self.live.get(conversation_id).map(|e| e.value().clone());
+        if let Some(slot) = view_free {
+            let guard = slot.lock().await;
+            if let Some(conversation) = guard.as_ref() {
+                return Ok(conversation.started.template.clone());
+            }
+        }
+        // Not in memory: a full read loads it (and fails cleanly when it does not exist).
+        Ok(self.view(conversation_id, None).await?.template)
+    }
+}
+
+impl Engine {
+    /// Whether the conversation has completed, loading it if needed.
+    pub async fn is_completed(&self, conversation_id: &str) -> Result<bool, EngineError> {
+        let slot = self.live.get(conversation_id).map(|e| e.value().clone());
+        if let Some(slot) = slot {
+            let guard = slot.lock().await;
+            if let Some(conversation) = guard.as_ref() {
+                return Ok(conversation.is_completed());
+            }
+        }
+        Ok(self.view(conversation_id, None).await?.status == ConversationStatus::Completed)
+    }
+}

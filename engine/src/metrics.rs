@@ -1,0 +1,370 @@
+//! Counters for `/metrics`, read from what the store actually accepted.
+//!
+//! [`MeteredStore`] wraps the configured store and counts the events of every commit that
+//! succeeded: messages by template and performative, violations, thread timeouts,
+//! conversations started and completed. Counting at the store boundary sees the scheduler's
+//! work (deadlines, automatic replies) as well as the API's, and never counts a write that
+//! lost a race. The API adds the messages it refused ([`Metrics::refused`]) and the webhook
+//! deliveries. [`Metrics::render`] writes the Prometheus text format.
+//!
+//! There is no hook latency histogram yet: wasm hooks are not wired into the pipeline, so it
+//! would only ever show zeros.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use colloquy_protocol::conversation::ViolationKind;
+use colloquy_protocol::event::{ConversationEvent, EventKind};
+use colloquy_protocol::performative::FipaAct;
+use dashmap::DashMap;
+
+use crate::store::{Commit, ConversationStore, InboxEntry, StoreError};
+
+type Hasher = foldhash::fast::RandomState;
+type Counter<K> = DashMap<K, AtomicU64, Hasher>;
+
+/// Label used when a refused message names no known template or performative, so clients
+/// cannot grow the label set without bound.
+pub const UNKNOWN_LABEL: &str = "unknown";
+
+/// What a webhook delivery attempt came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WebhookResult {
+    /// The receiver answered 2xx.
+    Delivered,
+    /// An attempt failed and another one is scheduled.
+    Retried,
+    /// Every attempt failed; the message stays in the inbox only.
+    Dropped,
+}
+
+impl WebhookResult {
+    fn label(self) -> &'static str {
+        match self {
+            WebhookResult::Delivered => "delivered",
+            WebhookResult::Retried => "retried",
+            WebhookResult::Dropped => "dropped",
+        }
+    }
+}
+
+/// The process's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// (template, performative, result).
+    messages: Counter<(Arc<str>, Box<str>, &'static str)>,
+    /// (template, violation kind).
+    violations: Counter<(Arc<str>, &'static str)>,
+    /// Threads whose deadline passed, by template.
+    timeouts: Counter<Arc<str>>,
+    /// Conversations started, by template.
+    started: Counter<Arc<str>>,
+    /// (template, outcome).
+    completed: Counter<(Arc<str>, &'static str)>,
+    webhooks: Counter<&'static str>,
+    /// Template of every conversation this process has seen, for labelling its events.
+    templates: DashMap<Arc<str>, Arc<str>, Hasher>,
+}
+
+fn bump<K: std::hash::Hash + Eq>(counter: &Counter<K>, key: K) {
+    if let Some(value) = counter.get(&key) {
+        value.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    counter
+        .entry(key)
+        .or_default()
+        .fetch_add(1, Ordering::Relaxed);
+}
+
+fn violation_label(kind: ViolationKind) -> &'static str {
+    match kind {
+        ViolationKind::OutOfProtocol => "out_of_protocol",
+        ViolationKind::LateMessage => "late_message",
+        ViolationKind::AfterEnd => "after_end",
+        ViolationKind::CommitmentViolated => "commitment_violated",
+        ViolationKind::HookError => "hook_error",
+    }
+}
+
+impl Metrics {
+    /// Empty counters.
+    pub fn new() -> Metrics {
+        Metrics::default()
+    }
+
+    /// The template of a conversation this process has seen.
+    pub fn template_of(&self, conversation_id: &str) -> Option<Arc<str>> {
+        self.templates
+            .get(conversation_id)
+            .map(|t| t.value().clone())
+    }
+
+    /// Counts a message the API refused with error `code`. The performative is labelled only
+    /// when it is a FIPA act, the template only when the conversation is known.
+    pub fn refused(&self, template: Option<Arc<str>>, performative: &str, code: &'static str) {
+        let template = template.unwrap_or_else(|| Arc::from(UNKNOWN_LABEL));
+        let performative = FipaAct::from_name(performative).map_or(UNKNOWN_LABEL, FipaAct::name);
+        bump(&self.messages, (template, Box::from(performative), code));
+    }
+
+    /// Counts one webhook delivery attempt's result.
+    pub fn webhook(&self, result: WebhookResult) {
+        bump(&self.webhooks, result.label());
+    }
+
+    fn count(&self, template: &Arc<str>, events: &[ConversationEvent]) {
+        for event in events {
+            match &event.kind {
+                EventKind::Started(_) => bump(&self.started, template.clone()),
+                EventKind::MessageAccepted { message, .. } => bump(
+                    &self.messages,
+                    (
+                        template.clone(),
+                        Box::from(message.performative.name()),
+                        "accepted",
+                    ),
+                ),
+                EventKind::ViolationRecorded(violation) => bump(
+                    &self.violations,
+                    (template.clone(), violation_label(violation.kind)),
+                ),
+                EventKind::ThreadExpired(_) => bump(&self.timeouts, template.clone()),
+                EventKind::Completed { outcome, .. } => {
+                    bump(&self.completed, (template.clone(), outcome.name()))
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The Prometheus text exposition of every counter, plus the live-conversation gauge.
+    pub fn render(&self, live_conversations: usize) -> String {
+        let mut out = String::new();
+        family(
+            &mut out,
+            "colloquy_messages_total",
+            "Messages by template, performative and result (accepted, or the error code).",
+            "counter",
+            &self.messages,
+            |(template, performative, result)| {
+                vec![
+                    ("template", template.to_string()),
+                    ("performative", performative.to_string()),
+                    ("result", (*result).to_owned()),
+                ]
+            },
+        );
+        family(
+            &mut out,
+            "colloquy_violations_total",
+            "Recorded protocol violations by template and kind.",
+            "counter",
+            &self.violations,
+            |(template, kind)| {
+                vec![
+                    ("template", template.to_string()),
+                    ("kind", (*kind).to_owned()),
+                ]
+            },
+        );
+        family(
+            &mut out,
+            "colloquy_thread_timeouts_total",
+            "Threads whose reply-by or conversation deadline passed, by template.",
+            "counter",
+            &self.timeouts,
+            |template| vec![("template", template.to_string())],
+        );
+        family(
+            &mut out,
+            "colloquy_conversations_started_total",
+            "Conversations started, by template.",
+            "counter",
+            &self.started,
+            |template| vec![("template", template.to_string())],
+        );
+        family(
+            &mut out,
+            "colloquy_conversations_completed_total",
+            "Conversations completed, by template and outcome.",
+            "counter",
+            &self.completed,
+            |(template, outcome)| {
+                vec![
+                    ("template", template.to_string()),
+                    ("outcome", (*outcome).to_owned()),
+                ]
+            },
+        );
+        family(
+            &mut out,
+            "colloquy_webhook_deliveries_total",
+            "Webhook delivery attempts by result.",
+            "counter",
+            &self.webhooks,
+            |result| vec![("result", (*result).to_owned())],
+        );
+        let _ = writeln!(
+            out,
+            "# HELP colloquy_live_conversations Conversations held in memory.\n\
+             # TYPE colloquy_live_conversations gauge\n\
+             colloquy_live_conversations {live_conversations}"
+        );
+        out
+    }
+}
+
+/// Writes one metric family, its samples sorted so the output is stable.
+fn family<K: std::hash::Hash + Eq>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    kind: &str,
+    counter: &Counter<K>,
+    labels: impl Fn(&K) -> Vec<(&'static str, String)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    let mut lines: Vec<String> = counter
+        .iter()
+        .map(|entry| {
+            let labels: Vec<String> = labels(entry.key())
+                .into_iter()
+                .map(|(key, value)| format!("{key}=\"{}\"", escape(&value)))
+                .collect();
+            format!(
+                "{name}{{{}}} {}",
+                labels.join(","),
+                entry.value().load(Ordering::Relaxed)
+            )
+        })
+        .collect();
+    lines.sort();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// Escapes a label value as the text format requires.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A [`ConversationStore`] that counts what its inner store accepted.
+pub struct MeteredStore {
+    inner: Arc<dyn ConversationStore>,
+    metrics: Arc<Metrics>,
+}
+
+impl MeteredStore {
+    /// Wraps `inner`, counting into `metrics`.
+    pub fn new(inner: Arc<dyn ConversationStore>, metrics: Arc<Metrics>) -> MeteredStore {
+        MeteredStore { inner, metrics }
+    }
+
+    fn remember(&self, events: &[ConversationEvent]) -> Option<Arc<str>> {
+        match events.first().map(|event| &event.kind) {
+            Some(EventKind::Started(started)) => {
+                self.metrics
+                    .templates
+                    .insert(started.id.clone(), started.template.clone());
+                Some(started.template.clone())
+            }
+            _ => None,
+        }
+    }
+}
+
+#[async_trait]
+impl ConversationStore for MeteredStore {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let creates = commit.expected_version == 0;
+        let id = commit.conversation_id.clone();
+        let events = commit.events.clone();
+        self.inner.commit(commit).await?;
+        let template = if creates {
+            self.remember(&events)
+        } else {
+            self.metrics.template_of(&id)
+        };
+        let template = template.unwrap_or_else(|| Arc::from(UNKNOWN_LABEL));
+        self.metrics.count(&template, &events);
+        Ok(())
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
+        let events = self.inner.load(id).await?;
+        if let Some(events) = &events {
+            self.remember(events);
+        }
+        Ok(events)
+    }
+
+    async fn events_after(
+        &self,
+        id: &str,
+        after_seq: u64,
+    ) -> Result<Vec<ConversationEvent>, StoreError> {
+        self.inner.events_after(id, after_seq).await
+    }
+
+    async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError> {
+        self.inner.claim_due(now, limit).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        self.inner.remove(id).await?;
+        self.metrics.templates.remove(id);
+        Ok(())
+    }
+
+    async fn inbox(
+        &self,
+        agent: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        self.inner.inbox(agent, after_seq, limit).await
+    }
+
+    async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        self.inner.conversations_of(agent).await
+    }
+
+    fn remote_changes(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<crate::store::RemoteChange>> {
+        self.inner.remote_changes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn refused_messages_cannot_grow_the_label_set() {
+        let metrics = Metrics::new();
+        metrics.refused(None, "made-up-act-1", "unknown_performative");
+        metrics.refused(None, "made-up-act-2", "unknown_performative");
+        metrics.refused(Some(Arc::from("fipa-request")), "agree", "out_of_protocol");
+        let text = metrics.render(0);
+        assert!(text.contains(
+            "colloquy_messages_total{template=\"unknown\",performative=\"unknown\",result=\"unknown_performative\"} 2"
+        ), "{text}");
+        assert!(text.contains(
+            "colloquy_messages_total{template=\"fipa-request\",performative=\"agree\",result=\"out_of_protocol\"} 1"
+        ), "{text}");
+        assert!(text.contains("colloquy_live_conversations 0"), "{text}");
+    }
+}

@@ -1,0 +1,76 @@
+//! The on-disk AOT cache: compiled modules as files named by the module's SHA-256 and the
+//! engine's `precompile_compatibility_hash()`, so a restart (or a second engine with the same
+//! settings) skips Cranelift, and a wasmtime upgrade or a config change misses cleanly.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use colloquy_policy::compiled::HookModule;
+use wasmtime::{Engine, Module};
+
+use super::HookFailure;
+
+/// Compiles `source`, through the cache when there is one. Cache trouble (an unwritable
+/// directory, a stale file) is logged and never fails the hook: compiling works without it.
+pub fn compile(
+    engine: &Engine,
+    source: &HookModule,
+    cache_dir: Option<&Path>,
+) -> Result<Module, HookFailure> {
+    let Some(dir) = cache_dir else {
+        return compile_now(engine, source);
+    };
+    let path = cache_path(engine, dir, &source.sha256);
+    if path.is_file() {
+        match load(engine, &path) {
+            Ok(module) => {
+                tracing::debug!(path = %path.display(), "hook module read from the AOT cache");
+                return Ok(module);
+            }
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "unusable AOT cache file; recompiling");
+            }
+        }
+    }
+    let module = compile_now(engine, source)?;
+    if let Err(error) = store(&module, dir, &path) {
+        tracing::warn!(dir = %dir.display(), %error, "cannot write the hook AOT cache");
+    }
+    Ok(module)
+}
+
+fn compile_now(engine: &Engine, source: &HookModule) -> Result<Module, HookFailure> {
+    Module::new(engine, &source.bytes).map_err(|error| HookFailure::Compile(format!("{error:#}")))
+}
+
+/// `<dir>/<module sha256>-<compatibility hash>.cwasm`.
+fn cache_path(engine: &Engine, dir: &Path, module_sha256: &str) -> PathBuf {
+    // `DefaultHasher::new()` has fixed keys: the same engine settings give the same name
+    // across runs of one build; another Rust or wasmtime version at worst misses the cache.
+    let mut hasher = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    dir.join(format!("{module_sha256}-{:016x}.cwasm", hasher.finish()))
+}
+
+/// Loads a cached compiled module.
+#[allow(unsafe_code)]
+fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Module> {
+    // SAFETY: `deserialize_file` trusts the file to be wasmtime's own output for a
+    // compatible engine. Files here are written only by `store` below (to a temporary name,
+    // then renamed, so a reader never sees half a file), their name carries the engine's
+    // compatibility hash, and wasmtime itself re-checks the header's version and settings.
+    // The directory must be private to the engine (documented on `HookRuntimeConfig`).
+    unsafe { Module::deserialize_file(engine, path) }
+}
+
+fn store(module: &Module, dir: &Path, path: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|error| error.to_string())?;
+    let bytes = module.serialize().map_err(|error| error.to_string())?;
+    // Unique per process and write: two threads may compile the same module at once.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, Ordering::Relaxed);
+    let temporary = path.with_extension(format!("tmp-{}-{write}", std::process::id()));
+    std::fs::write(&temporary, bytes).map_err(|error| error.to_string())?;
+    std::fs::rename(&temporary, path).map_err(|error| error.to_string())
+}

@@ -1,0 +1,132 @@
+//! What a hook instance's store holds, the limiter that caps its memory, and the host
+//! functions of `colloquy:hooks/host@1.0.0` (`log`, `now-ms`).
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use colloquy_protocol::hook::HOST_MODULE;
+use wasmtime::{Caller, Engine, Linker, ResourceLimiter};
+
+use super::MAX_TABLE_ELEMENTS;
+
+/// Longest line a hook may log through `log`; longer lines are cut (not refused: logging
+/// must never fail a hook).
+pub const MAX_LOG_LINE_BYTES: usize = 4096;
+/// Lines a hook may log per call through `log`; the rest are dropped, counted in one warning.
+pub const MAX_LOG_LINES_PER_CALL: u32 = 64;
+
+/// The host import names, for link checks and messages.
+pub const HOST_FUNCTIONS: &[&str] = &["log", "now-ms"];
+
+/// The data of one instance's store.
+pub struct HostState {
+    /// The memory cap of the template the instance currently serves.
+    pub memory_cap: u64,
+    /// What the guest asked for when it hit the cap (reported instead of a bare trap).
+    pub memory_refused: Option<u64>,
+    /// The conversation the current call is about (for `log`).
+    pub conversation: Arc<str>,
+    /// Lines logged in the current call.
+    pub lines_logged: u32,
+}
+
+impl HostState {
+    /// A fresh state with a memory cap.
+    pub fn new(memory_cap: u64) -> HostState {
+        HostState {
+            memory_cap,
+            memory_refused: None,
+            conversation: Arc::from(""),
+            lines_logged: 0,
+        }
+    }
+}
+
+/// The guest asked for more memory than its cap. Raised from the limiter, so the guest traps
+/// at once (a `memory.grow` returning -1 would leave a C guest writing through a null
+/// pointer); the runtime downcasts to this type to report the cause.
+#[derive(Debug, thiserror::Error)]
+#[error("memory cap of {cap} bytes exceeded (asked for {requested})")]
+pub struct MemoryCapExceeded {
+    /// Bytes asked for.
+    pub requested: u64,
+    /// The cap.
+    pub cap: u64,
+}
+
+impl ResourceLimiter for HostState {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let requested = desired as u64;
+        if requested > self.memory_cap {
+            self.memory_refused = Some(requested);
+            return Err(wasmtime::Error::new(MemoryCapExceeded {
+                requested,
+                cap: self.memory_cap,
+            }));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// The linker with the host functions; shared by every module.
+pub fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    linker.func_wrap(HOST_MODULE, "log", log)?;
+    linker.func_wrap(HOST_MODULE, "now-ms", |_: Caller<'_, HostState>| -> i64 {
+        // Wall-clock time, like the `now` of the event. Before 1970 reads as 0.
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_millis() as i64)
+            .unwrap_or(0)
+    })?;
+    Ok(linker)
+}
+
+/// `log(level, ptr, len)`: a UTF-8 line from guest memory into tracing, with the
+/// conversation id. Levels: 0 debug, 1 info, 2 warn, 3 error (the WIT enum `log-level`);
+/// anything else logs at info. A bad pointer is the guest's bug and traps it.
+fn log(mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32) -> wasmtime::Result<()> {
+    let memory = caller
+        .get_export("memory")
+        .and_then(|export| export.into_memory())
+        .ok_or_else(|| wasmtime::Error::msg("`log` called by a module without a memory"))?;
+    let start = ptr as u32 as usize;
+    let len = len as u32 as usize;
+    let data = memory.data(&caller);
+    let bytes = start
+        .checked_add(len)
+        .and_then(|end| data.get(start..end))
+        .ok_or_else(|| wasmtime::Error::msg("`log` line is outside the module's memory"))?;
+    let shown = &bytes[..len.min(MAX_LOG_LINE_BYTES)];
+    let line = String::from_utf8_lossy(shown).into_owned();
+    let state = caller.data_mut();
+    state.lines_logged += 1;
+    if state.lines_logged > MAX_LOG_LINES_PER_CALL {
+        if state.lines_logged == MAX_LOG_LINES_PER_CALL + 1 {
+            tracing::warn!(conversation = %state.conversation, "hook logs too much; further lines of this call dropped");
+        }
+        return Ok(());
+    }
+    let conversation = &state.conversation;
+    match level {
+        0 => tracing::debug!(target: "colloquy::hook", conversation = %conversation, "{line}"),
+        2 => tracing::warn!(target: "colloquy::hook", conversation = %conversation, "{line}"),
+        3 => tracing::error!(target: "colloquy::hook", conversation = %conversation, "{line}"),
+        _ => tracing::info!(target: "colloquy::hook", conversation = %conversation, "{line}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,357 @@
+//! The wasm hook runtime: runs a template's hook module (ABI v1, `docs/hook-abi.md`) at
+//! `on_start`, `on_message` and `on_timeout`. The only module of the workspace that names
+//! wasmtime.
+//!
+//! One [`HookRuntime`] serves every template of an engine:
+//! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread every
+//!   [`EPOCH_TICK`], so each call gets a deadline of the template's `timeout_ms`;
+//! - the pooling instance allocator, sized by [`HookRuntimeConfig`];
+//! - one `InstancePre` per module (keyed by the module's SHA-256, so a template revision
+//!   with a rebuilt module gets its own, and running conversations keep the old one: that is
+//!   the hot swap), linked and checked when a template first calls it (or eagerly through
+//!   [`HookRuntime::prepare`]);
+//! - instances reused across calls (a small idle stack per module, one instance per
+//!   concurrently running call) and discarded after any failure, so a trap never leaks state
+//!   into the next call;
+//! - a memory cap per store from the template's `limits.memory_bytes`;
+//! - an on-disk AOT cache of compiled modules, keyed by module hash and
+//!   `Engine::precompile_compatibility_hash()` (`cache`).
+//!
+//! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
+//! (loading, link checks, the calling convention), `cache` (AOT files), `input` (building
+//! the JSON event from a conversation), `engine_ext` ([`crate::Engine::with_hooks`]).
+
+mod cache;
+mod engine_ext;
+mod host;
+pub(crate) mod input;
+mod module;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use colloquy_policy::CompiledTemplate;
+use colloquy_protocol::hook::{HookInput, HookOutput};
+use colloquy_protocol::template::HookEvent;
+
+use self::module::LoadedModule;
+
+/// How often the ticker thread advances the epoch: the granularity of hook deadlines. A call
+/// with `timeout_ms: 10` is stopped between 10 and 11 ms after it started.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Default number of hook instances alive at once (idle and running), across all modules.
+/// Each reserves address space (not memory) for one linear memory in the pooling allocator.
+pub const DEFAULT_MAX_INSTANCES: u32 = 256;
+/// Idle instances kept per module for reuse. Calls beyond this many at once still run, on
+/// instances created for them and dropped after.
+pub const DEFAULT_IDLE_INSTANCES_PER_MODULE: usize = 8;
+/// Largest linear memory any hook may have; templates ask for at most this much.
+pub const MAX_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// Largest output a hook may return. Far above any real answer (a few actions), small enough
+/// that a runaway hook cannot make the engine parse and store megabytes per message.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// Most table elements a hook may grow its tables to.
+pub const MAX_TABLE_ELEMENTS: usize = 10_000;
+
+/// How a [`HookRuntime`] is set up.
+#[derive(Clone, Debug)]
+pub struct HookRuntimeConfig {
+    /// Where compiled modules are cached (`None`: compile in memory every start). The
+    /// directory must be private to the engine: its files are loaded as native code.
+    pub cache_dir: Option<PathBuf>,
+    /// Instances alive at once across all modules (the pooling allocator's size).
+    pub max_instances: u32,
+    /// Idle instances kept per module.
+    pub idle_instances_per_module: usize,
+}
+
+impl Default for HookRuntimeConfig {
+    fn default() -> HookRuntimeConfig {
+        HookRuntimeConfig {
+            cache_dir: Some(std::env::temp_dir().join("colloquy-hook-cache")),
+            max_instances: DEFAULT_MAX_INSTANCES,
+            idle_instances_per_module: DEFAULT_IDLE_INSTANCES_PER_MODULE,
+        }
+    }
+}
+
+/// Why a hook call failed. Each says what happened in words a template author can act on;
+/// the engine applies the template's failure policy to any of them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HookFailure {
+    /// The engine was built without a hook runtime, so it cannot honour a template's hook.
+    #[error("this engine has no hook runtime (see Engine::with_hooks)")]
+    NoRuntime,
+    /// The template was compiled from text without a file origin, so its module was not read.
+    #[error("the hook module was not loaded (the template was compiled without a file path)")]
+    NoModule,
+    /// The bytes are not a valid wasm module.
+    #[error("the module does not compile: {0}")]
+    Compile(String),
+    /// The module does not fit ABI v1 (an export missing or mistyped, a foreign import).
+    #[error("the module does not fit hook ABI v1: {0}")]
+    Link(String),
+    /// `hooks_abi_version` returned a version this engine does not speak.
+    #[error("the module speaks hook ABI version {found}; this engine speaks {supported}")]
+    AbiVersion {
+        /// What the module returned.
+        found: i64,
+        /// What this engine speaks, e.g. `1`.
+        supported: String,
+    },
+    /// The template lists an event whose export the module lacks.
+    #[error("the template runs the hook at `{event}` but the module exports no `{export}`")]
+    MissingEvent {
+        /// The lifecycle event.
+        event: &'static str,
+        /// The export it needs.
+        export: &'static str,
+    },
+    /// No instance could be created (the pool is full, or the module's initial memory is
+    /// over the cap).
+    #[error("cannot instantiate the module: {0}")]
+    Instantiate(String),
+    /// The call ran past the template's `timeout_ms`.
+    #[error("the hook ran longer than its {ms} ms budget and was stopped")]
+    Timeout {
+        /// The budget.
+        ms: u64,
+    },
+    /// The hook tried to grow its memory past the template's `memory_bytes`.
+    #[error("the hook asked for {requested} bytes of memory, over its cap of {cap} bytes")]
+    OutOfMemory {
+        /// Bytes it asked for.
+        requested: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The hook trapped (`unreachable`, an out-of-bounds access, a division by zero, ...).
+    #[error("the hook trapped: {0}")]
+    Trap(String),
+    /// The output is over [`MAX_OUTPUT_BYTES`].
+    #[error("the hook returned {len} bytes, over the {max}-byte output limit")]
+    OutputTooLarge {
+        /// Bytes returned.
+        len: u64,
+        /// The limit.
+        max: usize,
+    },
+    /// The output is not valid hook output JSON (malformed, an unknown action, ...).
+    #[error("the hook returned invalid output: {0}")]
+    BadOutput(String),
+}
+
+/// A module as loading left it: ready, or refused with the reason.
+type Loaded = Result<Arc<LoadedModule>, HookFailure>;
+
+/// Runs hook modules. Cheap to share (`Arc`); see the module docs for what it keeps.
+pub struct HookRuntime {
+    engine: wasmtime::Engine,
+    linker: wasmtime::Linker<host::HostState>,
+    /// Loaded modules by SHA-256; a module that failed to load keeps its failure, so a bad
+    /// module is compiled once, not at every message.
+    modules: RwLock<HashMap<Arc<str>, Loaded>>,
+    config: HookRuntimeConfig,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for HookRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookRuntime")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The runtime could not be set up (the pooling allocator could not reserve its memory).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the hook runtime: {0}")]
+pub struct RuntimeError(String);
+
+impl HookRuntime {
+    /// A runtime with its own wasmtime engine and epoch ticker thread.
+    pub fn new(config: HookRuntimeConfig) -> Result<HookRuntime, RuntimeError> {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        pool.total_core_instances(config.max_instances)
+            .total_memories(config.max_instances)
+            .total_tables(config.max_instances)
+            .max_memory_size(MAX_MEMORY_BYTES as usize)
+            .table_elements(MAX_TABLE_ELEMENTS);
+        let mut wasm = wasmtime::Config::new();
+        wasm.epoch_interruption(true)
+            .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        let engine =
+            wasmtime::Engine::new(&wasm).map_err(|error| RuntimeError(error.to_string()))?;
+        let linker = host::linker(&engine).map_err(|error| RuntimeError(error.to_string()))?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let stop = ticker_stop.clone();
+        let ticking = engine.clone();
+        std::thread::Builder::new()
+            .name("hook-epoch-ticker".to_owned())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticking.increment_epoch();
+                }
+            })
+            .map_err(|error| RuntimeError(error.to_string()))?;
+        Ok(HookRuntime {
+            engine,
+            linker,
+            modules: RwLock::new(HashMap::new()),
+            config,
+            ticker_stop,
+        })
+    }
+
+    /// Loads and link-checks the template's hook module now (instead of at its first call),
+    /// and checks that it exports every event the template lists. For `templates check` and
+    /// for callers that want a bad module reported when a template is loaded.
+    pub fn prepare(&self, template: &CompiledTemplate) -> Result<(), HookFailure> {
+        let Some(spec) = &template.hooks else {
+            return Ok(());
+        };
+        let module = self.module(template)?;
+        for event in &spec.events {
+            module.check_event(*event)?;
+        }
+        Ok(())
+    }
+
+    /// Calls the template's hook for `event` with `input`. Traced with the conversation id,
+    /// template revision, hook and duration.
+    pub fn call(
+        &self,
+        template: &CompiledTemplate,
+        event: HookEvent,
+        input: &HookInput<'_>,
+    ) -> Result<HookOutput, HookFailure> {
+        let started = Instant::now();
+        let result = self.call_untraced(template, event, input);
+        let duration_us = started.elapsed().as_micros() as u64;
+        // Field values are formatted only when the event is enabled: no cost when it is not.
+        let hook = template.hook_module.as_ref().map(|m| m.path.display());
+        let hook = tracing::field::display(HookName(hook));
+        match &result {
+            Ok(output) => tracing::debug!(
+                conversation = %input.conversation.id,
+                template = %template.name,
+                revision = %template.revision,
+                hook,
+                event = event_name(event),
+                duration_us,
+                actions = output.actions.len(),
+                "hook ran"
+            ),
+            Err(failure) => tracing::warn!(
+                conversation = %input.conversation.id,
+                template = %template.name,
+                revision = %template.revision,
+                hook,
+                event = event_name(event),
+                duration_us,
+                %failure,
+                "hook failed"
+            ),
+        }
+        if let Ok(output) = &result {
+            for line in &output.log {
+                tracing::info!(conversation = %input.conversation.id, hook, "{line}");
+            }
+        }
+        result
+    }
+
+    fn call_untraced(
+        &self,
+        template: &CompiledTemplate,
+        event: HookEvent,
+        input: &HookInput<'_>,
+    ) -> Result<HookOutput, HookFailure> {
+        let Some(spec) = &template.hooks else {
+            return Ok(HookOutput::default());
+        };
+        let module = self.module(template)?;
+        module.check_event(event)?;
+        let json = serde_json::to_vec(input)
+            .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
+        module.call(
+            &self.engine,
+            event,
+            &json,
+            spec,
+            &input.conversation.id,
+            self.config.idle_instances_per_module,
+        )
+    }
+
+    /// The loaded module of a template, loading it on first use.
+    fn module(&self, template: &CompiledTemplate) -> Result<Arc<LoadedModule>, HookFailure> {
+        let source = template.hook_module.as_ref().ok_or(HookFailure::NoModule)?;
+        // A poisoned lock only means another call panicked while holding it; the map itself
+        // is always whole (entries are inserted in one operation).
+        let cached = self
+            .modules
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&source.sha256)
+            .cloned();
+        if let Some(loaded) = cached {
+            return loaded;
+        }
+        let loaded = LoadedModule::load(
+            &self.engine,
+            &self.linker,
+            source,
+            self.config.cache_dir.as_deref(),
+        )
+        .map(Arc::new);
+        match &loaded {
+            Ok(_) => {
+                tracing::info!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, "hook module loaded");
+            }
+            Err(failure) => {
+                tracing::warn!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, %failure, "hook module refused");
+            }
+        }
+        self.modules
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(source.sha256.clone())
+            .or_insert_with(|| loaded.clone())
+            .clone()
+    }
+}
+
+impl Drop for HookRuntime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A hook module's path for log fields (empty when the template has none).
+struct HookName<'a>(Option<std::path::Display<'a>>);
+
+impl std::fmt::Display for HookName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(path) => path.fmt(f),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The name of a lifecycle event in templates and logs.
+pub fn event_name(event: HookEvent) -> &'static str {
+    match event {
+        HookEvent::OnStart => "on_start",
+        HookEvent::OnMessage => "on_message",
+        HookEvent::OnTimeout => "on_timeout",
+    }
+}
+
+#[cfg(test)]
+mod tests;

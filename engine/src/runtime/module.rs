@@ -1,0 +1,388 @@
+//! One hook module: compiled, link-checked, pre-instantiated, with its idle instances; and
+//! the ABI v1 calling convention (the canonical ABI lowering of `func(string) -> string`).
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use colloquy_policy::compiled::HookModule;
+use colloquy_protocol::hook::{HOOKS_ABI_VERSION, HOST_MODULE, HookOutput, SUPPORTED_ABI_VERSIONS};
+use colloquy_protocol::template::{HookEvent, HookSpec};
+use wasmtime::{
+    Engine, ExternType, InstancePre, Linker, Memory, Module, Store, Trap, TypedFunc, ValType,
+};
+
+use super::host::{HOST_FUNCTIONS, HostState, MemoryCapExceeded};
+use super::{EPOCH_TICK, HookFailure, MAX_OUTPUT_BYTES, cache, event_name};
+
+/// Budget of the `hooks_abi_version` call made at load time (it returns a constant).
+const VERSION_CALL_TIMEOUT_MS: u64 = 100;
+
+/// The three event exports, in [`event_index`] order.
+const EVENT_EXPORTS: [&str; 3] = ["start", "message", "timeout"];
+/// Their post-return exports.
+const POST_EXPORTS: [&str; 3] = ["cabi_post_start", "cabi_post_message", "cabi_post_timeout"];
+
+fn event_index(event: HookEvent) -> usize {
+    match event {
+        HookEvent::OnStart => 0,
+        HookEvent::OnMessage => 1,
+        HookEvent::OnTimeout => 2,
+    }
+}
+
+/// A module ready to instantiate.
+pub struct LoadedModule {
+    pre: InstancePre<HostState>,
+    /// Which of `start`, `message`, `timeout` it exports.
+    events: [bool; 3],
+    /// Instances waiting for the next call.
+    idle: Mutex<Vec<Instance>>,
+}
+
+/// A live instance and its typed exports.
+struct Instance {
+    store: Store<HostState>,
+    memory: Memory,
+    realloc: TypedFunc<(i32, i32, i32, i32), i32>,
+    version: TypedFunc<(), i32>,
+    events: [Option<TypedFunc<(i32, i32), i32>>; 3],
+    posts: [Option<TypedFunc<i32, ()>>; 3],
+}
+
+impl LoadedModule {
+    /// Compiles (or reads from the AOT cache), checks the module's shape against ABI v1, and
+    /// asks it its ABI version.
+    pub fn load(
+        engine: &Engine,
+        linker: &Linker<HostState>,
+        source: &HookModule,
+        cache_dir: Option<&Path>,
+    ) -> Result<LoadedModule, HookFailure> {
+        let module = cache::compile(engine, source, cache_dir)?;
+        let events = check_shape(&module)?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(|error| HookFailure::Link(error.to_string()))?;
+        let loaded = LoadedModule {
+            pre,
+            events,
+            idle: Mutex::new(Vec::new()),
+        };
+        let mut probe = loaded.instantiate(engine, super::MAX_MEMORY_BYTES)?;
+        probe
+            .store
+            .set_epoch_deadline(ticks(VERSION_CALL_TIMEOUT_MS));
+        let version = probe
+            .version
+            .call(&mut probe.store, ())
+            .map_err(|error| failure(&probe.store, error, VERSION_CALL_TIMEOUT_MS))?;
+        if !SUPPORTED_ABI_VERSIONS.contains(&(version as u32)) || version < 0 {
+            return Err(HookFailure::AbiVersion {
+                found: i64::from(version),
+                supported: SUPPORTED_ABI_VERSIONS
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        Ok(loaded)
+    }
+
+    /// How many instances wait for a call.
+    #[cfg(test)]
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
+    }
+
+    /// Fails when the module lacks the export for `event`.
+    pub fn check_event(&self, event: HookEvent) -> Result<(), HookFailure> {
+        if self.events[event_index(event)] {
+            Ok(())
+        } else {
+            Err(HookFailure::MissingEvent {
+                event: event_name(event),
+                export: EVENT_EXPORTS[event_index(event)],
+            })
+        }
+    }
+
+    /// One call: input in, output out, on an idle instance (or a new one). The instance goes
+    /// back to the idle stack only when the call succeeded.
+    pub fn call(
+        &self,
+        engine: &Engine,
+        event: HookEvent,
+        input: &[u8],
+        spec: &HookSpec,
+        conversation: &str,
+        max_idle: usize,
+    ) -> Result<HookOutput, HookFailure> {
+        let cap = spec.limits.memory_bytes;
+        let reused = self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        let mut instance = match reused {
+            // An instance grown under a larger cap (another template, same module) is over
+            // this one's: start afresh rather than let it keep memory it may not have.
+            Some(instance) if (instance.memory.data_size(&instance.store) as u64) <= cap => {
+                instance
+            }
+            _ => self.instantiate(engine, cap)?,
+        };
+        let state = instance.store.data_mut();
+        state.memory_cap = cap;
+        state.memory_refused = None;
+        state.lines_logged = 0;
+        if *state.conversation != *conversation {
+            state.conversation = conversation.into();
+        }
+        instance
+            .store
+            .set_epoch_deadline(ticks(spec.limits.timeout_ms));
+        let output = instance.invoke(event, input).map_err(|error| match error {
+            Invoke::Wasm(error) => failure(&instance.store, error, spec.limits.timeout_ms),
+            Invoke::Failure(failure) => failure,
+        })?;
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if idle.len() < max_idle {
+            idle.push(instance);
+        }
+        drop(idle);
+        parse_output(&output)
+    }
+
+    fn instantiate(&self, engine: &Engine, cap: u64) -> Result<Instance, HookFailure> {
+        let mut store = Store::new(engine, HostState::new(cap));
+        store.limiter(|state| state);
+        // Instantiation runs the start function and data initialisers: give it a deadline too.
+        store.set_epoch_deadline(ticks(VERSION_CALL_TIMEOUT_MS));
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|error| match error.downcast_ref::<MemoryCapExceeded>() {
+                Some(exceeded) => HookFailure::OutOfMemory {
+                    requested: exceeded.requested,
+                    cap: exceeded.cap,
+                },
+                None => HookFailure::Instantiate(error.to_string()),
+            })?;
+        let link = |error: wasmtime::Error| HookFailure::Link(error.to_string());
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| HookFailure::Link("no `memory` export".to_owned()))?;
+        let realloc = instance
+            .get_typed_func(&mut store, "cabi_realloc")
+            .map_err(link)?;
+        let version = instance
+            .get_typed_func(&mut store, "hooks_abi_version")
+            .map_err(link)?;
+        let mut events = [None, None, None];
+        let mut posts = [None, None, None];
+        for index in 0..3 {
+            if self.events[index] {
+                events[index] = Some(
+                    instance
+                        .get_typed_func(&mut store, EVENT_EXPORTS[index])
+                        .map_err(link)?,
+                );
+                posts[index] = instance
+                    .get_typed_func(&mut store, POST_EXPORTS[index])
+                    .ok();
+            }
+        }
+        Ok(Instance {
+            store,
+            memory,
+            realloc,
+            version,
+            events,
+            posts,
+        })
+    }
+}
+
+/// What went wrong inside [`Instance::invoke`].
+enum Invoke {
+    /// An error from wasm (a trap, an interrupt, the limiter).
+    Wasm(wasmtime::Error),
+    /// The guest broke the calling convention.
+    Failure(HookFailure),
+}
+
+impl From<wasmtime::Error> for Invoke {
+    fn from(error: wasmtime::Error) -> Invoke {
+        Invoke::Wasm(error)
+    }
+}
+
+impl Instance {
+    /// The canonical ABI dance: allocate the input in guest memory (the guest owns it from
+    /// then on), call the export, read `[ptr, len]` at the returned pointer, copy the output
+    /// out, then let the guest free it with `cabi_post_<name>`.
+    fn invoke(&mut self, event: HookEvent, input: &[u8]) -> Result<Vec<u8>, Invoke> {
+        let index = event_index(event);
+        let len = i32::try_from(input.len())
+            .map_err(|_| Invoke::Failure(HookFailure::BadOutput("input over 2 GiB".into())))?;
+        let ptr = self.realloc.call(&mut self.store, (0, 0, 1, len))?;
+        self.memory
+            .write(&mut self.store, ptr as u32 as usize, input)
+            .map_err(|_| bad_pointer("cabi_realloc returned a pointer outside memory"))?;
+        let func = self.events[index].clone().ok_or_else(|| {
+            Invoke::Failure(HookFailure::MissingEvent {
+                event: event_name(event),
+                export: EVENT_EXPORTS[index],
+            })
+        })?;
+        let retptr = func.call(&mut self.store, (ptr, len))?;
+        let mut pair = [0u8; 8];
+        self.memory
+            .read(&self.store, retptr as u32 as usize, &mut pair)
+            .map_err(|_| bad_pointer("the return pointer is outside memory"))?;
+        let out_ptr = u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]) as usize;
+        let out_len = u32::from_le_bytes([pair[4], pair[5], pair[6], pair[7]]) as usize;
+        if out_len > MAX_OUTPUT_BYTES {
+            return Err(Invoke::Failure(HookFailure::OutputTooLarge {
+                len: out_len as u64,
+                max: MAX_OUTPUT_BYTES,
+            }));
+        }
+        let output = out_ptr
+            .checked_add(out_len)
+            .and_then(|end| self.memory.data(&self.store).get(out_ptr..end))
+            .ok_or_else(|| bad_pointer("the output is outside memory"))?
+            .to_vec();
+        if let Some(post) = self.posts[index].clone() {
+            post.call(&mut self.store, retptr)?;
+        }
+        Ok(output)
+    }
+}
+
+fn bad_pointer(what: &str) -> Invoke {
+    Invoke::Failure(HookFailure::BadOutput(what.to_owned()))
+}
+
+fn parse_output(bytes: &[u8]) -> Result<HookOutput, HookFailure> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned();
+        HookFailure::BadOutput(format!("{error} (output starts with {shown:?})"))
+    })
+}
+
+/// Classifies an error from wasm by its type (never by its text): the limiter's
+/// [`MemoryCapExceeded`], an epoch interrupt, another trap, or anything else.
+fn failure(store: &Store<HostState>, error: wasmtime::Error, timeout_ms: u64) -> HookFailure {
+    if let Some(exceeded) = error.downcast_ref::<MemoryCapExceeded>() {
+        return HookFailure::OutOfMemory {
+            requested: exceeded.requested,
+            cap: exceeded.cap,
+        };
+    }
+    if let Some(requested) = store.data().memory_refused {
+        return HookFailure::OutOfMemory {
+            requested,
+            cap: store.data().memory_cap,
+        };
+    }
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => HookFailure::Timeout { ms: timeout_ms },
+        Some(trap) => HookFailure::Trap(trap.to_string()),
+        None => HookFailure::Trap(error.to_string()),
+    }
+}
+
+/// Epoch ticks for a budget: rounded up, plus one because the tick in progress may end at
+/// any moment.
+pub(super) fn ticks(timeout_ms: u64) -> u64 {
+    let tick_ms = EPOCH_TICK.as_millis().max(1) as u64;
+    timeout_ms.div_ceil(tick_ms) + 1
+}
+
+/// Checks exports and imports against ABI v1; returns which event exports exist.
+fn check_shape(module: &Module) -> Result<[bool; 3], HookFailure> {
+    let i32_ = || ValType::I32;
+    let expect_func = |name: &str, params: &[ValType], results: &[ValType]| {
+        let Some(ty) = module.get_export(name) else {
+            return Err(HookFailure::Link(format!("no `{name}` export")));
+        };
+        let ExternType::Func(func) = ty else {
+            return Err(HookFailure::Link(format!("`{name}` is not a function")));
+        };
+        let fits = func.params().len() == params.len()
+            && func.results().len() == results.len()
+            && func.params().zip(params).all(|(a, b)| ValType::eq(&a, b))
+            && func.results().zip(results).all(|(a, b)| ValType::eq(&a, b));
+        if fits {
+            Ok(())
+        } else {
+            Err(HookFailure::Link(format!(
+                "`{name}` has type {func}, expected {}",
+                signature(params, results)
+            )))
+        }
+    };
+    match module.get_export("memory") {
+        Some(ExternType::Memory(memory)) if !memory.is_64() => {}
+        Some(ExternType::Memory(_)) => {
+            return Err(HookFailure::Link(
+                "`memory` is a 64-bit memory; ABI v1 uses a 32-bit one".into(),
+            ));
+        }
+        _ => return Err(HookFailure::Link("no `memory` export".into())),
+    }
+    expect_func("hooks_abi_version", &[], &[i32_()]).map_err(|failure| match failure {
+        HookFailure::Link(detail) => HookFailure::Link(format!(
+            "{detail} (a hook module exports `hooks_abi_version: () -> i32` returning \
+             {HOOKS_ABI_VERSION})"
+        )),
+        other => other,
+    })?;
+    expect_func("cabi_realloc", &[i32_(), i32_(), i32_(), i32_()], &[i32_()])?;
+    let mut events = [false; 3];
+    for (index, name) in EVENT_EXPORTS.iter().enumerate() {
+        if module.get_export(name).is_some() {
+            expect_func(name, &[i32_(), i32_()], &[i32_()])?;
+            events[index] = true;
+            if module.get_export(POST_EXPORTS[index]).is_some() {
+                expect_func(POST_EXPORTS[index], &[i32_()], &[])?;
+            }
+        }
+    }
+    if events == [false; 3] {
+        return Err(HookFailure::Link(
+            "it exports none of `start`, `message`, `timeout`".into(),
+        ));
+    }
+    for import in module.imports() {
+        if import.module() != HOST_MODULE || !HOST_FUNCTIONS.contains(&import.name()) {
+            return Err(HookFailure::Link(format!(
+                "it imports `{}::{}`; hooks may import only {} from `{HOST_MODULE}`",
+                import.module(),
+                import.name(),
+                HOST_FUNCTIONS
+                    .iter()
+                    .map(|name| format!("`{name}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )));
+        }
+    }
+    Ok(events)
+}
+
+fn signature(params: &[ValType], results: &[ValType]) -> String {
+    let list = |types: &[ValType]| {
+        types
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!("({}) -> ({})", list(params), list(results))
+}

@@ -1,0 +1,159 @@
+//! Unit tests of the runtime's own machinery: link checks, instance reuse, the AOT cache.
+//! Hostile modules against the whole pipeline are in `tests/tests/e2e/hooks.rs`.
+
+use std::path::PathBuf;
+
+use colloquy_policy::{CompiledTemplate, TemplateCompiler};
+use colloquy_protocol::hook::HookOutput;
+use serde_json::json;
+
+use super::*;
+
+const TEMPLATE: &str = r#"
+apiVersion: colloquy.dev/v1
+kind: ConversationTemplate
+metadata: { name: unit, version: 1.0.0 }
+spec:
+  roles: { participants: { min: 1 } }
+  thread:
+    initial: open
+    on_expiry: done
+    states:
+      open: { transitions: [{ performative: inform, from: initiator, to: done }] }
+      done: { terminal: success }
+  hooks: { module: hook.wasm, events: [on_message] }
+"#;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "colloquy-runtime-unit-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn template(name: &str, wat: &str) -> CompiledTemplate {
+    let dir = scratch(name);
+    std::fs::write(dir.join("hook.wasm"), wat::parse_str(wat).expect("WAT")).expect("module");
+    std::fs::write(dir.join("unit.yaml"), TEMPLATE).expect("template");
+    TemplateCompiler::new()
+        .compile_file(&dir.join("unit.yaml"))
+        .unwrap_or_else(|diagnostics| panic!("{diagnostics}"))
+}
+
+/// Answers `{"actions":["continue"]}`.
+const GOOD: &str = r#"(module
+  (memory (export "memory") 1)
+  (data (i32.const 0) "{\"actions\":[\"continue\"]}")
+  (func (export "hooks_abi_version") (result i32) (i32.const 1))
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 4096))
+  (func (export "message") (param i32 i32) (result i32)
+    (i32.store (i32.const 2048) (i32.const 0))
+    (i32.store (i32.const 2052) (i32.const 24))
+    (i32.const 2048)))"#;
+
+fn runtime(cache_dir: Option<PathBuf>) -> HookRuntime {
+    HookRuntime::new(HookRuntimeConfig {
+        cache_dir,
+        max_instances: 16,
+        idle_instances_per_module: 2,
+    })
+    .expect("runtime")
+}
+
+fn input() -> serde_json::Value {
+    json!({
+        "abi_version": 1, "hook": "on_message", "now": 1,
+        "conversation": {"id": "c", "template": "unit", "revision": "r", "status": "active",
+            "initiator": "a", "participants": ["b"], "threads": [], "vars": {},
+            "parameters": {}, "context": {}, "retry_attempts": 0},
+        "config": null
+    })
+}
+
+fn call(runtime: &HookRuntime, template: &CompiledTemplate) -> Result<HookOutput, HookFailure> {
+    let value = input();
+    let input: HookInput<'_> = serde_json::from_value(value).expect("input");
+    runtime.call(template, HookEvent::OnMessage, &input)
+}
+
+#[test]
+fn a_call_round_trips_and_its_instance_is_reused() {
+    let runtime = runtime(None);
+    let template = template("reuse", GOOD);
+    for _ in 0..3 {
+        let output = call(&runtime, &template).expect("call");
+        assert_eq!(output.actions.len(), 1);
+    }
+    let module = runtime.module(&template).expect("loaded");
+    // Without reuse, each call would have left a new instance behind (up to two idle).
+    assert_eq!(module.idle_count(), 1, "one instance served every call");
+}
+
+#[test]
+fn prepare_reports_an_event_the_module_lacks() {
+    let runtime = runtime(None);
+    let mut template = template("lacks", GOOD);
+    if let Some(spec) = template.hooks.as_mut() {
+        spec.events.push(HookEvent::OnTimeout);
+    }
+    assert_eq!(
+        runtime.prepare(&template),
+        Err(HookFailure::MissingEvent {
+            event: "on_timeout",
+            export: "timeout"
+        })
+    );
+}
+
+#[test]
+fn foreign_imports_and_missing_memory_are_refused_at_load() {
+    let runtime = runtime(None);
+    let foreign = template(
+        "foreign",
+        &GOOD.replacen("(module", r#"(module (import "env" "abort" (func))"#, 1),
+    );
+    match call(&runtime, &foreign) {
+        Err(HookFailure::Link(detail)) => assert!(detail.contains("`env::abort`"), "{detail}"),
+        other => panic!("expected a link failure, got {other:?}"),
+    }
+    let no_memory = template(
+        "no-memory",
+        r#"(module (func (export "hooks_abi_version") (result i32) (i32.const 1)))"#,
+    );
+    assert_eq!(
+        call(&runtime, &no_memory),
+        Err(HookFailure::Link("no `memory` export".into()))
+    );
+}
+
+#[test]
+fn the_aot_cache_is_written_and_a_bad_file_is_replaced() {
+    let dir = scratch("aot");
+    let template = template("aot-module", GOOD);
+    call(&runtime(Some(dir.clone())), &template).expect("first call compiles");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("cache dir")
+        .map(|entry| entry.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let sha = &template.hook_module.as_ref().expect("module").sha256;
+    assert!(
+        name.starts_with(&**sha) && name.ends_with(".cwasm"),
+        "{name}"
+    );
+    // A second runtime reads it back; a corrupted file is recompiled and rewritten.
+    call(&runtime(Some(dir.clone())), &template).expect("from the cache");
+    std::fs::write(&files[0], b"garbage").expect("corrupt");
+    call(&runtime(Some(dir.clone())), &template).expect("recompiled");
+    assert_ne!(std::fs::read(&files[0]).expect("rewritten"), b"garbage");
+}
+
+#[test]
+fn deadlines_round_up_to_whole_ticks_plus_one() {
+    assert_eq!(module::ticks(10), 11);
+    assert_eq!(module::ticks(1), 2);
+}

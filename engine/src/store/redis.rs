@@ -1,0 +1,805 @@
+//! The Redis store: several engine nodes share conversations, deadlines and inboxes.
+//!
+//! Every write is one Lua script, so Redis applies it atomically and in one order for all
+//! nodes: the commit script checks the conversation's version, appends the events to the
+//! conversation's stream, moves its wake-up in the deadline sorted set, appends inbox
+//! entries (numbered by a per-agent counter) and publishes a change notice, or does
+//! nothing at all. Deadlines are claimed by a script that leases the due members of the
+//! sorted set (see [`super::CLAIM_LEASE_MS`]), so each is handed to one node.
+//!
+//! # Key layout (`P` is the prefix, `colloquy` by default)
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P:conv:{id}` | hash | `version`, `parties` (JSON list, for removal) |
+//! | `P:log:{id}` | stream | events; entry id `{seq}-0`, field `e` = event JSON |
+//! | `P:wake` | sorted set | conversation ids scored by next wake-up (ms) |
+//! | `P:inbox-seq` | hash | agent → last inbox sequence number |
+//! | `P:inbox:{agent}` | stream | entry id `{seq}-0`, fields `c` = conversation, `m` = message JSON |
+//! | `P:parties:{agent}` | set | ids of the conversations the agent is a party of |
+//! | `P:changes` | pub/sub channel | one JSON notice per commit that added events |
+//!
+//! A message is acknowledged when the script returned. For that to mean "durable", run
+//! Redis with `appendonly yes` and `appendfsync always` (the tests do); with the default
+//! snapshotting, a Redis crash loses the last seconds.
+//!
+//! Standalone Redis only: the scripts touch keys they compute (party sets on removal), which
+//! Redis Cluster forbids.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{AsyncCommands as _, Client, RedisError, RetryMethod, Script};
+use async_trait::async_trait;
+use colloquy_protocol::event::{ConversationEvent, EventKind};
+use colloquy_protocol::message::{AgentId, Message};
+use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use super::{CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, RemoteChange, StoreError};
+
+/// Key prefix unless one is given: lets several deployments (or tests) share a Redis.
+pub const DEFAULT_PREFIX: &str = "colloquy";
+/// How long a command may wait for its answer. A request during an outage fails after this
+/// (the API answers 503 with `Retry-After`) instead of hanging.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long connecting may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest pause between reconnection attempts of the change-notice subscriber.
+pub const MAX_RESUBSCRIBE_DELAY: Duration = Duration::from_secs(2);
+/// Remote change notices buffered before a slow engine lags (and its streams re-read).
+pub const CHANGE_BUFFER: usize = 4096;
+
+/// Applies a commit (see the module docs). KEYS: conversation hash, log stream, wake set,
+/// inbox sequence hash, one inbox stream per delivery, one party set per party (creation
+/// only). ARGV: id, expected version, new version, wake-up or '', channel, notice or '',
+/// event count, delivery count, party count, parties JSON, then the events' JSON, then
+/// (agent, message JSON) per delivery. Returns {1} done, {2, v} duplicate, {3, v} conflict.
+const COMMIT_SCRIPT: &str = r#"
+local conv, log, wake, heads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id = ARGV[1]
+local expected = tonumber(ARGV[2])
+local current = redis.call('HGET', conv, 'version')
+if expected == 0 then
+  if current then return {2, tonumber(current)} end
+else
+  local actual = 0
+  if current then actual = tonumber(current) end
+  if actual ~= expected then return {3, actual} end
+end
+local n_events, n_deliveries, n_parties = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+redis.call('HSET', conv, 'version', ARGV[3])
+if expected == 0 then redis.call('HSET', conv, 'parties', ARGV[10]) end
+local a = 11
+for i = 1, n_events do
+  redis.call('XADD', log, string.format('%d-0', expected + i), 'e', ARGV[a])
+  a = a + 1
+end
+if ARGV[4] == '' then
+  redis.call('ZREM', wake, id)
+else
+  redis.call('ZADD', wake, ARGV[4], id)
+end
+for j = 1, n_deliveries do
+  local seq = redis.call('HINCRBY', heads, ARGV[a], 1)
+  redis.call('XADD', KEYS[4 + j], string.format('%d-0', seq), 'c', id, 'm', ARGV[a + 1])
+  a = a + 2
+end
+for k = 1, n_parties do
+  redis.call('SADD', KEYS[4 + n_deliveries + k], id)
+end
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
+return {1}
+"#;
+
+/// Leases up to ARGV[2] members of the wake set KEYS[1] due at ARGV[1] by moving them to
+/// ARGV[3]; returns their ids.
+const CLAIM_SCRIPT: &str = r#"
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[3], id) end
+return due
+"#;
+
+/// Deletes a conversation: KEYS hash, log, wake set; ARGV id, party-set key prefix.
+const REMOVE_SCRIPT: &str = r#"
+local parties = redis.call('HGET', KEYS[1], 'parties')
+if parties then
+  for _, agent in ipairs(cjson.decode(parties)) do
+    redis.call('SREM', ARGV[2] .. agent, ARGV[1])
+  end
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+"#;
+
+/// The change notice published with each commit.
+#[derive(Serialize, Deserialize)]
+struct WireChange<'a> {
+    /// The publishing node, so it can skip its own notices.
+    #[serde(borrow)]
+    node: &'a str,
+    conversation: Arc<str>,
+    version: u64,
+    agents: Vec<AgentId>,
+}
+
+struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    fn conversation(&self, id: &str) -> String {
+        format!("{}:conv:{id}", self.prefix)
+    }
+    fn log(&self, id: &str) -> String {
+        format!("{}:log:{id}", self.prefix)
+    }
+    fn wake(&self) -> String {
+        format!("{}:wake", self.prefix)
+    }
+    fn inbox_heads(&self) -> String {
+        format!("{}:inbox-seq", self.prefix)
+    }
+    fn inbox(&self, agent: &str) -> String {
+        format!("{}:inbox:{agent}", self.prefix)
+    }
+    fn parties_prefix(&self) -> String {
+        format!("{}:parties:", self.prefix)
+    }
+    fn parties(&self, agent: &str) -> String {
+        format!("{}:parties:{agent}", self.prefix)
+    }
+    fn changes(&self) -> String {
+        format!("{}:changes", self.prefix)
+    }
+}
+
+/// A [`ConversationStore`] in Redis, shared by every engine node pointed at it.
+pub struct RedisStore {
+    connection: ConnectionManager,
+    keys: Keys,
+    node: Arc<str>,
+    changes: broadcast::Sender<RemoteChange>,
+    subscriber: JoinHandle<()>,
+    commit_script: Script,
+    claim_script: Script,
+    remove_script: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.keys.prefix)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.subscriber.abort();
+    }
+}
+
+impl RedisStore {
+    /// Connects to the Redis at `url` with the [`DEFAULT_PREFIX`].
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        RedisStore::connect_with_prefix(url, DEFAULT_PREFIX).await
+    }
+
+    /// Connects with every key under `prefix:`. Fails when Redis cannot be reached now;
+    /// later outages make single operations fail with [`StoreError::Unavailable`] while
+    /// the connection is re-established in the background.
+    pub async fn connect_with_prefix(url: &str, prefix: &str) -> Result<RedisStore, StoreError> {
+        let client = Client::open(url)
+            .map_err(|error| StoreError::Unavailable(format!("bad Redis URL `{url}`: {error}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_max_delay(MAX_RESUBSCRIBE_DELAY);
+        let connection = client
+            .get_connection_manager_with_config(config)
+            .await
+            .map_err(|error| {
+                StoreError::Unavailable(format!("cannot reach Redis at {url}: {error}"))
+            })?;
+        let keys = Keys {
+            prefix: prefix.to_owned(),
+        };
+        let node: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
+        let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+        let subscriber = tokio::spawn(follow_changes(
+            client,
+            keys.changes(),
+            node.clone(),
+            changes.clone(),
+        ));
+        Ok(RedisStore {
+            connection,
+            keys,
+            node,
+            changes,
+            subscriber,
+            commit_script: Script::new(COMMIT_SCRIPT),
+            claim_script: Script::new(CLAIM_SCRIPT),
+            remove_script: Script::new(REMOVE_SCRIPT),
+        })
+    }
+
+    /// This node's id in change notices.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+}
+
+/// Listens to the change channel and passes other nodes' notices on; reconnects (with a
+/// growing pause) whenever the subscription breaks, until the store is dropped.
+async fn follow_changes(
+    client: Client,
+    channel: String,
+    node: Arc<str>,
+    changes: broadcast::Sender<RemoteChange>,
+) {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match client.get_async_pubsub().await {
+            Ok(mut pubsub) => match pubsub.subscribe(&channel).await {
+                Ok(()) => {
+                    delay = Duration::from_millis(50);
+                    let mut messages = pubsub.on_message();
+                    while let Some(message) = messages.next().await {
+                        let Ok(payload) = message.get_payload::<String>() else {
+                            continue;
+                        };
+                        match serde_json::from_str::<WireChange<'_>>(&payload) {
+                            Ok(change) if change.node != &*node => {
+                                // No receiver: no engine follows this store (yet).
+                                let _ = changes.send(RemoteChange {
+                                    conversation_id: change.conversation,
+                                    version: change.version,
+                                    agents: change.agents,
+                                });
+                            }
+                            Ok(_) => {}
+                            Err(error) => {
+                                tracing::warn!(%error, "unreadable change notice on {channel}")
+                            }
+                        }
+                    }
+                    tracing::warn!("Redis change subscription ended; resubscribing");
+                }
+                Err(error) => tracing::warn!(%error, "cannot subscribe to Redis changes"),
+            },
+            Err(error) => tracing::debug!(%error, "cannot reach Redis for change notices"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RESUBSCRIBE_DELAY);
+    }
+}
+
+/// Connection trouble (the write may or may not have happened: callers retry with the same
+/// ids) is `Unavailable`; anything Redis would answer the same way again is `Internal`.
+fn store_error(error: RedisError) -> StoreError {
+    match error.retry_method() {
+        RetryMethod::NoRetry => StoreError::Internal(format!("Redis: {error}")),
+        _ => StoreError::Unavailable(format!("Redis: {error}")),
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|error| StoreError::Internal(error.to_string()))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|error| StoreError::Internal(format!("corrupt Redis entry: {error}")))
+}
+
+/// One stream entry as XRANGE returns it: id and field/value pairs.
+type StreamEntry = (String, Vec<(String, String)>);
+
+fn field<'a>(entry: &'a StreamEntry, name: &str) -> Result<&'a str, StoreError> {
+    entry
+        .1
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+        .ok_or_else(|| StoreError::Internal(format!("stream entry {} has no `{name}`", entry.0)))
+}
+
+fn entry_seq(entry: &StreamEntry) -> Result<u64, StoreError> {
+    entry
+        .0
+        .split_once('-')
+        .and_then(|(seq, _)| seq.parse().ok())
+        .ok_or_else(|| StoreError::Internal(format!("unexpected stream id {}", entry.0)))
+}
+
+fn events_from(entries: &[StreamEntry]) -> Result<Vec<ConversationEvent>, StoreError> {
+    entries
+        .iter()
+        .map(|entry| decode(field(entry, "e")?))
+        .collect()
+}
+
+#[async_trait]
+impl ConversationStore for RedisStore {
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let Commit {
+            conversation_id: id,
+            expected_version,
+            events,
+            deliveries,
+            wake_at,
+        } = commit;
+        let new_version = expected_version + events.len() as u64;
+        let parties: Vec<AgentId> = match events.first().map(|event| &event.kind) {
+            Some(EventKind::Started(started)) if expected_version == 0 => {
+                let mut parties = vec![started.initiator.clone()];
+                parties.extend(started.participants.iter().cloned());
+                parties.sort_unstable();
+                parties.dedup();
+                parties
+            }
+            _ => Vec::new(),
+        };
+        let notice = if events.is_empty() {
+            String::new()
+        } else {
+            let mut agents: Vec<AgentId> = Vec::new();
+            for delivery in &deliveries {
+                if !agents.contains(&delivery.agent) {
+                    agents.push(delivery.agent.clone());
+                }
+            }
+            encode(&WireChange {
+                node: &self.node,
+                conversation: id.clone(),
+                version: new_version,
+                agents,
+            })?
+        };
+        let mut invocation = self.commit_script.prepare_invoke();
+        invocation
+            .key(self.keys.conversation(&id))
+            .key(self.keys.log(&id))
+            .key(self.keys.wake())
+            .key(self.keys.inbox_heads());
+        for delivery in &deliveries {
+            invocation.key(self.keys.inbox(&delivery.agent));
+        }
+        for party in &parties {
+            invocation.key(self.keys.parties(party));
+        }
+        invocation
+            .arg(&*id)
+            .arg(expected_version)
+            .arg(new_version)
+            .arg(wake_at.map(|at| at.to_string()).unwrap_or_default())
+            .arg(self.keys.changes())
+            .arg(notice)
+            .arg(events.len())
+            .arg(deliveries.len())
+            .arg(parties.len())
+            .arg(encode(&parties)?);
+        for event in &events {
+            invocation.arg(encode(event)?);
+        }
+        for delivery in &deliveries {
+            invocation
+                .arg(&*delivery.agent)
+                .arg(encode(&*delivery.message)?);
+        }
+        let mut connection = self.connection.clone();
+        let answer: Vec<u64> = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        match answer.as_slice() {
+            [1] => Ok(()),
+            [2, _] => Err(StoreError::Duplicate(id)),
+            [3, actual] => Err(StoreError::Conflict {
+                id,
+                expected: expected_version,
+                actual: *actual,
+            }),
+            other => Err(StoreError::Internal(format!(
+                "unexpected commit answer {other:?}"
+            ))),
+        }
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
+        let mut connection = self.connection.clone();
+        let (version, entries): (Option<u64>, Vec<StreamEntry>) = ::redis::pipe()
+            .atomic()
+            .hget(self.keys.conversation(id), "version")
+            .xrange_all(self.keys.log(id))
+            .query_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        match version {
+            None => Ok(None),
+            Some(_) => events_from(&entries).map(Some),
+        }
+    }
+
+    async fn events_after(
+        &self,
+        id: &str,
+        after_seq: u64,
+    ) -> Result<Vec<ConversationEvent>, StoreError> {
+        let mut connection = self.connection.clone();
+        let entries: Vec<StreamEntry> = connection
+            .xrange(
+                self.keys.log(id),
+                format!("{}-0", after_seq.saturating_add(1)),
+                "+",
+            )
+            .await
+            .map_err(store_error)?;
+        events_from(&entries)
+    }
+
+    async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError> {
+        let mut connection = self.connection.clone();
+        let ids: Vec<String> = self
+            .claim_script
+            .key(self.keys.wake())
+            .arg(now)
+            .arg(limit)
+            .arg(now.saturating_add(CLAIM_LEASE_MS))
+            .invoke_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        Ok(ids.into_iter().map(Arc::from).collect())
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = self
+            .remove_script
+            .key(self.keys.conversation(id))
+            .key(self.keys.log(id))
+            .key(self.keys.wake())
+            .arg(id)
+            .arg(self.keys.parties_prefix())
+            .invoke_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn inbox(
+        &self,
+        agent: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        let mut connection = self.connection.clone();
+        let entries: Vec<StreamEntry> = connection
+            .xrange_count(
+                self.keys.inbox(agent),
+                format!("{}-0", after_seq.saturating_add(1)),
+                "+",
+                limit,
+            )
+            .await
+            .map_err(store_error)?;
+        entries
+            .iter()
+            .map(|entry| {
+                let message: Message = decode(field(entry, "m")?)?;
+                Ok(InboxEntry {
+                    seq: entry_seq(entry)?,
+                    conversation_id: Arc::from(field(entry, "c")?),
+                    message: Arc::new(message),
+                })
+            })
+            .collect()
+    }
+
+    async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        let mut connection = self.connection.clone();
+        let mut ids: Vec<String> = connection
+            .smembers(self.keys.parties(agent))
+            .await
+            .map_err(store_error)?;
+        ids.sort_unstable();
+        Ok(Some(ids.into_iter().map(Arc::from).collect()))
+    }
+
+    fn remote_changes(&self) -> Option<broadcast::Receiver<RemoteChange>> {
+        Some(self.changes.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use colloquy_protocol::event::Started;
+    use colloquy_protocol::message::Content;
+    use colloquy_protocol::performative::{FipaAct, Performative};
+
+    use super::*;
+    use crate::store::Delivery;
+
+    /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
+    /// `.ci/run` starts one). Under CI (`CI=true`) its absence fails the test; elsewhere
+    /// the test says it was skipped.
+    fn test_redis(test: &str) -> Option<String> {
+        match std::env::var("COLLOQUY_TEST_REDIS") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+                panic!("{test}: CI=true but COLLOQUY_TEST_REDIS is not set; .ci/run starts Redis")
+            }
+            _ => {
+                eprintln!(
+                    "SKIPPED {test}: set COLLOQUY_TEST_REDIS=redis://127.0.0.1:PORT to run it"
+                );
+                None
+            }
+        }
+    }
+
+    /// A store under a prefix of its own, so tests sharing one Redis do not meet.
+    async fn open_store(url: &str, prefix: &str) -> RedisStore {
+        RedisStore::connect_with_prefix(url, prefix)
+            .await
+            .expect("connect to the test Redis")
+    }
+
+    fn unique_prefix(test: &str) -> String {
+        format!("colloquy-test:{test}:{}", uuid::Uuid::now_v7())
+    }
+
+    fn started(id: &str) -> ConversationEvent {
+        ConversationEvent {
+            seq: 1,
+            at: 10,
+            kind: EventKind::Started(Arc::new(Started {
+                id: Arc::from(id),
+                template: Arc::from("fipa-request"),
+                revision: Arc::from("sha256:0"),
+                initiator: Arc::from("alice"),
+                participants: vec![Arc::from("bob")],
+                parameters: serde_json::json!({}),
+                context: serde_json::Value::Null,
+                deadline: None,
+            })),
+        }
+    }
+
+    fn accepted(seq: u64, id: &str) -> ConversationEvent {
+        ConversationEvent {
+            seq,
+            at: 11,
+            kind: EventKind::MessageAccepted {
+                message: Arc::new(Message {
+                    id: Arc::from(id),
+                    performative: Performative::Fipa(FipaAct::Request),
+                    sender: Arc::from("alice"),
+                    receivers: vec![Arc::from("bob")],
+                    content: Content::from_value(&serde_json::json!({"action": "x"})),
+                    in_reply_to: None,
+                    reply_by: None,
+                    sent_at: 11,
+                }),
+                transitions: Vec::new(),
+            },
+        }
+    }
+
+    fn commit(
+        id: &str,
+        expected: u64,
+        events: Vec<ConversationEvent>,
+        wake: Option<u64>,
+    ) -> Commit {
+        let deliveries = events
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::MessageAccepted { message, .. } => Some(Delivery {
+                    agent: Arc::from("bob"),
+                    conversation_id: Arc::from(id),
+                    message: message.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        Commit {
+            conversation_id: Arc::from(id),
+            expected_version: expected,
+            events,
+            deliveries,
+            wake_at: wake,
+        }
+    }
+
+    #[tokio::test]
+    async fn commits_check_versions_and_fill_logs_and_inboxes() {
+        let Some(url) = test_redis("commits_check_versions_and_fill_logs_and_inboxes") else {
+            return;
+        };
+        let prefix = unique_prefix("commits");
+        let store = open_store(&url, &prefix).await;
+        store
+            .commit(commit("c1", 0, vec![started("c1")], Some(100)))
+            .await
+            .expect("create");
+        let duplicate = store
+            .commit(commit("c1", 0, vec![started("c1")], None))
+            .await;
+        assert!(
+            matches!(duplicate, Err(StoreError::Duplicate(_))),
+            "{duplicate:?}"
+        );
+        store
+            .commit(commit("c1", 1, vec![accepted(2, "m1")], None))
+            .await
+            .expect("append");
+        let stale = store
+            .commit(commit("c1", 1, vec![accepted(2, "m2")], None))
+            .await;
+        assert!(
+            matches!(
+                stale,
+                Err(StoreError::Conflict {
+                    expected: 1,
+                    actual: 2,
+                    ..
+                })
+            ),
+            "{stale:?}"
+        );
+        let missing = store
+            .commit(commit("nope", 3, vec![accepted(4, "m")], None))
+            .await;
+        assert!(
+            matches!(missing, Err(StoreError::Conflict { actual: 0, .. })),
+            "{missing:?}"
+        );
+
+        // A second node sees the same data.
+        let other = open_store(&url, &prefix).await;
+        let events = other.load("c1").await.expect("load").expect("exists");
+        assert_eq!(events, vec![started("c1"), accepted(2, "m1")]);
+        assert_eq!(
+            other.events_after("c1", 1).await.expect("after"),
+            vec![accepted(2, "m1")]
+        );
+        assert!(other.load("nope").await.expect("load").is_none());
+        store
+            .commit(commit("c1", 2, vec![accepted(3, "m3")], None))
+            .await
+            .expect("append");
+        let inbox = other.inbox("bob", 0, 10).await.expect("inbox");
+        assert_eq!(inbox.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(&*inbox[1].message.id, "m3");
+        assert_eq!(&*inbox[1].conversation_id, "c1");
+        assert_eq!(other.inbox("bob", 1, 10).await.expect("inbox").len(), 1);
+        assert_eq!(other.inbox("bob", 0, 1).await.expect("inbox").len(), 1);
+        assert_eq!(
+            other.conversations_of("bob").await.expect("parties"),
+            Some(vec![Arc::from("c1")])
+        );
+        other.remove("c1").await.expect("remove");
+        assert!(store.load("c1").await.expect("load").is_none());
+        assert_eq!(
+            store.conversations_of("bob").await.expect("parties"),
+            Some(Vec::new())
+        );
+        assert!(
+            store
+                .claim_due(u64::MAX / 2, 10)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn each_due_wake_up_goes_to_one_node_and_returns_after_the_lease() {
+        let Some(url) = test_redis("each_due_wake_up_goes_to_one_node_and_returns_after_the_lease")
+        else {
+            return;
+        };
+        let prefix = unique_prefix("claims");
+        let a = Arc::new(open_store(&url, &prefix).await);
+        let b = Arc::new(open_store(&url, &prefix).await);
+        for n in 0..50 {
+            let id = format!("c{n}");
+            a.commit(commit(&id, 0, vec![started(&id)], Some(100 + n)))
+                .await
+                .expect("create");
+        }
+        let claims = [a.clone(), b.clone(), a.clone(), b.clone()].map(|store| {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                loop {
+                    let batch = store.claim_due(1_000, 3).await.expect("claim");
+                    if batch.is_empty() {
+                        return got;
+                    }
+                    got.extend(batch);
+                }
+            })
+        });
+        let mut all = Vec::new();
+        for claim in claims {
+            all.extend(claim.await.expect("task"));
+        }
+        all.sort_unstable();
+        let mut unique = all.clone();
+        unique.dedup();
+        assert_eq!(all.len(), 50, "every wake-up handed out");
+        assert_eq!(unique.len(), 50, "none handed out twice");
+        // Nobody committed: after the lease the wake-ups are handed out again.
+        assert!(
+            a.claim_due(100 + CLAIM_LEASE_MS - 1, 100)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+        assert_eq!(
+            b.claim_due(1_000 + CLAIM_LEASE_MS, 100)
+                .await
+                .expect("claim")
+                .len(),
+            50
+        );
+    }
+
+    #[tokio::test]
+    async fn other_nodes_hear_of_commits() {
+        let Some(url) = test_redis("other_nodes_hear_of_commits") else {
+            return;
+        };
+        let prefix = unique_prefix("changes");
+        let a = open_store(&url, &prefix).await;
+        let b = open_store(&url, &prefix).await;
+        let mut heard_by_b = b.remote_changes().expect("redis publishes changes");
+        let mut heard_by_a = a.remote_changes().expect("redis publishes changes");
+        // The subscription is set up in the background: commit until B hears one.
+        let mut version = 0;
+        let change = loop {
+            let events = if version == 0 {
+                vec![started("c")]
+            } else {
+                vec![accepted(version + 1, &format!("m{version}"))]
+            };
+            a.commit(commit("c", version, events, None))
+                .await
+                .expect("commit");
+            version += 1;
+            match tokio::time::timeout(Duration::from_millis(200), heard_by_b.recv()).await {
+                Ok(change) => break change.expect("channel open"),
+                Err(_) => assert!(version < 50, "node B never heard of node A's commits"),
+            }
+        };
+        assert_eq!(&*change.conversation_id, "c");
+        assert!(change.version >= 1 && change.version <= version);
+        // B commits next. A hears that, and nothing of its own before it (notices on the
+        // channel arrive in publication order, and A's own came first).
+        b.commit(commit(
+            "c",
+            version,
+            vec![accepted(version + 1, "from-b")],
+            None,
+        ))
+        .await
+        .expect("commit through b");
+        let first = tokio::time::timeout(Duration::from_secs(10), heard_by_a.recv())
+            .await
+            .expect("node A hears node B")
+            .expect("channel open");
+        assert_eq!(
+            first.version,
+            version + 1,
+            "A heard its own commit back: {first:?}"
+        );
+        assert_eq!(first.agents, vec![Arc::from("bob")]);
+    }
+}

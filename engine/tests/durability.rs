@@ -1,0 +1,623 @@
+//! Durability end to end: real `colloquy serve` processes on 127.0.0.1, killed with
+//! SIGKILL, restarted, and pointed at one SQLite file or one Redis.
+//!
+//! These tests need the `colloquy` binary, which only an integration test of the engine
+//! package can name (`CARGO_BIN_EXE_colloquy`); hence this second test binary beside the
+//! workspace's end-to-end suite.
+//!
+//! Redis: the tests read `COLLOQUY_TEST_REDIS` (`redis://127.0.0.1:PORT`, a server they may
+//! write to; `.ci/run` starts one) and start their own `redis-server` (from `PATH`) when
+//! they must restart it. Without the variable they print a SKIPPED line, except under CI
+//! (`CI=true`), where they fail.
+//!
+//! Every wait is bounded; nothing asserts how long something took.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use colloquy_engine::store::{ConversationStore, RedisStore, SqliteStore};
+use colloquy_protocol::conversation::{CommitmentState, ConversationStatus};
+use colloquy_protocol::event::EventKind;
+use colloquy_protocol::message::{SendMessage, StartConversation};
+use colloquy_sdk::Client;
+use serde_json::json;
+use tokio::time::{sleep, timeout};
+
+/// Longest any one test may run.
+const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+/// Longest wait for a server to print its address, or for an expected state.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn scratch_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "colloquy-durability-{test}-{}-{}",
+        std::process::id(),
+        uuid::Uuid::now_v7()
+    ));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// A template directory with the built-in templates only (copied, so work on examples
+/// elsewhere in the tree cannot change what these tests run).
+fn templates(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let target = dir.join("templates");
+    std::fs::create_dir_all(&target).expect("create templates dir");
+    for name in [
+        "fipa-request.yaml",
+        "fipa-query.yaml",
+        "fipa-contract-net.yaml",
+    ] {
+        std::fs::copy(source.join(name), target.join(name)).expect("copy template");
+    }
+    target
+}
+
+fn test_redis(test: &str) -> Option<String> {
+    match std::env::var("COLLOQUY_TEST_REDIS") {
+        Ok(url) if !url.is_empty() => Some(url.trim_end_matches('/').to_owned()),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("{test}: CI=true but COLLOQUY_TEST_REDIS is not set; .ci/run starts Redis")
+        }
+        _ => {
+            eprintln!("SKIPPED {test}: set COLLOQUY_TEST_REDIS=redis://127.0.0.1:PORT to run it");
+            None
+        }
+    }
+}
+
+/// A `colloquy serve` process; SIGKILLed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(dir: &Path, templates: &Path, store: &str, name: &str) -> Server {
+        let log = dir.join(format!("{name}.log"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_colloquy"))
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--store", store])
+            .arg("--templates")
+            .arg(templates)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("create log"))
+            .spawn()
+            .expect("start colloquy serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Reading blocks until the server prints its address or exits; a thread keeps the
+        // pipe drained afterwards.
+        let (found, address) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            for line in lines.by_ref().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("colloquy listening on ") {
+                    let _ = found.send(url.to_owned());
+                    break;
+                }
+            }
+            for _ in lines {}
+        });
+        let url = address
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("{name} did not start; see {}", log.display()));
+        Server { child, url }
+    }
+
+    fn client(&self, agent: &str) -> Client {
+        Client::new(&self.url, agent, None).expect("client")
+    }
+
+    /// `kill -9`.
+    fn kill(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("reap");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Already dead after `kill`; nothing to report then.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A request conversation from `alice` to `bob`, opened with a request whose reply is due
+/// at `reply_by` (absolute ms), if given.
+fn request(id: &str, participant: &str, reply_by: Option<u64>) -> StartConversation {
+    StartConversation {
+        template: "fipa-request".to_owned(),
+        participants: vec![participant.to_owned()],
+        conversation_id: Some(id.to_owned()),
+        message: Some(SendMessage {
+            message_id: Some(format!("{id}.request")),
+            reply_by,
+            ..SendMessage::new("request", json!({"action": "archive", "item": id}))
+        }),
+        ..StartConversation::default()
+    }
+}
+
+/// Polls `check` until it returns `Some`, for at most [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether the conversation's single thread has timed out, as `agent` sees it through
+/// `client`.
+async fn timed_out(client: &Client, id: &str) -> Option<()> {
+    let view = client.conversation(id).await.ok()?;
+    (view.threads[0].state.as_ref() == "timed_out").then_some(())
+}
+
+/// How many times a thread expired in the stored log.
+async fn expiries(store: &dyn ConversationStore, id: &str) -> usize {
+    store
+        .load(id)
+        .await
+        .expect("load")
+        .expect("conversation stored")
+        .iter()
+        .filter(|event| matches!(event.kind, EventKind::ThreadExpired(_)))
+        .count()
+}
+
+/// What one client acknowledged before the server died.
+#[derive(Default)]
+struct Acknowledged {
+    /// Conversations whose opening request was acknowledged.
+    started: Vec<String>,
+    /// Of those, the ones whose `agree` was acknowledged too.
+    agreed: Vec<String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_keeps_everything_acknowledged_across_kill_9() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("sqlite-crash");
+        let templates = templates(&dir);
+        let store = format!("sqlite:{}", dir.join("data/colloquy.db").display());
+        let first = Server::start(&dir, &templates, &store, "first");
+
+        // A deadline pending across the crash: bob never answers this request.
+        let deadline_at = now_ms() + 4_000;
+        first
+            .client("alice")
+            .start(&request("pending-deadline", "bob", Some(deadline_at)))
+            .await
+            .expect("start the deadline conversation");
+
+        // Clients send until the server dies under them.
+        let sent = Arc::new(AtomicUsize::new(0));
+        let mut clients = Vec::new();
+        for worker in 0..8 {
+            let alice = first.client("alice");
+            let bob = first.client("bob");
+            let sent = sent.clone();
+            clients.push(tokio::spawn(async move {
+                let mut acknowledged = Acknowledged::default();
+                for n in 0.. {
+                    let id = format!("w{worker}-{n}");
+                    if alice.start(&request(&id, "bob", None)).await.is_err() {
+                        break;
+                    }
+                    acknowledged.started.push(id.clone());
+                    let agree = SendMessage {
+                        message_id: Some(format!("{id}.agree")),
+                        ..SendMessage::new("agree", json!({}))
+                    };
+                    if bob.send(&id, &agree).await.is_err() {
+                        break;
+                    }
+                    acknowledged.agreed.push(id);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                acknowledged
+            }));
+        }
+        eventually("clients got going", || {
+            let sent = sent.load(Ordering::Relaxed);
+            async move { (sent >= 200).then_some(()) }
+        })
+        .await;
+        first.kill();
+        let mut acknowledged = Acknowledged::default();
+        for client in clients {
+            let done = client.await.expect("client task");
+            acknowledged.started.extend(done.started);
+            acknowledged.agreed.extend(done.agreed);
+        }
+        assert!(acknowledged.agreed.len() >= 200);
+
+        let second = Server::start(&dir, &templates, &store, "second");
+        let alice = second.client("alice");
+        let bob = second.client("bob");
+        for id in &acknowledged.started {
+            let view = alice
+                .conversation(id)
+                .await
+                .unwrap_or_else(|error| panic!("acknowledged conversation {id} lost: {error}"));
+            assert_eq!(&*view.messages[0].id, format!("{id}.request").as_str());
+        }
+        for id in &acknowledged.agreed {
+            let view = bob.conversation(id).await.expect("conversation");
+            assert!(
+                view.messages
+                    .iter()
+                    .any(|m| *m.id == *format!("{id}.agree")),
+                "acknowledged agree of {id} lost"
+            );
+        }
+        // Commitments of conversations the new process has not loaded before this call
+        // are there too (the debtor's list reads the store's party index).
+        second.kill();
+        let fresh = Server::start(&dir, &templates, &store, "third");
+        let commitments = fresh
+            .client("bob")
+            .commitments(Some("debtor"), None)
+            .await
+            .expect("list");
+        let active: BTreeSet<&str> = commitments
+            .iter()
+            .filter(|c| c.state == CommitmentState::Active)
+            .map(|c| &*c.conversation_id)
+            .collect();
+        for id in &acknowledged.agreed {
+            assert!(
+                active.contains(id.as_str()),
+                "commitment of {id} lost after restart"
+            );
+        }
+        // bob's inbox still holds every acknowledged request.
+        let mut requests = BTreeSet::new();
+        let mut after = 0;
+        loop {
+            let page = fresh
+                .client("bob")
+                .poll_inbox(after, 0)
+                .await
+                .expect("poll");
+            if page.items.is_empty() {
+                break;
+            }
+            after = page.next_after;
+            requests.extend(
+                page.items
+                    .into_iter()
+                    .map(|item| item.message.id.to_string()),
+            );
+        }
+        for id in &acknowledged.started {
+            assert!(
+                requests.contains(&format!("{id}.request")),
+                "inbox lost {id}"
+            );
+        }
+
+        // The pending deadline fires after the restart, once.
+        let alice = fresh.client("alice");
+        eventually("the pending deadline fired", || {
+            timed_out(&alice, "pending-deadline")
+        })
+        .await;
+        fresh.kill();
+        let store = SqliteStore::open(dir.join("data/colloquy.db")).expect("open the database");
+        assert_eq!(expiries(&store, "pending-deadline").await, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_on_one_redis_act_as_one_engine() {
+    let Some(redis) = test_redis("two_nodes_on_one_redis_act_as_one_engine") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        // A database of its own, emptied first: leftovers must not fire here.
+        let url = format!("{redis}/3");
+        let client = ::redis::Client::open(url.as_str()).expect("redis url");
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let () = ::redis::cmd("FLUSHDB")
+            .query_async(&mut connection)
+            .await
+            .expect("flushdb");
+
+        let dir = scratch_dir("two-nodes");
+        let templates = templates(&dir);
+        let node_a = Server::start(&dir, &templates, &url, "node-a");
+        let node_b = Server::start(&dir, &templates, &url, "node-b");
+        let alice = node_a.client("alice");
+        let bob = node_b.client("bob");
+
+        // alice on A asks bob on B; bob's long poll on B wakes up for a message sent via A.
+        let poll = tokio::spawn({
+            let bob = bob.clone();
+            async move { bob.poll_inbox(0, 20_000).await }
+        });
+        sleep(Duration::from_millis(300)).await;
+        alice
+            .start(&request("across", "bob", None))
+            .await
+            .expect("start on A");
+        let page = poll.await.expect("poll task").expect("poll on B");
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(&*page.items[0].message.id, "across.request");
+
+        // bob answers through B; alice sees it through A, and A's view is current.
+        bob.send("across", &SendMessage::new("agree", json!({})))
+            .await
+            .expect("agree on B");
+        let page = alice.poll_inbox(0, 20_000).await.expect("poll on A");
+        assert_eq!(page.items[0].message.performative.to_string(), "agree");
+        bob.send("across", &SendMessage::new("inform", json!({"done": true})))
+            .await
+            .expect("inform on B");
+        eventually("A sees the conversation completed", || async {
+            let view = alice.conversation("across").await.ok()?;
+            (view.status == ConversationStatus::Completed).then_some(())
+        })
+        .await;
+        let commitments = alice
+            .commitments(Some("creditor"), None)
+            .await
+            .expect("on A");
+        assert_eq!(commitments.len(), 1);
+        assert_eq!(commitments[0].state, CommitmentState::Fulfilled);
+
+        // A deadline fires once while both nodes run their schedulers.
+        alice
+            .start(&request("both-running", "carol", Some(now_ms() + 1_500)))
+            .await
+            .expect("start");
+        let carol_on_b = node_b.client("carol");
+        eventually("the deadline fired", || {
+            timed_out(&carol_on_b, "both-running")
+        })
+        .await;
+
+        // And still fires when the node that took the request is killed.
+        alice
+            .start(&request("one-killed", "carol", Some(now_ms() + 1_500)))
+            .await
+            .expect("start");
+        node_a.kill();
+        eventually("the deadline fired on the surviving node", || {
+            timed_out(&carol_on_b, "one-killed")
+        })
+        .await;
+        node_b.kill();
+
+        let store = RedisStore::connect(&url).await.expect("connect");
+        assert_eq!(expiries(&store, "both-running").await, 1);
+        assert_eq!(expiries(&store, "one-killed").await, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// A `redis-server` of the test's own, which it can kill and restart.
+struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    fn start(dir: &Path, port: u16) -> RedisServer {
+        // appendfsync always: a write Redis answered is on disk, so "acknowledged" means
+        // durable even when Redis is killed.
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (install the redis-server package)");
+        RedisServer {
+            child,
+            port,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        *self = RedisServer::start(&self.dir.clone(), self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn wait_for_redis(url: &str) {
+    let client = ::redis::Client::open(url).expect("redis url");
+    eventually("redis accepts connections", || async {
+        let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+        let pong: String = ::redis::cmd("PING")
+            .query_async(&mut connection)
+            .await
+            .ok()?;
+        (pong == "PONG").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_restart_under_load_answers_503_and_loses_nothing_acknowledged() {
+    if test_redis("a_redis_restart_under_load_answers_503_and_loses_nothing_acknowledged").is_none()
+    {
+        return;
+    }
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("redis-restart");
+        let templates = templates(&dir);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("free port")
+            .port();
+        let redis_dir = dir.join("redis");
+        std::fs::create_dir_all(&redis_dir).expect("redis dir");
+        let mut redis = RedisServer::start(&redis_dir, port);
+        wait_for_redis(&redis.url()).await;
+        let server = Server::start(&dir, &templates, &redis.url(), "node");
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let acknowledged = Arc::new(AtomicUsize::new(0));
+        let unavailable = Arc::new(AtomicUsize::new(0));
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("http client");
+        let mut clients = Vec::new();
+        for worker in 0..4 {
+            let (http, url, stop) = (http.clone(), server.url.clone(), stop.clone());
+            let (acknowledged, unavailable) = (acknowledged.clone(), unavailable.clone());
+            clients.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let id = format!("r{worker}-{n}");
+                    let response = http
+                        .post(format!("{url}/v1/conversations"))
+                        .header("X-Agent-Id", "alice")
+                        .json(&request(&id, "bob", None))
+                        .send()
+                        .await
+                        .expect("the engine itself stays up");
+                    let status = response.status().as_u16();
+                    match status {
+                        200 | 201 => {
+                            ids.push(id);
+                            acknowledged.fetch_add(1, Ordering::Relaxed);
+                        }
+                        503 => {
+                            assert!(
+                                response.headers().contains_key("retry-after"),
+                                "503 without Retry-After"
+                            );
+                            unavailable.fetch_add(1, Ordering::Relaxed);
+                            sleep(Duration::from_millis(20)).await;
+                        }
+                        other => {
+                            let body = response.text().await.unwrap_or_default();
+                            panic!("unexpected status {other} during the outage: {body}")
+                        }
+                    }
+                }
+                ids
+            }));
+        }
+        eventually("load is running", || {
+            let done = acknowledged.load(Ordering::Relaxed);
+            async move { (done >= 50).then_some(()) }
+        })
+        .await;
+        redis.kill();
+        eventually("requests are refused with 503 during the outage", || {
+            let refused = unavailable.load(Ordering::Relaxed);
+            async move { (refused > 0).then_some(()) }
+        })
+        .await;
+        redis.restart();
+        let before = acknowledged.load(Ordering::Relaxed);
+        eventually("the engine recovers by itself", || {
+            let done = acknowledged.load(Ordering::Relaxed);
+            async move { (done >= before + 50).then_some(()) }
+        })
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        let mut ids = Vec::new();
+        for client in clients {
+            ids.extend(client.await.expect("client task"));
+        }
+
+        let alice = server.client("alice");
+        for id in &ids {
+            alice
+                .conversation(id)
+                .await
+                .unwrap_or_else(|error| panic!("acknowledged {id} lost: {error}"));
+        }
+        let mut inbox = BTreeSet::new();
+        let bob = server.client("bob");
+        let mut after = 0;
+        loop {
+            let page = bob.poll_inbox(after, 0).await.expect("poll");
+            if page.items.is_empty() {
+                break;
+            }
+            after = page.next_after;
+            inbox.extend(
+                page.items
+                    .into_iter()
+                    .map(|item| item.message.id.to_string()),
+            );
+        }
+        for id in &ids {
+            assert!(inbox.contains(&format!("{id}.request")), "inbox lost {id}");
+        }
+        drop(server);
+        drop(redis);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}

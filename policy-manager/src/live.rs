@@ -1,0 +1,558 @@
+//! The live catalog: the policy manager's current [`Catalog`], swapped whole on every
+//! successful reload of its template directory.
+//!
+//! Rules (STYLE 7, OPA bundles): a reload compiles the *whole* directory; only if every
+//! template compiles (and passes the optional [`TemplateCheck`], e.g. the engine's hook
+//! link check) is a new immutable [`Snapshot`] built and swapped in with one atomic store
+//! (`arc-swap`), so a reader sees either the old set or the new one, never a mix. A failed
+//! reload changes nothing that serves: the last good snapshot stays, and the failure is kept
+//! for `/v1/status` and logged until the next successful reload clears it.
+//!
+//! Pinning: new conversations take [`Catalog::latest`]; running ones look their revision up
+//! with [`Catalog::revision`]. Every snapshot keeps every revision this process ever loaded
+//! (see [`Catalog::successor`]), so a conversation pinned to a revision that was edited away
+//! or deleted still loads and finishes on it. That is the simplest rule that is always
+//! correct (a conversation may be evicted from memory and reloaded from its store at any
+//! time); it costs the memory of each distinct revision, which only grows when someone edits
+//! a template.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use colloquy_protocol::policy::{DiagnosticBody, ReloadFailure, TemplateSummary};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::catalog::Catalog;
+use crate::compiled::CompiledTemplate;
+use crate::compiler::{Diagnostic, Diagnostics, TemplateCompiler};
+
+/// Longest template name accepted in a URL (and so as a file name).
+pub const MAX_TEMPLATE_NAME_LEN: usize = 128;
+
+/// An extra check every newly loaded revision must pass before a reload may swap it in,
+/// e.g. the engine linking its hook module. `Err` carries a sentence for the diagnostic.
+pub type TemplateCheck = dyn Fn(&CompiledTemplate) -> Result<(), String> + Send + Sync;
+
+/// One immutable state of the live catalog.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The templates: newest revisions for new conversations, every revision ever loaded
+    /// for pinned ones.
+    pub catalog: Catalog,
+    /// Hash over every current template's name and revision: `sha256:<hex>`.
+    pub revision: Arc<str>,
+    /// When this snapshot was swapped in (milliseconds since the Unix epoch).
+    pub loaded_at: u64,
+    /// 0 before the first load, then +1 per swap.
+    pub generation: u64,
+    /// Every revision ever loaded: the text it was compiled from and when it first loaded.
+    sources: HashMap<(Arc<str>, Arc<str>), LoadedSource>,
+}
+
+/// The text a revision was compiled from.
+#[derive(Clone, Debug)]
+pub struct LoadedSource {
+    /// The YAML, exactly.
+    pub text: Arc<str>,
+    /// When this process first loaded the revision (milliseconds since the Unix epoch).
+    pub loaded_at: u64,
+}
+
+impl Snapshot {
+    fn empty() -> Snapshot {
+        Snapshot {
+            catalog: Catalog::default(),
+            revision: catalog_revision(&[]),
+            loaded_at: now_ms(),
+            generation: 0,
+            sources: HashMap::new(),
+        }
+    }
+
+    /// The YAML text and load time of a revision.
+    pub fn source(&self, name: &str, revision: &str) -> Option<&LoadedSource> {
+        self.sources.get(&(Arc::from(name), Arc::from(revision)))
+    }
+
+    /// Every current template's name and revision, sorted by name.
+    pub fn summaries(&self) -> Vec<TemplateSummary> {
+        self.catalog
+            .templates()
+            .iter()
+            .map(|template| TemplateSummary {
+                name: template.name.to_string(),
+                revision: template.revision.to_string(),
+            })
+            .collect()
+    }
+}
+
+/// What a successful reload did.
+#[derive(Debug)]
+pub enum Reloaded {
+    /// A new snapshot serves.
+    Swapped(Arc<Snapshot>),
+    /// The directory compiled to the set already serving; nothing was swapped.
+    Unchanged(Arc<Snapshot>),
+}
+
+impl Reloaded {
+    /// The snapshot serving after the reload.
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        match self {
+            Reloaded::Swapped(snapshot) | Reloaded::Unchanged(snapshot) => snapshot,
+        }
+    }
+}
+
+/// Why an upload or a deletion was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The name cannot be a template name (or a file name).
+    #[error(
+        "`{0}` is not a template name: use 1 to {MAX_TEMPLATE_NAME_LEN} characters of A-Z a-z 0-9 - _ ., not starting with `.`"
+    )]
+    InvalidName(String),
+    /// No current template has this name.
+    #[error("no template named `{0}`")]
+    UnknownTemplate(String),
+    /// The file the upload would be written to holds another template.
+    #[error("{path} holds the template `{holder}`; rename that file before uploading `{name}`")]
+    FileTaken {
+        /// The uploaded name.
+        name: String,
+        /// The file.
+        path: String,
+        /// The template in it.
+        holder: String,
+    },
+    /// The template, or the directory with it, does not compile; nothing changed.
+    #[error("{0}")]
+    Rejected(Diagnostics),
+    /// Writing or removing the file failed; nothing changed.
+    #[error("cannot change the template directory: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The live catalog of a template directory.
+pub struct LiveCatalog {
+    dir: PathBuf,
+    /// Where the templates come from, for `/v1/status`: the directory, or the URL of the
+    /// policy manager a remote engine mirrors into `dir`.
+    origin: String,
+    compiler: TemplateCompiler,
+    current: ArcSwap<Snapshot>,
+    last_error: ArcSwapOption<ReloadFailure>,
+    check: Option<Box<TemplateCheck>>,
+    /// Reloads, uploads and deletions run one at a time, so a snapshot is always built on
+    /// the one before it and a rolled-back upload is never seen half-way.
+    changing: Mutex<()>,
+    changes: watch::Sender<Arc<Snapshot>>,
+}
+
+impl std::fmt::Debug for LiveCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCatalog")
+            .field("dir", &self.dir)
+            .field("revision", &self.current.load().revision)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LiveCatalog {
+    /// A live catalog of `dir` with nothing loaded yet; call [`LiveCatalog::reload`].
+    pub fn new(dir: impl Into<PathBuf>) -> LiveCatalog {
+        let dir = dir.into();
+        let origin = dir.display().to_string();
+        let empty = Arc::new(Snapshot::empty());
+        LiveCatalog {
+            dir,
+            origin,
+            compiler: TemplateCompiler::new(),
+            current: ArcSwap::new(empty.clone()),
+            last_error: ArcSwapOption::empty(),
+            check: None,
+            changing: Mutex::new(()),
+            changes: watch::channel(empty).0,
+        }
+    }
+
+    /// A live catalog of `dir`, loaded: fails with the diagnostics if the directory does not
+    /// compile.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<LiveCatalog, Diagnostics> {
+        let live = LiveCatalog::new(dir);
+        live.reload()?;
+        Ok(live)
+    }
+
+    /// Runs `check` on every newly loaded revision before a reload swaps it in.
+    pub fn with_check(mut self, check: Box<TemplateCheck>) -> LiveCatalog {
+        self.check = Some(check);
+        self
+    }
+
+    /// Reports `origin` (e.g. a policy manager's URL) as where the templates come from.
+    pub fn with_origin(mut self, origin: impl Into<String>) -> LiveCatalog {
+        self.origin = origin.into();
+        self
+    }
+
+    /// The template directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the templates come from.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The snapshot serving now. Lock-free; the hot path of every conversation start.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// The newest revision of `name`.
+    pub fn latest(&self, name: &str) -> Option<Arc<CompiledTemplate>> {
+        self.current.load().catalog.latest(name)
+    }
+
+    /// A specific revision of `name` (any revision loaded since start-up).
+    pub fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>> {
+        self.current.load().catalog.revision(name, revision)
+    }
+
+    /// Why the last reload failed, until one succeeds.
+    pub fn last_error(&self) -> Option<Arc<ReloadFailure>> {
+        self.last_error.load_full()
+    }
+
+    /// Snapshots as they are swapped in (starting with the current one).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.changes.subscribe()
+    }
+
+    /// Compiles the whole directory and swaps the result in; on failure keeps the serving
+    /// snapshot and records the diagnostics (see the module docs). Blocking: file I/O and
+    /// compilation.
+    pub fn reload(&self) -> Result<Reloaded, Diagnostics> {
+        let guard = self.lock();
+        self.reload_locked(&guard)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // A panic while holding the lock left no half-built state behind (snapshots are
+        // built aside and swapped whole), so a poisoned lock is still good.
+        self.changing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn reload_locked(&self, _guard: &MutexGuard<'_, ()>) -> Result<Reloaded, Diagnostics> {
+        match self.build_next() {
+            Ok(reloaded) => {
+                if self.last_error.swap(None).is_some() {
+                    tracing::info!(dir = %self.dir.display(), "templates compile again; reload error cleared");
+                }
+                Ok(reloaded)
+            }
+            Err(diagnostics) => {
+                let count = diagnostics.0.len();
+                tracing::warn!(
+                    dir = %self.dir.display(),
+                    problems = count,
+                    "template reload refused, the previous catalog keeps serving:\n{diagnostics}"
+                );
+                self.last_error.store(Some(Arc::new(ReloadFailure {
+                    at: now_ms(),
+                    message: format!(
+                        "{count} problem{} in {}; the previous catalog keeps serving",
+                        if count == 1 { "" } else { "s" },
+                        self.dir.display()
+                    ),
+                    diagnostics: diagnostic_bodies(&diagnostics),
+                })));
+                Err(diagnostics)
+            }
+        }
+    }
+
+    fn build_next(&self) -> Result<Reloaded, Diagnostics> {
+        let compiled = self.compiler.compile_dir_with_sources(&self.dir)?;
+        let previous = self.current.load_full();
+        let mut problems = Vec::new();
+        let mut templates = Vec::with_capacity(compiled.len());
+        let mut new_sources = Vec::new();
+        for (template, text) in compiled {
+            // An unchanged revision keeps its `Arc`: running conversations and caches keyed
+            // on it see the very same compiled template.
+            if let Some(known) = previous
+                .catalog
+                .revision(&template.name, &template.revision)
+            {
+                templates.push(known);
+                continue;
+            }
+            if let Some(check) = &self.check
+                && let Err(message) = check(&template)
+            {
+                problems.push(Diagnostic {
+                    file: template.source_path.clone(),
+                    line: None,
+                    column: None,
+                    path: "spec.hooks.module".to_owned(),
+                    message,
+                    hint: None,
+                });
+                continue;
+            }
+            new_sources.push((template.name.clone(), template.revision.clone(), text));
+            templates.push(Arc::new(template));
+        }
+        if !problems.is_empty() {
+            return Err(Diagnostics::sorted(problems));
+        }
+        let pairs: Vec<(&str, &str)> = templates.iter().map(|t| (&*t.name, &*t.revision)).collect();
+        let revision = catalog_revision(&pairs);
+        if previous.generation > 0 && revision == previous.revision {
+            return Ok(Reloaded::Unchanged(previous));
+        }
+        let loaded_at = now_ms();
+        let mut sources = previous.sources.clone();
+        for (name, template_revision, text) in new_sources {
+            sources
+                .entry((name, template_revision))
+                .or_insert(LoadedSource { text, loaded_at });
+        }
+        let names: Vec<String> = templates
+            .iter()
+            .filter(|t| {
+                previous.catalog.latest(&t.name).map(|p| p.revision.clone())
+                    != Some(t.revision.clone())
+            })
+            .map(|t| format!("{} {}", t.name, t.revision))
+            .collect();
+        let removed: Vec<String> = previous
+            .catalog
+            .names()
+            .into_iter()
+            .filter(|name| !templates.iter().any(|t| &t.name == name))
+            .map(|name| name.to_string())
+            .collect();
+        let next = Arc::new(Snapshot {
+            catalog: Catalog::successor(&previous.catalog, templates),
+            revision,
+            loaded_at,
+            generation: previous.generation + 1,
+            sources,
+        });
+        self.current.store(next.clone());
+        self.changes.send_replace(next.clone());
+        tracing::info!(
+            dir = %self.dir.display(),
+            revision = %next.revision,
+            generation = next.generation,
+            changed = ?names,
+            removed = ?removed,
+            "template catalog swapped"
+        );
+        Ok(Reloaded::Swapped(next))
+    }
+
+    /// Uploads `yaml` as template `name`: compiled first (a broken one is refused with its
+    /// diagnostics and nothing is written), then written into the directory atomically
+    /// (temporary file + rename) and the directory reloaded; if the directory as a whole
+    /// then fails (e.g. a name clash), the previous file is put back. Returns the serving
+    /// snapshot and whether the template is new. Blocking.
+    pub fn put(&self, name: &str, yaml: &str) -> Result<(Arc<Snapshot>, bool), ChangeError> {
+        check_name(name)?;
+        let guard = self.lock();
+        let current = self.current.load_full();
+        let existing = current.catalog.latest(name);
+        let path = match existing.as_ref().and_then(|t| t.source_path.clone()) {
+            Some(path) if path.parent() == Some(self.dir.as_path()) => path,
+            _ => {
+                let path = self.dir.join(format!("{name}.yaml"));
+                if let Some(holder) = current
+                    .catalog
+                    .templates()
+                    .into_iter()
+                    .find(|t| t.source_path.as_deref() == Some(path.as_path()))
+                {
+                    return Err(ChangeError::FileTaken {
+                        name: name.to_owned(),
+                        path: path.display().to_string(),
+                        holder: holder.name.to_string(),
+                    });
+                }
+                path
+            }
+        };
+        let template = self
+            .compiler
+            .compile_str(yaml, Some(&path))
+            .map_err(ChangeError::Rejected)?;
+        if &*template.name != name {
+            return Err(ChangeError::Rejected(Diagnostics(vec![Diagnostic {
+                file: Some(path),
+                line: None,
+                column: None,
+                path: "metadata.name".to_owned(),
+                message: format!(
+                    "the upload is for `{name}` but its metadata.name is `{}`",
+                    template.name
+                ),
+                hint: Some(format!("upload it to /v1/templates/{}", template.name)),
+            }])));
+        }
+        let previous = read_if_exists(&path)?;
+        write_atomically(&path, yaml.as_bytes())?;
+        let snapshot = self.reload_or_restore(&guard, &path, previous)?;
+        Ok((snapshot, existing.is_none()))
+    }
+
+    /// Deletes template `name`: removes its file and reloads. New conversations of it are
+    /// refused from then on; running ones finish on their revision. Blocking.
+    pub fn delete(&self, name: &str) -> Result<Arc<Snapshot>, ChangeError> {
+        check_name(name)?;
+        let guard = self.lock();
+        let current = self.current.load_full();
+        let path = current
+            .catalog
+            .latest(name)
+            .and_then(|t| t.source_path.clone())
+            .ok_or_else(|| ChangeError::UnknownTemplate(name.to_owned()))?;
+        let previous = read_if_exists(&path)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error.into()),
+        }
+        self.reload_or_restore(&guard, &path, previous)
+    }
+
+    /// Reloads after a file change; if the directory no longer compiles, puts `previous`
+    /// back (or removes the file) and reloads again so the status is clean.
+    fn reload_or_restore(
+        &self,
+        guard: &MutexGuard<'_, ()>,
+        path: &Path,
+        previous: Option<Vec<u8>>,
+    ) -> Result<Arc<Snapshot>, ChangeError> {
+        match self.reload_locked(guard) {
+            Ok(reloaded) => Ok(reloaded.snapshot().clone()),
+            Err(diagnostics) => {
+                match previous {
+                    Some(bytes) => write_atomically(path, &bytes)?,
+                    None => fs::remove_file(path)?,
+                }
+                // The directory compiled before the change, so this puts back what served
+                // and clears the error (it stays if someone broke another file meanwhile).
+                let _ = self.reload_locked(guard);
+                Err(ChangeError::Rejected(diagnostics))
+            }
+        }
+    }
+}
+
+/// The catalog revision: `sha256:` and 16 hex digits of the hash of the sorted
+/// `name revision` lines.
+fn catalog_revision(pairs: &[(&str, &str)]) -> Arc<str> {
+    let mut sorted = pairs.to_vec();
+    sorted.sort_unstable();
+    let mut hasher = Sha256::new();
+    for (name, revision) in sorted {
+        hasher.update(name.as_bytes());
+        hasher.update(b" ");
+        hasher.update(revision.as_bytes());
+        hasher.update(b"\n");
+    }
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Arc::from(format!("sha256:{hex}"))
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Diagnostics as the API reports them.
+pub fn diagnostic_bodies(diagnostics: &Diagnostics) -> Vec<DiagnosticBody> {
+    diagnostics
+        .0
+        .iter()
+        .map(|d| DiagnosticBody {
+            file: d.file.as_ref().map(|f| f.display().to_string()),
+            line: d.line,
+            column: d.column,
+            path: d.path.clone(),
+            message: d.message.clone(),
+            hint: d.hint.clone(),
+        })
+        .collect()
+}
+
+/// Whether `name` can name a template in a URL and a file: 1 to [`MAX_TEMPLATE_NAME_LEN`]
+/// characters of `A-Z a-z 0-9 - _ .`, not starting with `.`.
+pub fn check_name(name: &str) -> Result<(), ChangeError> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_TEMPLATE_NAME_LEN
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(ChangeError::InvalidName(name.to_owned()))
+    }
+}
+
+fn read_if_exists(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Writes `bytes` to `path` so readers see the old file or the new one, never part of it:
+/// a temporary file in the same directory (hidden, not `*.yaml`, so a reload meanwhile
+/// ignores it), flushed to disk, then renamed over `path`.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(
+        ".{file_name}.{}-{}.tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = fs::File::create(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,85 @@
+//! Bodies of the HTTP API under `/v1` that are not conversation views: listings, inbox
+//! items and pages, health answers. Requests reuse [`crate::StartConversation`] and
+//! [`crate::SendMessage`]; single conversations answer with [`crate::ConversationView`]
+//! and messages with [`crate::SendReceipt`].
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::conversation::{CommitmentView, ConversationStatus, Outcome};
+use crate::message::{AgentId, Message};
+
+/// One line of `GET /v1/conversations`: a conversation without its log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConversationSummary {
+    /// The conversation id.
+    pub id: Arc<str>,
+    /// The template's name.
+    pub template: Arc<str>,
+    /// The template revision it is pinned to.
+    pub revision: Arc<str>,
+    /// Who started it.
+    pub initiator: AgentId,
+    /// The participants.
+    pub participants: Vec<AgentId>,
+    /// Whether it still runs.
+    pub status: ConversationStatus,
+    /// How it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// When it expires (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<u64>,
+    /// The number of events in its log.
+    pub version: u64,
+}
+
+/// A page of `GET /v1/conversations`, ordered by conversation id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConversationPage {
+    /// The conversations on this page.
+    pub conversations: Vec<ConversationSummary>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/commitments`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommitmentList {
+    /// The matching commitments, by conversation and creation order.
+    pub commitments: Vec<CommitmentView>,
+}
+
+/// A message in an agent's inbox. `seq` is the agent's own sequence: resume after it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InboxItem {
+    /// Position in the agent's inbox, from 1 (the SSE event id).
+    pub seq: u64,
+    /// The conversation the message belongs to.
+    pub conversation_id: Arc<str>,
+    /// The conversation's template, when the conversation is still known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<Arc<str>>,
+    /// The message.
+    pub message: Message,
+}
+
+/// An answer of the long-poll inbox, `GET /v1/agents/{id}/inbox/poll`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InboxPage {
+    /// Entries after the requested position, in order (empty when the wait ran out).
+    pub items: Vec<InboxItem>,
+    /// Pass as `after` next time: the last item's `seq`, or the requested `after` when empty.
+    pub next_after: u64,
+}
+
+/// `GET /readyz`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Readiness {
+    /// `ready`.
+    pub status: String,
+    /// The templates new conversations can start, sorted.
+    pub templates: Vec<String>,
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building the example hooks needs, once: Debian's clang/lld (C), Debian's
+# Rust 1.63 with the wasm32 std and the serde crates (Rust guests, offline), wabt (WAT), and
+# Zig from PyPI. Idempotent: a tool already present is not installed again.
+set -euo pipefail
+
+packages=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc cargo libstd-rust-dev-wasm32
+          librust-serde-json-dev librust-serde-derive-dev wabt)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    echo "== apt-get install ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! python3 -m ziglang version >/dev/null 2>&1; then
+    echo "== pip install ziglang"
+    python3 -m pip install --quiet ziglang
+fi

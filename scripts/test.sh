@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: installs the guest toolchains (once), builds every example hook from
+# source, then runs the whole workspace's tests (the hook tests load the fresh modules).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Debian's old cargo (installed by setup.sh for guests) must not shadow rustup's.
+export PATH="$HOME/.cargo/bin:$PATH"
+
+bash scripts/setup.sh
+bash templates/examples/build.sh
+cargo test --workspace

@@ -1,0 +1,246 @@
+//! [`Client`]: one agent's connection to a Colloquy server, with a method per endpoint.
+
+use std::sync::Arc;
+
+use colloquy_protocol::ErrorBody;
+use colloquy_protocol::api::{CommitmentList, ConversationPage, InboxPage};
+use colloquy_protocol::conversation::{CommitmentView, ConversationView, SendReceipt};
+use colloquy_protocol::message::{SendMessage, StartConversation};
+use reqwest::{Method, RequestBuilder, Response};
+use serde::de::DeserializeOwned;
+
+use crate::error::SdkError;
+use crate::stream::{EventStream, InboxStream};
+
+/// The header naming the caller when the server runs without an agents file.
+pub const AGENT_HEADER: &str = "x-agent-id";
+
+/// An agent's client. Cheap to clone: clones share one connection pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base: String,
+    pub(crate) agent: String,
+    pub(crate) token: Option<String>,
+}
+
+/// Filters of [`Client::conversations`].
+#[derive(Clone, Debug, Default)]
+pub struct ConversationQuery {
+    /// Only those this agent takes part in.
+    pub participant: Option<String>,
+    /// `active` or `completed`.
+    pub state: Option<String>,
+    /// Only this template's.
+    pub template: Option<String>,
+    /// The previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size.
+    pub limit: Option<usize>,
+}
+
+impl Client {
+    /// A client for `agent` at `url` (such as `http://127.0.0.1:7700`), authenticating with
+    /// `token`; without a token it names itself with `X-Agent-Id`, which only a server in
+    /// open development mode accepts. Checks that the server is ready.
+    pub async fn connect(url: &str, agent: &str, token: Option<&str>) -> Result<Client, SdkError> {
+        let client = Client::new(url, agent, token)?;
+        let response = client.inner.http.get(client.url("/readyz")).send().await?;
+        check(response).await?;
+        Ok(client)
+    }
+
+    /// Like [`Client::connect`], without contacting the server.
+    pub fn new(url: &str, agent: &str, token: Option<&str>) -> Result<Client, SdkError> {
+        let http = reqwest::Client::builder().build()?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                base: url.trim_end_matches('/').to_owned(),
+                agent: agent.to_owned(),
+                token: token.map(str::to_owned),
+            }),
+        })
+    }
+
+    /// The agent this client acts for.
+    pub fn agent(&self) -> &str {
+        &self.inner.agent
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.inner.base)
+    }
+
+    pub(crate) fn http_request(&self, method: Method, path: &str) -> RequestBuilder {
+        let builder = self.inner.http.request(method, self.url(path));
+        match &self.inner.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder.header(AGENT_HEADER, &self.inner.agent),
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(&self, builder: RequestBuilder) -> Result<T, SdkError> {
+        let response = check(builder.send().await?).await?;
+        let bytes = response.bytes().await?;
+        serde_json::from_slice(&bytes).map_err(|error| SdkError::Decode(error.to_string()))
+    }
+
+    /// `POST /v1/conversations`: starts a conversation with this agent as the initiator.
+    pub async fn start(&self, request: &StartConversation) -> Result<ConversationView, SdkError> {
+        self.call(
+            self.http_request(Method::POST, "/v1/conversations")
+                .json(request),
+        )
+        .await
+    }
+
+    /// `POST /v1/conversations/{id}/messages`: sends a message as this agent.
+    pub async fn send(
+        &self,
+        conversation_id: &str,
+        message: &SendMessage,
+    ) -> Result<SendReceipt, SdkError> {
+        let path = format!("/v1/conversations/{}/messages", segment(conversation_id));
+        self.call(self.http_request(Method::POST, &path).json(message))
+            .await
+    }
+
+    /// `GET /v1/conversations/{id}`.
+    pub async fn conversation(&self, conversation_id: &str) -> Result<ConversationView, SdkError> {
+        let path = format!("/v1/conversations/{}", segment(conversation_id));
+        self.call(self.http_request(Method::GET, &path)).await
+    }
+
+    /// `GET /v1/conversations`: a page of the conversations this agent may read.
+    pub async fn conversations(
+        &self,
+        query: &ConversationQuery,
+    ) -> Result<ConversationPage, SdkError> {
+        let mut params: Vec<(&str, String)> = Vec::new();
+        let fields = [
+            ("participant", &query.participant),
+            ("state", &query.state),
+            ("template", &query.template),
+            ("cursor", &query.cursor),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                params.push((name, value.clone()));
+            }
+        }
+        if let Some(limit) = query.limit {
+            params.push(("limit", limit.to_string()));
+        }
+        self.call(
+            self.http_request(Method::GET, "/v1/conversations")
+                .query(&params),
+        )
+        .await
+    }
+
+    /// `GET /v1/commitments`: this agent's commitments, optionally by `role` (`debtor` or
+    /// `creditor`) and `state`.
+    pub async fn commitments(
+        &self,
+        role: Option<&str>,
+        state: Option<&str>,
+    ) -> Result<Vec<CommitmentView>, SdkError> {
+        let mut params = Vec::new();
+        params.extend(role.map(|role| ("role", role)));
+        params.extend(state.map(|state| ("state", state)));
+        let list: CommitmentList = self
+            .call(
+                self.http_request(Method::GET, "/v1/commitments")
+                    .query(&params),
+            )
+            .await?;
+        Ok(list.commitments)
+    }
+
+    /// `POST /v1/commitments/{id}/release`: waives a commitment owed to this agent.
+    pub async fn release_commitment(&self, id: &str) -> Result<CommitmentView, SdkError> {
+        let path = format!("/v1/commitments/{}/release", segment(id));
+        self.call(self.http_request(Method::POST, &path)).await
+    }
+
+    /// `POST /v1/commitments/{id}/cancel`: withdraws from a commitment this agent owes.
+    pub async fn cancel_commitment(&self, id: &str) -> Result<CommitmentView, SdkError> {
+        let path = format!("/v1/commitments/{}/cancel", segment(id));
+        self.call(self.http_request(Method::POST, &path)).await
+    }
+
+    /// `GET /v1/agents/{me}/inbox/poll`: inbox items after `after`, waiting up to `wait_ms`
+    /// for the first one.
+    pub async fn poll_inbox(&self, after: u64, wait_ms: u64) -> Result<InboxPage, SdkError> {
+        let path = format!("/v1/agents/{}/inbox/poll", segment(self.agent()));
+        let params = [("after", after), ("wait_ms", wait_ms)];
+        self.call(self.http_request(Method::GET, &path).query(&params))
+            .await
+    }
+
+    /// The inbox as a stream of items after `after` (0: from the start), reconnecting and
+    /// resuming on its own.
+    pub fn inbox(&self, after: u64) -> InboxStream {
+        InboxStream::new(self.clone(), after)
+    }
+
+    /// A conversation's events after `after`, ending after its `completed` event.
+    pub fn events(&self, conversation_id: &str, after: u64) -> EventStream {
+        EventStream::new(self.clone(), conversation_id, after)
+    }
+}
+
+/// Turns an error status into [`SdkError::Api`].
+pub(crate) async fn check(response: Response) -> Result<Response, SdkError> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let bytes = response.bytes().await?;
+    let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_else(|_| {
+        ErrorBody::new(
+            "http_error",
+            String::from_utf8_lossy(&bytes).into_owned(),
+            None,
+        )
+    });
+    Err(SdkError::Api {
+        status: status.as_u16(),
+        body,
+    })
+}
+
+/// Percent-encodes one path segment (commitment ids contain `/`).
+pub(crate) fn segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~' | b':') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_escape_slashes() {
+        assert_eq!(segment("0197-ab/1"), "0197-ab%2F1");
+        assert_eq!(segment("a b"), "a%20b");
+    }
+}

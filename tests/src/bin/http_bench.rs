@@ -1,0 +1,401 @@
+//! The HTTP benchmark: request conversations against `colloquy serve` (memory store, token
+//! auth), next to an axum JSON echo server measured in the same run.
+//!
+//! ```sh
+//! cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin bench-echo --bin http-bench
+//! target/release/http-bench --pin
+//! ```
+//!
+//! This process is the load generator; each server runs as a child process (with `--pin`,
+//! servers on CPU 0 and the load on the other CPUs, one server thread). Every connection is
+//! a keep-alive HTTP/1.1 connection with one request in flight. Phases per server:
+//! warm-up, a closed-loop run at full speed (the maximum rate), then an open-loop run paced at
+//! half that rate, whose latencies count from each request's scheduled time (no coordinated
+//! omission). A request conversation is three messages, each one request: `request` (in the
+//! start call), `agree`, `inform`; the echo server answers one JSON body per request.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::Request;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::TcpStream;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Keep-alive connections, as the issue asks.
+const CONNECTIONS: usize = 64;
+const WARMUP: Duration = Duration::from_secs(2);
+const MEASURE: Duration = Duration::from_secs(8);
+
+struct Options {
+    colloquy: PathBuf,
+    echo: PathBuf,
+    pin: bool,
+    measure: Duration,
+}
+
+fn options() -> anyhow::Result<Options> {
+    let dir = std::env::current_exe()?
+        .parent()
+        .map(Path::to_path_buf)
+        .context("no directory for the binaries")?;
+    let mut options = Options {
+        colloquy: dir.join("colloquy"),
+        echo: dir.join("bench-echo"),
+        pin: false,
+        measure: MEASURE,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--pin" => options.pin = true,
+            "--colloquy" => options.colloquy = args.next().context("--colloquy PATH")?.into(),
+            "--echo" => options.echo = args.next().context("--echo PATH")?.into(),
+            "--seconds" => {
+                options.measure = Duration::from_secs(args.next().context("--seconds N")?.parse()?)
+            }
+            other => bail!("unknown argument {other}; see the file's docs"),
+        }
+    }
+    Ok(options)
+}
+
+/// A server child process, killed on drop.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Killing an exited child fails harmlessly.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(program: &Path, args: &[&str], pin: bool) -> anyhow::Result<Server> {
+    let mut command = if pin {
+        let mut command = Command::new("taskset");
+        command.arg("-c").arg("0").arg(program);
+        command.env("TOKIO_WORKER_THREADS", "1");
+        command
+    } else {
+        Command::new(program)
+    };
+    let mut child = command
+        .args(args)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = loop {
+        let line = lines.next().context("server exited before listening")??;
+        if let Some(url) = line.split("http://").nth(1) {
+            break url.trim().parse()?;
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    Ok(Server { child, addr })
+}
+
+async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+async fn post(
+    sender: &mut SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    body: Bytes,
+) -> anyhow::Result<Bytes> {
+    sender.ready().await?;
+    let mut request = Request::post(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let response = sender.send_request(request.body(Full::new(body))?).await?;
+    let status = response.status();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    if !status.is_success() {
+        bail!("{path}: {status}: {}", String::from_utf8_lossy(&bytes));
+    }
+    Ok(bytes)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Workload {
+    Echo,
+    Conversations,
+}
+
+#[derive(Deserialize)]
+struct Started {
+    id: String,
+}
+
+const REQUEST: &str = r#"{"template":"fipa-request","participants":["bob"],"message":{"performative":"request","content":{"action":"book-room","room":"Lovelace"}}}"#;
+const AGREE: &str = r#"{"performative":"agree","content":{}}"#;
+const INFORM: &str = r#"{"performative":"inform","content":{"done":true,"booking":"LV-0412"}}"#;
+
+/// One unit of work: a conversation (three requests) or three echoes. Returns the latency
+/// of each request, measured from `scheduled` for the first one.
+async fn unit(
+    sender: &mut SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+    workload: Workload,
+    latencies: &mut Vec<u32>,
+    scheduled: Instant,
+) -> anyhow::Result<()> {
+    let mut record = |since: Instant| {
+        latencies.push(u32::try_from(since.elapsed().as_micros()).unwrap_or(u32::MAX));
+    };
+    match workload {
+        Workload::Echo => {
+            for (i, body) in [REQUEST, AGREE, INFORM].into_iter().enumerate() {
+                let start = if i == 0 { scheduled } else { Instant::now() };
+                post(
+                    sender,
+                    addr,
+                    "/echo",
+                    None,
+                    Bytes::from_static(body.as_bytes()),
+                )
+                .await?;
+                record(start);
+            }
+        }
+        Workload::Conversations => {
+            let started = post(
+                sender,
+                addr,
+                "/v1/conversations",
+                Some("alice-token"),
+                Bytes::from_static(REQUEST.as_bytes()),
+            )
+            .await?;
+            record(scheduled);
+            let id = serde_json::from_slice::<Started>(&started)?.id;
+            let path = format!("/v1/conversations/{id}/messages");
+            for body in [AGREE, INFORM] {
+                let start = Instant::now();
+                post(
+                    sender,
+                    addr,
+                    &path,
+                    Some("bob-token"),
+                    Bytes::from_static(body.as_bytes()),
+                )
+                .await?;
+                record(start);
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Figures {
+    requests_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Runs `workload` on every connection for `duration`; paced at `rate` requests/s in
+/// total when given (open loop), as fast as possible otherwise.
+async fn run(
+    addr: SocketAddr,
+    workload: Workload,
+    duration: Duration,
+    rate: Option<f64>,
+) -> anyhow::Result<Figures> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    let begin = Instant::now();
+    for n in 0..CONNECTIONS {
+        let stop = stop.clone();
+        workers.push(tokio::spawn(async move {
+            let mut sender = connect(addr).await?;
+            let mut latencies = Vec::new();
+            // Three requests per unit; each connection carries 1/CONNECTIONS of the rate.
+            let interval = rate.map(|r| Duration::from_secs_f64(3.0 * CONNECTIONS as f64 / r));
+            let mut next = Instant::now()
+                + interval.map_or(Duration::ZERO, |i| i.mul_f64(n as f64 / CONNECTIONS as f64));
+            while !stop.load(Ordering::Relaxed) {
+                let scheduled = match interval {
+                    Some(interval) => {
+                        tokio::time::sleep_until(next.into()).await;
+                        let at = next;
+                        next += interval;
+                        at
+                    }
+                    None => Instant::now(),
+                };
+                unit(&mut sender, addr, workload, &mut latencies, scheduled).await?;
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await??);
+    }
+    let elapsed = begin.elapsed().as_secs_f64();
+    all.sort_unstable();
+    let at = |q: f64| {
+        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0) as f64
+            / 1000.0
+    };
+    Ok(Figures {
+        requests_per_s: all.len() as f64 / elapsed,
+        p50_ms: at(0.50),
+        p99_ms: at(0.99),
+    })
+}
+
+struct Measured {
+    max: Figures,
+    half: Figures,
+}
+
+async fn measure(
+    addr: SocketAddr,
+    workload: Workload,
+    options: &Options,
+) -> anyhow::Result<Measured> {
+    run(addr, workload, WARMUP, None).await?;
+    let max = run(addr, workload, options.measure, None).await?;
+    let half = run(
+        addr,
+        workload,
+        options.measure,
+        Some(max.requests_per_s / 2.0),
+    )
+    .await?;
+    Ok(Measured { max, half })
+}
+
+fn main() -> anyhow::Result<()> {
+    let options = options()?;
+    if options.pin {
+        // The load generator stays off the servers' CPU.
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        if cpus < 2 {
+            bail!("--pin needs at least two CPUs");
+        }
+        let status = Command::new("taskset")
+            .args([
+                "-a",
+                "-p",
+                "-c",
+                &format!("1-{}", cpus - 1),
+                &std::process::id().to_string(),
+            ])
+            .stdout(Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("taskset failed");
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let agents =
+        std::env::temp_dir().join(format!("colloquy-bench-agents-{}.yaml", std::process::id()));
+    std::fs::write(
+        &agents,
+        "agents:\n  - {id: alice, token: alice-token}\n  - {id: bob, token: bob-token}\n",
+    )?;
+    let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let result = runtime.block_on(async {
+        let echo = spawn(&options.echo, &[], options.pin)?;
+        let echo_figures = measure(echo.addr, Workload::Echo, &options).await?;
+        drop(echo);
+        let colloquy = spawn(
+            &options.colloquy,
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                "memory",
+                "--templates",
+                &templates.to_string_lossy(),
+                "--agents",
+                &agents.to_string_lossy(),
+            ],
+            options.pin,
+        )?;
+        let colloquy_figures = measure(colloquy.addr, Workload::Conversations, &options).await?;
+        anyhow::Ok((echo_figures, colloquy_figures))
+    });
+    let _ = std::fs::remove_file(&agents);
+    let (echo, colloquy) = result?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "HTTP benchmark: {CONNECTIONS} keep-alive connections, {}s per phase, servers {}",
+        options.measure.as_secs(),
+        if options.pin {
+            "pinned to CPU 0, one thread"
+        } else {
+            "unpinned"
+        }
+    )?;
+    writeln!(
+        out,
+        "{:<34} {:>12} {:>9} {:>9} | at half rate: {:>9} {:>9}",
+        "", "requests/s", "p50 ms", "p99 ms", "p50 ms", "p99 ms"
+    )?;
+    for (name, m) in [
+        ("echo (serde_json Value in/out)", &echo),
+        ("colloquy request conversations", &colloquy),
+    ] {
+        writeln!(
+            out,
+            "{name:<34} {:>12.0} {:>9.2} {:>9.2} | {:>23.2} {:>9.2}",
+            m.max.requests_per_s, m.max.p50_ms, m.max.p99_ms, m.half.p50_ms, m.half.p99_ms
+        )?;
+    }
+    writeln!(
+        out,
+        "colloquy messages/s: {:.0} ({:.0} conversations/s)",
+        colloquy.max.requests_per_s,
+        colloquy.max.requests_per_s / 3.0
+    )?;
+    writeln!(
+        out,
+        "ratio to echo: rate {:.2}x, p50 {:.2}x, p99 {:.2}x; at half rate p99 {:.2}x",
+        colloquy.max.requests_per_s / echo.max.requests_per_s,
+        colloquy.max.p50_ms / echo.max.p50_ms,
+        colloquy.max.p99_ms / echo.max.p99_ms,
+        colloquy.half.p99_ms / echo.half.p99_ms
+    )?;
+    Ok(())
+}

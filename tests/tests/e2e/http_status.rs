@@ -1,0 +1,243 @@
+//! Every status code of the API from a real request, with the JSON error body each carries.
+
+use colloquy_tests::http::{Server, call};
+use colloquy_tests::variant;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// Starts a fipa-request conversation from alice to bob, returning its id.
+async fn started(server: &Server) -> String {
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({
+                "template": "fipa-request",
+                "participants": ["bob"],
+                "message": {"performative": "request", "content": {"action": "x"}}
+            })),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().expect("an id").to_owned()
+}
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no error code>")
+}
+
+fn pointer(body: &Value) -> Option<&str> {
+    body["error"]["pointer"].as_str()
+}
+
+#[tokio::test]
+async fn created_accepted_and_ok() {
+    let server = Server::start().await;
+    let id = started(&server).await;
+    let (status, body) = call(
+        server
+            .as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "bob",
+            )
+            .json(&json!({"performative": "agree"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["threads"][0]["state"], "agreed");
+    assert_eq!(body["status"], "active");
+    let (status, body) =
+        call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["template"], "fipa-request");
+    assert!(
+        body["revision"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("sha256:"))
+    );
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn bad_request_for_malformed_json_and_wrong_fields() {
+    let server = Server::start().await;
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .header("content-type", "application/json")
+            .body("{\"template\": \"fipa-request\",\n \"participants\": [\"bob\"}"),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(code(&body), "malformed_json");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("line 2")),
+        "syntax errors say where: {body}"
+    );
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(
+                &json!({"template": "fipa-request", "participants": ["bob"], "initiator": "bob"}),
+            ),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(code(&body), "invalid_body");
+    assert_eq!(
+        pointer(&body),
+        Some("/initiator"),
+        "unknown fields are named"
+    );
+    let id = started(&server).await;
+    let (status, body) = call(
+        server
+            .as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "bob",
+            )
+            .json(&json!({"performative": "agree", "to": "alice"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(pointer(&body), Some("/to"));
+    let (status, body) =
+        call(server.as_agent(Method::GET, "/v1/conversations?state=sleeping", "alice")).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(code(&body), "invalid_query");
+}
+
+#[tokio::test]
+async fn unauthorized_forbidden_and_not_found() {
+    let server = Server::start().await;
+    let id = started(&server).await;
+    let (status, body) =
+        call(server.anonymous(Method::GET, &format!("/v1/conversations/{id}"))).await;
+    assert_eq!(status, 401);
+    assert_eq!(code(&body), "unauthenticated");
+    let (status, body) =
+        call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "mallory")).await;
+    assert_eq!(status, 403);
+    assert_eq!(code(&body), "not_a_party");
+    let (status, body) =
+        call(server.as_agent(Method::GET, "/v1/conversations/no-such-id", "alice")).await;
+    assert_eq!(status, 404);
+    assert_eq!(code(&body), "unknown_conversation");
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({"template": "no-such-template", "participants": ["bob"]})),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(code(&body), "unknown_template");
+    let (status, body) = call(server.as_agent(Method::GET, "/v1/nothing-here", "alice")).await;
+    assert_eq!(status, 404);
+    assert_eq!(code(&body), "not_found");
+    let (status, body) = call(server.as_agent(Method::DELETE, "/v1/conversations", "alice")).await;
+    assert_eq!(status, 405);
+    assert_eq!(code(&body), "method_not_allowed");
+}
+
+#[tokio::test]
+async fn conflict_for_enforced_protocols_and_duplicate_ids() {
+    let strict = variant(
+        "fipa-request.yaml",
+        &[
+            ("name: fipa-request", "name: fipa-request-strict"),
+            ("enforcement: report", "enforcement: enforce"),
+        ],
+    );
+    let server = Server::with(colloquy_tests::http::identity(&[]), vec![strict]).await;
+    let start = json!({
+        "template": "fipa-request-strict",
+        "participants": ["bob"],
+        "conversation_id": "strict-1",
+        "message": {"performative": "request", "content": {"action": "x"}}
+    });
+    let (status, _) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&start),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&start),
+    )
+    .await;
+    assert_eq!(status, 409);
+    assert_eq!(code(&body), "duplicate_conversation");
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations/strict-1/messages", "bob")
+            .json(&json!({"performative": "propose", "content": {}})),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(code(&body), "out_of_protocol");
+}
+
+#[tokio::test]
+async fn gone_after_the_conversation_ended() {
+    let server = Server::start().await;
+    let id = started(&server).await;
+    let path = format!("/v1/conversations/{id}/messages");
+    let inform = json!({"performative": "inform", "content": {"done": true}});
+    let (status, _) = call(server.as_agent(Method::POST, &path, "bob").json(&inform)).await;
+    assert_eq!(status, 202);
+    let (status, body) = call(server.as_agent(Method::POST, &path, "bob").json(&inform)).await;
+    assert_eq!(status, 410, "{body}");
+    assert_eq!(code(&body), "conversation_ended");
+}
+
+#[tokio::test]
+async fn payload_too_large() {
+    let server = Server::start().await;
+    let big = "x".repeat(colloquy_engine::api::extract::MAX_BODY_BYTES + 1);
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({"template": "fipa-request", "participants": ["bob"], "context": big})),
+    )
+    .await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(code(&body), "body_too_large");
+}
+
+#[tokio::test]
+async fn unprocessable_for_unknown_performatives_and_schema_violations() {
+    let server = Server::start().await;
+    let id = started(&server).await;
+    let path = format!("/v1/conversations/{id}/messages");
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, &path, "bob")
+            .json(&json!({"performative": "shrug"})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(code(&body), "unknown_performative");
+    assert_eq!(pointer(&body), Some("/performative"));
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({
+                "template": "fipa-request",
+                "participants": ["bob"],
+                "message": {"performative": "request", "content": "not an object"}
+            })),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(code(&body), "schema_violation");
+    assert!(
+        pointer(&body).is_some_and(|p| p.contains("content")),
+        "{body}"
+    );
+}

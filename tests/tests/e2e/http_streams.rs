@@ -1,0 +1,193 @@
+//! Streams over HTTP: the inbox resumes after a disconnect without losing or reordering
+//! messages, the long poll wakes up for a new message, and a conversation's event stream
+//! ends with the conversation and resumes from `Last-Event-ID`.
+
+use colloquy_protocol::SendMessage;
+use colloquy_protocol::StartConversation;
+use colloquy_tests::http::{Server, bounded, call};
+use reqwest::Method;
+use serde_json::json;
+
+fn query(participant: &str, n: u64) -> StartConversation {
+    StartConversation {
+        template: "fipa-query".into(),
+        participants: vec![participant.into()],
+        message: Some(SendMessage::new("query-ref", json!({"ref": n}))),
+        ..StartConversation::default()
+    }
+}
+
+/// Reads one raw SSE event block (up to a blank line) from a streaming response.
+async fn next_block(response: &mut reqwest::Response, buffer: &mut String) -> String {
+    loop {
+        if let Some(end) = buffer.find("\n\n") {
+            let block = buffer[..end].to_owned();
+            buffer.drain(..end + 2);
+            if block.lines().all(|line| line.starts_with(':')) {
+                continue;
+            }
+            return block;
+        }
+        let chunk = bounded(response.chunk())
+            .await
+            .expect("stream readable")
+            .expect("stream open");
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+fn field<'a>(block: &'a str, name: &str) -> Option<&'a str> {
+    block
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_resumes_after_a_disconnect_in_order() {
+    let server = Server::start().await;
+    let carol = server.client("carol").await;
+    for n in 1..=2 {
+        bounded(carol.start(&query("dave", n)))
+            .await
+            .expect("started");
+    }
+    // First connection: read one message, then hang up.
+    let mut response = bounded(
+        server
+            .as_agent(Method::GET, "/v1/agents/dave/inbox", "dave")
+            .send(),
+    )
+    .await
+    .expect("connected");
+    assert_eq!(response.status().as_u16(), 200);
+    let mut buffer = String::new();
+    let block = next_block(&mut response, &mut buffer).await;
+    assert_eq!(field(&block, "id"), Some("1"));
+    assert_eq!(field(&block, "event"), Some("message"));
+    drop(response);
+    for n in 3..=4 {
+        bounded(carol.start(&query("dave", n)))
+            .await
+            .expect("started");
+    }
+    // Reconnect after the one it saw: 2, 3, 4 follow, in order, nothing twice.
+    let mut response = bounded(
+        server
+            .as_agent(Method::GET, "/v1/agents/dave/inbox", "dave")
+            .header("last-event-id", "1")
+            .send(),
+    )
+    .await
+    .expect("reconnected");
+    let mut buffer = String::new();
+    let mut refs = Vec::new();
+    for expected in 2..=4u64 {
+        let block = next_block(&mut response, &mut buffer).await;
+        assert_eq!(field(&block, "id"), Some(expected.to_string().as_str()));
+        let item: serde_json::Value =
+            serde_json::from_str(field(&block, "data").expect("data")).expect("JSON item");
+        assert_eq!(item["template"], "fipa-query");
+        refs.push(item["message"]["content"]["ref"].as_u64());
+    }
+    assert_eq!(refs, [Some(2), Some(3), Some(4)]);
+
+    // The SDK's stream does the same on its own, from a position it reports.
+    let dave = server.client("dave").await;
+    let mut inbox = dave.inbox(3);
+    let item = bounded(inbox.next()).await.expect("item");
+    assert_eq!(item.seq, 4);
+    assert_eq!(inbox.position(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_long_poll_returns_when_a_message_arrives() {
+    let server = Server::start().await;
+    let dave = server.client("dave").await;
+    let empty = bounded(dave.poll_inbox(0, 0)).await.expect("polled");
+    assert!(empty.items.is_empty());
+    assert_eq!(empty.next_after, 0);
+    let waiting = tokio::spawn(async move { dave.poll_inbox(0, 15_000).await });
+    let carol = server.client("carol").await;
+    bounded(carol.start(&query("dave", 7)))
+        .await
+        .expect("started");
+    let page = bounded(waiting).await.expect("poll task").expect("polled");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.next_after, 1);
+    assert_eq!(page.items[0].message.content.value()["ref"], 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_ends_with_the_conversation_and_resumes() {
+    let server = Server::start().await;
+    let carol = server.client("carol").await;
+    let view = bounded(carol.start(&query("dave", 1)))
+        .await
+        .expect("started");
+    let id = view.id.to_string();
+    let dave = server.client("dave").await;
+    bounded(dave.send(&id, &SendMessage::new("inform", json!({"value": 1}))))
+        .await
+        .expect("answered");
+    let mut events = carol.events(&id, 0);
+    let mut seqs = Vec::new();
+    let mut last_type = String::new();
+    bounded(async {
+        while let Some(event) = events.next().await.expect("stream") {
+            seqs.push(event.seq);
+            last_type = serde_json::to_value(&event).expect("json")["type"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+        }
+    })
+    .await;
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert_eq!(last_type, "completed", "the stream ends after `completed`");
+    let total = *seqs.last().expect("events");
+    // Resuming two before the end yields exactly the last two.
+    let response = bounded(
+        server
+            .as_agent(
+                Method::GET,
+                &format!("/v1/conversations/{id}/events"),
+                "carol",
+            )
+            .header("last-event-id", (total - 2).to_string())
+            .send(),
+    )
+    .await
+    .expect("connected");
+    let text = bounded(response.text()).await.expect("whole stream");
+    let ids: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .collect();
+    assert_eq!(ids, [(total - 1).to_string(), total.to_string()]);
+    // Resuming after the last event of an ended conversation: an empty stream that closes.
+    let response = bounded(
+        server
+            .as_agent(
+                Method::GET,
+                &format!("/v1/conversations/{id}/events"),
+                "carol",
+            )
+            .header("last-event-id", total.to_string())
+            .send(),
+    )
+    .await
+    .expect("connected");
+    let text = bounded(response.text()).await.expect("whole stream");
+    assert!(!text.contains("id: "), "{text}");
+    let (status, _) = call(
+        server
+            .as_agent(
+                Method::GET,
+                &format!("/v1/conversations/{id}/events"),
+                "carol",
+            )
+            .header("last-event-id", "yesterday"),
+    )
+    .await;
+    assert_eq!(status, 400);
+}
