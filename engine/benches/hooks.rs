@@ -21,6 +21,10 @@ use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use serde_json::json;
 
+/// The allocator the `colloquy` binary uses, so the figures are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Messages per conversation: long enough that starting one is noise, short enough that the
 /// event log stays small.
 const MESSAGES_PER_CONVERSATION: usize = 20;

@@ -183,7 +183,10 @@ fn connect(path: &Path, synchronous: Synchronous) -> Result<Connection, StoreErr
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = {};
              PRAGMA busy_timeout = 5000;
-             PRAGMA foreign_keys = OFF;",
+             PRAGMA foreign_keys = OFF;
+             PRAGMA cache_size = -65536;
+             PRAGMA wal_autocheckpoint = 16384;
+             PRAGMA temp_store = MEMORY;",
             synchronous.pragma()
         ))
         .map_err(internal)?;

@@ -1,6 +1,7 @@
 //! End-to-end scenarios through the engine's library API: the built-in protocols, a custom
 //! protocol defined only in a fixture, commitments, deadlines and retention; `http_*`: the
-//! same over a real HTTP service with SDK agents.
+//! same over a real HTTP service with SDK agents; `policy_manager`: hot reload, uploads and
+//! remote engines following a policy manager.
 
 mod commitments;
 mod contract_net;
@@ -13,6 +14,7 @@ mod http_protocols;
 mod http_status;
 mod http_streams;
 mod lifecycle;
+mod policy_manager;
 mod query;
 mod request;
 mod support;
