@@ -42,6 +42,9 @@ pub struct ServiceOptions {
     pub templates: Option<Arc<dyn TemplateSource>>,
     /// More routes served next to the engine's (the embedded policy manager's API).
     pub routes: Option<axum::Router>,
+    /// The wasm hook runtime; without one, templates that name a hook refuse (or, under
+    /// `fail_open`, flag) every message that would call it.
+    pub hooks: Option<Arc<crate::runtime::HookRuntime>>,
 }
 
 impl Default for ServiceOptions {
@@ -54,6 +57,7 @@ impl Default for ServiceOptions {
             store: None,
             templates: None,
             routes: None,
+            hooks: None,
         }
     }
 }
@@ -135,7 +139,11 @@ pub fn launch(
         Some(source) => source,
         None => Arc::new(catalog),
     };
-    let engine = Arc::new(Engine::new(source, store, options.clock, options.engine));
+    let engine = Engine::new(source, store, options.clock, options.engine);
+    let engine = Arc::new(match options.hooks {
+        Some(runtime) => engine.with_hooks(runtime),
+        None => engine,
+    });
     let mut background = vec![engine.spawn_scheduler(options.scheduler_period)];
     // Other engine nodes' commits (shared Redis store) reach this node's streams.
     background.extend(engine.follow_store());

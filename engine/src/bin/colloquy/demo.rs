@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use colloquy_engine::api::{self, RunningService, ServiceOptions};
+use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use colloquy_policy::{Catalog, TemplateCompiler};
 use colloquy_protocol::conversation::{CommitmentState, ConversationView, Outcome};
 use colloquy_protocol::event::{ConversationEvent, EventKind};
@@ -29,6 +30,8 @@ use crate::transcript;
 /// How long the contract-net contractors have to propose. Long enough for the proposals
 /// over loopback HTTP, short enough that the demo finishes well within two seconds.
 const CFP_WINDOW_MS: u64 = 300;
+/// The hook example the demo plays when its module is built, relative to the templates dir.
+const CREDIT_TEMPLATE: &str = "examples/credit-assessment/credit-assessment.yaml";
 /// How late initech proposes: past the reply-by plus a few scheduler periods, so the engine
 /// has surely closed its thread.
 const LATE_BY_MS: u64 = 200;
@@ -57,9 +60,37 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
         .iter()
         .map(|t| (t.name.to_string(), t.revision.to_string()))
         .collect();
+    // The credit-assessment example runs a Rust wasm hook; it plays when its module has
+    // been built from source (templates/examples/build.sh).
+    let credit_yaml = templates.join(CREDIT_TEMPLATE);
+    let credit = match TemplateCompiler::new().compile_file(&credit_yaml) {
+        Ok(template) => Some(template),
+        Err(diagnostics) => {
+            tracing::info!(%diagnostics, "credit-assessment example not loaded");
+            writeln!(
+                out,
+                "note: the credit-assessment hook example is not built; run \
+                 templates/examples/build.sh"
+            )?;
+            None
+        }
+    };
+    let with_credit = credit.is_some();
+    let mut names = names;
+    names.extend(
+        credit
+            .iter()
+            .map(|t| (t.name.to_string(), t.revision.to_string())),
+    );
+    let hooks =
+        HookRuntime::new(HookRuntimeConfig::default()).context("starting the wasm hook runtime")?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let catalog = Catalog::new(compiled.into_iter().map(std::sync::Arc::new));
-    let service = api::launch(catalog, listener, ServiceOptions::default())?;
+    let catalog = Catalog::new(compiled.into_iter().chain(credit).map(std::sync::Arc::new));
+    let options = ServiceOptions {
+        hooks: Some(std::sync::Arc::new(hooks)),
+        ..ServiceOptions::default()
+    };
+    let service = api::launch(catalog, listener, options)?;
     writeln!(
         out,
         "Colloquy demo: the built-in protocols, played by SDK agents over HTTP ({}).",
@@ -71,7 +102,7 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
     writeln!(out)?;
 
     let participants = Participants::start(&service).await?;
-    let result = play_all(&service, width, out).await;
+    let result = play_all(&service, width, with_credit, out).await;
     participants.stop();
     // Streams end and requests drain; a failure here changes nothing the demo showed.
     if let Err(error) = service.shutdown().await {
@@ -83,6 +114,7 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
 async fn play_all(
     service: &RunningService,
     width: usize,
+    with_credit: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let url = service.url();
@@ -101,11 +133,18 @@ async fn play_all(
             "buyer calls three contractors; two propose, initech proposes too late; the \
              cheapest wins.",
         ),
+        (
+            Scenario::Credit,
+            "loan-desk asks risk-desk to assess a loan for crypto mining rigs; the Rust wasm \
+             hook marks it pending and routes it to special-risk-assessment.",
+        ),
     ] {
         let play = match scenario {
             Scenario::Request => request(&url).await,
             Scenario::Query => query(&url).await,
             Scenario::ContractNet => contract_net(&url).await,
+            Scenario::Credit if !with_credit => continue,
+            Scenario::Credit => credit(&url).await,
         };
         let play = play.with_context(|| format!("playing {}", scenario.template()))?;
         let number = format!("{}. ", played.len() + 1);
@@ -158,6 +197,7 @@ enum Scenario {
     Request,
     Query,
     ContractNet,
+    Credit,
 }
 
 impl Scenario {
@@ -166,6 +206,7 @@ impl Scenario {
             Scenario::Request => "fipa-request",
             Scenario::Query => "fipa-query",
             Scenario::ContractNet => "fipa-contract-net",
+            Scenario::Credit => "credit-assessment",
         }
     }
 }
@@ -190,6 +231,15 @@ impl Participants {
             Handlers::new().on("fipa-request", "request", |msg| async move {
                 msg.agree(json!({})).await?;
                 msg.inform(json!({"done": true, "booking": "LV-0412"}))
+                    .await?;
+                Ok(())
+            }),
+        );
+        // risk-desk assesses loans (the hook decides who else sees them).
+        spawn(
+            Client::connect(&url, "risk-desk", None).await?,
+            Handlers::new().on("credit-assessment", "request", |msg| async move {
+                msg.inform(json!({"score": 640, "decision": "refer"}))
                     .await?;
                 Ok(())
             }),
@@ -286,6 +336,50 @@ async fn request(url: &str) -> anyhow::Result<Played> {
     expect_commitments(&view, &[("bob", CommitmentState::Fulfilled)], &mut problems);
     Ok(Played {
         title: "fipa-request",
+        expected: Outcome::Success,
+        view,
+        events,
+        problems,
+    })
+}
+
+/// The credit-assessment example: the Rust hook stamps the application pending, lets the
+/// amount through (under the template's limit) and routes the crypto purpose to
+/// `special-risk-assessment`.
+async fn credit(url: &str) -> anyhow::Result<Played> {
+    let desk = Client::connect(url, "loan-desk", None).await?;
+    let mut options = AskOptions::default()
+        .timeout(STEP_TIMEOUT)
+        .template("credit-assessment");
+    options.parameters = json!({"applicant_id": "A-1042", "income_source": "salary"});
+    let answer = desk
+        .request(
+            "risk-desk",
+            json!({"amount": 20000, "purpose": "Buy crypto mining rigs"}),
+            options,
+        )
+        .await?;
+    let (view, events) = finished(&desk, &answer.conversation_id).await?;
+    let mut problems = Vec::new();
+    let routed = view.messages.first().is_some_and(|request| {
+        request
+            .receivers
+            .iter()
+            .any(|agent| &**agent == "special-risk-assessment")
+    });
+    if !routed {
+        problems.push("the request was not routed to special-risk-assessment".to_owned());
+    }
+    for (var, expected) in [("risk_route", "special"), ("status", "assessed")] {
+        if view.vars.get(var).and_then(|v| v.as_str()) != Some(expected) {
+            problems.push(format!(
+                "vars.{var} is {:?}, expected {expected:?}",
+                view.vars.get(var)
+            ));
+        }
+    }
+    Ok(Played {
+        title: "credit-assessment",
         expected: Outcome::Success,
         view,
         events,
@@ -472,7 +566,16 @@ mod tests {
                 .expect("the demo finishes");
         let out = String::from_utf8(out).expect("transcripts are UTF-8");
         assert!(result.is_ok(), "{result:?}\n{out}");
-        for title in ["fipa-request", "fipa-query", "fipa-contract-net"] {
+        let mut titles = vec!["fipa-request", "fipa-query", "fipa-contract-net"];
+        // Built by templates/examples/build.sh, which the test command runs first.
+        if templates()
+            .join(CREDIT_TEMPLATE)
+            .with_file_name("credit_assessment.wasm")
+            .is_file()
+        {
+            titles.push("credit-assessment");
+        }
+        for title in titles {
             assert!(
                 out.contains(&format!("ok   {title}")),
                 "{title} not ok:\n{out}"

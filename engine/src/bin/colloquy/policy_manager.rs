@@ -145,13 +145,24 @@ pub fn serve_templates(
     remote: Option<String>,
     admin_token_flag: Option<String>,
     data_dir: &Path,
+    hooks: Option<Arc<colloquy_engine::runtime::HookRuntime>>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ServeTemplates> {
+    // With a hook runtime, a revision whose module does not link is refused at reload,
+    // like a template that does not compile.
+    let checked = |live: LiveCatalog| match &hooks {
+        Some(runtime) => live.with_check(colloquy_engine::policy::hook_check(runtime.clone())),
+        None => live,
+    };
     let (closing, closing_rx) = watch::channel(false);
     match remote {
         None => {
             let dir = dir.unwrap_or_else(crate::default_templates_dir);
-            let live = Arc::new(open(&dir)?);
+            let live = checked(LiveCatalog::new(&dir));
+            live.reload()
+                .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
+                .with_context(|| format!("compiling the templates in {}", dir.display()))?;
+            let live = Arc::new(live);
             if live.snapshot().catalog.names().is_empty() {
                 anyhow::bail!("no templates in {}", dir.display());
             }
@@ -175,7 +186,7 @@ pub fn serve_templates(
             let mirror = data_dir.join(MIRROR_DIR);
             std::fs::create_dir_all(&mirror)
                 .with_context(|| format!("creating the template mirror {}", mirror.display()))?;
-            let live = LiveCatalog::new(&mirror).with_origin(url.clone());
+            let live = checked(LiveCatalog::new(&mirror)).with_origin(url.clone());
             // The mirror of an earlier run serves until the manager answers; a broken one
             // is reported in /v1/status and replaced at the first sync.
             let _ = live.reload();

@@ -4,10 +4,12 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
 use colloquy_engine::api::{self, Identity, ServiceOptions};
+use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use tokio::net::TcpListener;
 
 /// Where `colloquy serve` listens unless told otherwise.
@@ -43,6 +45,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
 }
+
+/// The AOT cache of compiled hook modules, inside the data directory.
+const HOOK_CACHE_DIR: &str = "hook-cache";
 
 /// Where the default SQLite store lives unless `--data-dir` says otherwise.
 pub const DEFAULT_DATA_DIR: &str = "./data";
@@ -84,11 +89,19 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
     writeln!(out, "colloquy listening on http://{addr}")?;
+    let hooks = Arc::new(
+        HookRuntime::new(HookRuntimeConfig {
+            cache_dir: Some(args.data_dir.join(HOOK_CACHE_DIR)),
+            ..HookRuntimeConfig::default()
+        })
+        .context("starting the wasm hook runtime")?,
+    );
     let templates = crate::policy_manager::serve_templates(
         args.templates,
         args.policy_manager,
         args.admin_token,
         &args.data_dir,
+        Some(hooks.clone()),
         out,
     )?;
     match &args.agents {
@@ -105,6 +118,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         store: Some(store),
         templates: Some(templates.live.clone()),
         routes: Some(templates.routes.clone()),
+        hooks: Some(hooks),
         ..ServiceOptions::default()
     };
     let catalog = templates.catalog();
