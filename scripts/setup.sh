@@ -19,7 +19,9 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -m ziglang version >/dev/null 2>&1; then
-    echo "== pip install ziglang"
-    python3 -m pip install --quiet ziglang
+# Pinned: Zig's language still changes between releases; the example is written for this one.
+ZIG_VERSION=0.17.1
+if [ "$(python3 -m ziglang version 2>/dev/null)" != "$ZIG_VERSION" ]; then
+    echo "== pip install ziglang==$ZIG_VERSION"
+    python3 -m pip install --quiet "ziglang==$ZIG_VERSION"
 fi

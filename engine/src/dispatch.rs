@@ -1136,10 +1136,8 @@ fn decide_outcome(step: &Step<'_>) -> Outcome {
         timeout: None,
         now: step.now,
     };
-    for (when, outcome) in &conversation.template.outcome.rules {
-        if when.as_ref().is_none_or(|when| scope.holds(when)) {
-            return *outcome;
-        }
+    if let Some(outcome) = scope.first_match(&conversation.template.outcome.rules) {
+        return *outcome;
     }
     let outcomes: Vec<Outcome> = conversation
         .threads

@@ -119,6 +119,22 @@ impl Scope<'_> {
         self.holds_in(&self.context(), expression)
     }
 
+    /// The value paired with the first condition that holds (`None` holds always), with
+    /// the variables built once for all of them.
+    pub fn first_match<'r, T>(&self, rules: &'r [(Option<Expression>, T)]) -> Option<&'r T> {
+        if rules.is_empty() {
+            return None;
+        }
+        let context = self.context();
+        rules
+            .iter()
+            .find(|(when, _)| {
+                when.as_ref()
+                    .is_none_or(|when| self.holds_in(&context, when))
+            })
+            .map(|(_, value)| value)
+    }
+
     fn holds_in(&self, context: &cel::Context<'_, '_>, expression: &Expression) -> bool {
         match expression.program.execute(context) {
             Ok(cel::Value::Bool(value)) => value,
