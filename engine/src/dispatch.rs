@@ -320,6 +320,7 @@ pub fn on_message(
         .ok_or_else(|| EngineError::UnknownPerformative {
             name: request.performative.clone(),
             template: template.name.to_string(),
+            pointer: "/performative".to_owned(),
         })?;
     let role = conversation
         .role_of(sender)

@@ -141,7 +141,7 @@ impl Engine {
             None => new_id(),
         };
         let opening_id = match &request.message {
-            Some(message) => Some(message_id(message)?),
+            Some(message) => Some(message_id(message).map_err(|error| error.under("/message"))?),
             None => None,
         };
         let now = self.now();
@@ -161,7 +161,8 @@ impl Engine {
             let mut step = self.step(&mut conversation, now);
             dispatch::on_start(&mut step)?;
             if let (Some(message), Some(message_id)) = (&request.message, opening_id) {
-                dispatch::on_message(&mut step, initiator, message, message_id)?;
+                dispatch::on_message(&mut step, initiator, message, message_id)
+                    .map_err(|error| error.under("/message"))?;
             }
             let messages: Vec<Message> = step
                 .events()

@@ -72,6 +72,9 @@ pub enum EngineError {
         name: String,
         /// The template.
         template: String,
+        /// Where the name is in the request (`/performative`, or `/message/performative`
+        /// for a start's opening message).
+        pointer: String,
     },
     /// A value does not match its schema.
     #[error("{pointer}: {message}")]
@@ -185,7 +188,7 @@ impl EngineError {
     /// JSON pointer into the request naming the offending field, when there is one.
     pub fn pointer(&self) -> Option<&str> {
         match self {
-            EngineError::UnknownPerformative { .. } => Some("/performative"),
+            EngineError::UnknownPerformative { pointer, .. } => Some(pointer),
             EngineError::SchemaViolation { pointer, .. } => Some(pointer),
             EngineError::Invalid { pointer, .. } => pointer.as_deref(),
             EngineError::ContextTooLarge { .. } => Some("/context"),
@@ -200,6 +203,34 @@ impl EngineError {
             _ => self.to_string(),
         };
         ErrorBody::new(self.code(), message, self.pointer().map(str::to_owned))
+    }
+
+    /// The same error with its pointer moved under `prefix`: for a message nested in a
+    /// bigger request (a start's opening `message`).
+    pub(crate) fn under(self, prefix: &str) -> EngineError {
+        match self {
+            EngineError::UnknownPerformative {
+                name,
+                template,
+                pointer,
+            } => EngineError::UnknownPerformative {
+                name,
+                template,
+                pointer: format!("{prefix}{pointer}"),
+            },
+            EngineError::SchemaViolation { pointer, message } => EngineError::SchemaViolation {
+                pointer: format!("{prefix}{pointer}"),
+                message,
+            },
+            EngineError::Invalid {
+                pointer: Some(pointer),
+                message,
+            } => EngineError::Invalid {
+                pointer: Some(format!("{prefix}{pointer}")),
+                message,
+            },
+            other => other,
+        }
     }
 
     pub(crate) fn invalid(pointer: &str, message: impl Into<String>) -> EngineError {

@@ -56,8 +56,20 @@ async fn start_with_an_invalid_opening_message_creates_nothing() {
         "schema_violation",
         ErrorKind::Unprocessable,
     );
-    assert_eq!(error.pointer(), Some("/content/reason"));
+    assert_eq!(
+        error.pointer(),
+        Some("/message/content/reason"),
+        "points into the start body"
+    );
     assert_eq!(h.engine.live_count(), live);
+    let mut request = start_request("fipa-request", &["bob"]);
+    request.message = Some(msg("reqest", json!({})));
+    let error = expect_error(
+        h.engine.start("alice", request).await,
+        "unknown_performative",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/message/performative"));
     expect_error(
         h.engine.view("c-bad-opening", None).await,
         "unknown_conversation",
