@@ -136,6 +136,9 @@ pub enum ChangeError {
     /// The template, or the directory with it, does not compile; nothing changed.
     #[error("{0}")]
     Rejected(Diagnostics),
+    /// An uploaded hook module is refused before anything is written.
+    #[error("{0}")]
+    InvalidModule(String),
     /// Writing or removing the file failed; nothing changed.
     #[error("cannot change the template directory: {0}")]
     Io(#[from] io::Error),
@@ -418,6 +421,31 @@ impl LiveCatalog {
         Ok((snapshot, existing.is_none()))
     }
 
+    /// Uploads a hook module as `file` in the template directory: checked to be a wasm
+    /// module, written atomically, and the directory reloaded, so every template that names
+    /// the file gets a new revision (its hash covers its module). If the directory then fails
+    /// (a template's hook check refuses the new module), the previous file is put back.
+    /// Returns the serving snapshot and whether the file is new. Blocking.
+    pub fn put_module(
+        &self,
+        file: &str,
+        bytes: &[u8],
+    ) -> Result<(Arc<Snapshot>, bool), ChangeError> {
+        check_module_name(file)?;
+        if !bytes.starts_with(WASM_MAGIC) {
+            return Err(ChangeError::InvalidModule(format!(
+                "`{file}` is not a wasm module: it does not start with the magic bytes `\\0asm`"
+            )));
+        }
+        let guard = self.lock();
+        let path = self.dir.join(file);
+        let previous = read_if_exists(&path)?;
+        let created = previous.is_none();
+        write_atomically(&path, bytes)?;
+        let snapshot = self.reload_or_restore(&guard, &path, previous)?;
+        Ok((snapshot, created))
+    }
+
     /// Deletes template `name`: removes its file and reloads. New conversations of it are
     /// refused from then on; running ones finish on their revision. Blocking.
     pub fn delete(&self, name: &str) -> Result<Arc<Snapshot>, ChangeError> {
@@ -505,6 +533,28 @@ pub fn diagnostic_bodies(diagnostics: &Diagnostics) -> Vec<DiagnosticBody> {
 
 /// Whether `name` can name a template in a URL and a file: 1 to [`MAX_TEMPLATE_NAME_LEN`]
 /// characters of `A-Z a-z 0-9 - _ .`, not starting with `.`.
+/// The first bytes of every wasm binary.
+const WASM_MAGIC: &[u8] = b"\0asm";
+
+/// An uploaded module's file name: a plain `*.wasm` name inside the directory.
+pub fn check_module_name(file: &str) -> Result<(), ChangeError> {
+    let stem = file.strip_suffix(".wasm").unwrap_or_default();
+    let valid = !stem.is_empty()
+        && file.len() <= MAX_TEMPLATE_NAME_LEN
+        && !file.starts_with('.')
+        && stem
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(ChangeError::InvalidModule(format!(
+            "`{file}` is not a module file name: use `NAME.wasm` with up to \
+             {MAX_TEMPLATE_NAME_LEN} characters of A-Z a-z 0-9 - _ ., not starting with `.`"
+        )))
+    }
+}
+
 pub fn check_name(name: &str) -> Result<(), ChangeError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_TEMPLATE_NAME_LEN

@@ -29,7 +29,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use colloquy_policy::live::{ChangeError, diagnostic_bodies};
 use colloquy_policy::{Diagnostics, LiveCatalog, Snapshot};
 use colloquy_protocol::ErrorDetail;
@@ -48,6 +48,8 @@ use super::ops;
 
 /// Largest template upload: templates are a few KiB; a megabyte is a mistake, not a policy.
 pub const MAX_TEMPLATE_BYTES: usize = 1024 * 1024;
+/// Largest hook module upload (the compiler's own cap on a module's size).
+pub const MAX_MODULE_BYTES: usize = 64 * 1024 * 1024;
 /// How often an idle change feed sends a keep-alive comment (remote engines drop a feed
 /// silent for `colloquy_policy::follower::IDLE_TIMEOUT`).
 pub const WATCH_KEEP_ALIVE: Duration = Duration::from_secs(5);
@@ -95,6 +97,11 @@ pub fn router(state: PolicyState) -> Router {
         .route("/v1/watch", get(watch_feed))
         .route("/v1/status", get(status))
         .layer(DefaultBodyLimit::max(MAX_TEMPLATE_BYTES))
+        .merge(
+            Router::new()
+                .route("/v1/modules/{file}", put(upload_module))
+                .layer(DefaultBodyLimit::max(MAX_MODULE_BYTES)),
+        )
         .with_state(state)
 }
 
@@ -123,6 +130,11 @@ impl From<ChangeError> for PolicyError {
             }
             ChangeError::InvalidName(_) => PolicyError::Api(ApiError::BadRequest {
                 code: "invalid_template_name",
+                message: error.to_string(),
+                pointer: None,
+            }),
+            ChangeError::InvalidModule(_) => PolicyError::Api(ApiError::BadRequest {
+                code: "invalid_module",
                 message: error.to_string(),
                 pointer: None,
             }),
@@ -395,6 +407,38 @@ async fn upload(
         axum::Json(TemplateSummary { name, revision }),
     )
         .into_response())
+}
+
+/// `PUT /v1/modules/{file}`: body = a wasm hook module, stored as `file` in the template
+/// directory for templates to name in `spec.hooks.module`. `201` for a new file, `200` for a
+/// replacement (every template naming it gets a new revision); `400` when it is not a wasm
+/// module; `422` with diagnostics when a template using it no longer passes.
+async fn upload_module(
+    State(state): State<PolicyState>,
+    Path(file): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, PolicyError> {
+    authorize(&state, &headers)?;
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge(MAX_MODULE_BYTES)
+        } else {
+            ApiError::BadRequest {
+                code: "unreadable_body",
+                message: rejection.body_text(),
+                pointer: None,
+            }
+        }
+    })?;
+    let live = state.0.live.clone();
+    let (_, created) = blocking(move || live.put_module(&file, &body)).await?;
+    Ok(if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    }
+    .into_response())
 }
 
 /// `DELETE /v1/templates/{name}`: `204`; new conversations of it are refused from then on,
@@ -686,5 +730,81 @@ mod tests {
         assert_eq!(list.revisions.len(), 2);
         assert_eq!(list.revisions[0].revision, summary.revision);
         assert!(list.revisions[0].current && !list.revisions[1].current);
+    }
+
+    #[tokio::test]
+    async fn hook_modules_upload_before_the_templates_that_name_them() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (app, live) = app(dir.path());
+        let put = |uri: &str, token: Option<&str>, body: Vec<u8>| {
+            let mut request = Request::put(uri);
+            if let Some(token) = token {
+                request = request.header("authorization", format!("Bearer {token}"));
+            }
+            request.body(Body::from(body)).expect("request")
+        };
+        let module = wat::parse_str("(module (memory (export \"memory\") 1))").expect("wat");
+        let (status, _, _) = call(&app, put("/v1/modules/ping.wasm", None, module.clone())).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, _, body) = call(
+            &app,
+            put("/v1/modules/ping.wasm", Some("root"), b"not wasm".to_vec()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let error: ErrorBody = serde_json::from_slice(&body).expect("error body");
+        assert_eq!(error.error.code, "invalid_module");
+        let (status, _, _) = call(
+            &app,
+            put("/v1/modules/..%2Fescape.wasm", Some("root"), module.clone()),
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "no path outside the directory"
+        );
+        assert!(!dir.path().join("escape.wasm").exists());
+        assert!(
+            !dir.path().join("ping.wasm").exists(),
+            "refused uploads write nothing"
+        );
+
+        let (status, _, _) = call(
+            &app,
+            put("/v1/modules/ping.wasm", Some("root"), module.clone()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(
+            std::fs::read(dir.path().join("ping.wasm")).expect("written"),
+            module
+        );
+        let hooked =
+            format!("{TEMPLATE}  hooks:\n    module: ping.wasm\n    events: [on_message]\n");
+        let (status, _, _) = call(
+            &app,
+            put("/v1/templates/ping", Some("root"), hooked.into_bytes()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let before = live
+            .snapshot()
+            .catalog
+            .latest("ping")
+            .expect("ping")
+            .revision
+            .clone();
+        let rebuilt = wat::parse_str("(module (memory (export \"memory\") 2))").expect("wat");
+        let (status, _, _) = call(&app, put("/v1/modules/ping.wasm", Some("root"), rebuilt)).await;
+        assert_eq!(status, StatusCode::OK, "a replacement");
+        let after = live
+            .snapshot()
+            .catalog
+            .latest("ping")
+            .expect("ping")
+            .revision
+            .clone();
+        assert_ne!(before, after, "the template's revision covers its module");
     }
 }
