@@ -41,6 +41,8 @@ pub trait TemplateSource: Send + Sync + 'static {
     fn latest(&self, name: &str) -> Option<Arc<CompiledTemplate>>;
     /// A specific revision.
     fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>>;
+    /// The names new conversations can start, sorted.
+    fn names(&self) -> Vec<Arc<str>>;
 }
 
 impl TemplateSource for Catalog {
@@ -50,6 +52,10 @@ impl TemplateSource for Catalog {
 
     fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>> {
         Catalog::revision(self, name, revision)
+    }
+
+    fn names(&self) -> Vec<Arc<str>> {
+        Catalog::names(self)
     }
 }
 
@@ -433,6 +439,11 @@ impl Engine {
                 }
             }
         })
+    }
+
+    /// The templates new conversations can start now, sorted.
+    pub fn template_names(&self) -> Vec<Arc<str>> {
+        self.templates.names()
     }
 
     /// Notices of every accepted commit, from now on.

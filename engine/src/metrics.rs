@@ -7,8 +7,8 @@
 //! lost a race. The API adds the messages it refused ([`Metrics::refused`]) and the webhook
 //! deliveries. [`Metrics::render`] writes the Prometheus text format.
 //!
-//! There is no hook latency histogram yet: wasm hooks are not wired into the pipeline, so it
-//! would only ever show zeros.
+//! Hook call durations come from the hook runtime ([`crate::runtime::latency`]) and are
+//! rendered here as the `colloquy_hook_duration_seconds` histogram.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -66,6 +66,31 @@ pub struct Metrics {
     webhooks: Counter<&'static str>,
     /// Template of every conversation this process has seen, for labelling its events.
     templates: DashMap<Arc<str>, Arc<str>, Hasher>,
+}
+
+/// `colloquy_hook_duration_seconds`, a histogram by event and result.
+fn render_hook_latency(out: &mut String, hooks: &crate::runtime::latency::HookLatency) {
+    use crate::runtime::latency::BUCKETS_US;
+    let name = "colloquy_hook_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Wasm hook call durations by event and result."
+    );
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for series in hooks.snapshot() {
+        let labels = format!("event=\"{}\",result=\"{}\"", series.event, series.result);
+        for (bound, count) in BUCKETS_US.iter().zip(&series.buckets) {
+            let le = *bound as f64 / 1e6;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels},le=\"+Inf\"}} {}",
+            series.count
+        );
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", series.sum_us as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", series.count);
+    }
 }
 
 fn bump<K: std::hash::Hash + Eq>(counter: &Counter<K>, key: K) {
@@ -141,8 +166,15 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of every counter, plus the live-conversation gauge.
-    pub fn render(&self, live_conversations: usize) -> String {
+    pub fn render(
+        &self,
+        live_conversations: usize,
+        hooks: Option<&crate::runtime::latency::HookLatency>,
+    ) -> String {
         let mut out = String::new();
+        if let Some(hooks) = hooks {
+            render_hook_latency(&mut out, hooks);
+        }
         family(
             &mut out,
             "colloquy_messages_total",
@@ -358,7 +390,7 @@ mod tests {
         metrics.refused(None, "made-up-act-1", "unknown_performative");
         metrics.refused(None, "made-up-act-2", "unknown_performative");
         metrics.refused(Some(Arc::from("fipa-request")), "agree", "out_of_protocol");
-        let text = metrics.render(0);
+        let text = metrics.render(0, None);
         assert!(text.contains(
             "colloquy_messages_total{template=\"unknown\",performative=\"unknown\",result=\"unknown_performative\"} 2"
         ), "{text}");
@@ -366,5 +398,29 @@ mod tests {
             "colloquy_messages_total{template=\"fipa-request\",performative=\"agree\",result=\"out_of_protocol\"} 1"
         ), "{text}");
         assert!(text.contains("colloquy_live_conversations 0"), "{text}");
+        assert!(
+            !text.contains("colloquy_hook_duration_seconds"),
+            "no runtime, no histogram"
+        );
+    }
+
+    #[test]
+    fn hook_durations_render_as_a_prometheus_histogram() {
+        use std::time::Duration;
+
+        use colloquy_protocol::template::HookEvent;
+        let hooks = crate::runtime::latency::HookLatency::default();
+        hooks.observe(HookEvent::OnMessage, true, Duration::from_micros(40));
+        let text = Metrics::new().render(0, Some(&hooks));
+        let labels = "event=\"on_message\",result=\"ok\"";
+        for line in [
+            "# TYPE colloquy_hook_duration_seconds histogram".to_owned(),
+            format!("colloquy_hook_duration_seconds_bucket{{{labels},le=\"0.000025\"}} 0"),
+            format!("colloquy_hook_duration_seconds_bucket{{{labels},le=\"0.00005\"}} 1"),
+            format!("colloquy_hook_duration_seconds_bucket{{{labels},le=\"+Inf\"}} 1"),
+            format!("colloquy_hook_duration_seconds_count{{{labels}}} 1"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+        }
     }
 }

@@ -20,6 +20,10 @@ impl TemplateSource for LiveCatalog {
     fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>> {
         LiveCatalog::revision(self, name, revision)
     }
+
+    fn names(&self) -> Vec<Arc<str>> {
+        self.snapshot().catalog.names()
+    }
 }
 
 /// A reload check that loads and link-checks each new revision's hook module on `runtime`

@@ -48,26 +48,22 @@ struct Shared {
     engine: Arc<Engine>,
     identity: Identity,
     metrics: Arc<Metrics>,
-    templates: Vec<String>,
     /// Flips to `true` at shutdown so streams end and connections can drain.
     closing: watch::Receiver<bool>,
 }
 
 impl AppState {
-    /// State over this engine. `templates` are the names `/readyz` reports; `closing`
-    /// turning `true` ends every open stream.
+    /// State over this engine; `closing` turning `true` ends every open stream.
     pub fn new(
         engine: Arc<Engine>,
         identity: Identity,
         metrics: Arc<Metrics>,
-        templates: Vec<String>,
         closing: watch::Receiver<bool>,
     ) -> AppState {
         AppState(Arc::new(Shared {
             engine,
             identity,
             metrics,
-            templates,
             closing,
         }))
     }
@@ -180,7 +176,6 @@ mod tests {
             engine,
             Identity::Open,
             Arc::new(Metrics::new()),
-            Vec::new(),
             closing,
         ))
     }

@@ -26,16 +26,31 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         let body = ErrorBody::new("shutting_down", "the server is shutting down", None);
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
+    // The live catalog, so a reload (or a remote engine's first sync) shows here.
+    let templates: Vec<String> = state
+        .engine()
+        .template_names()
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    if templates.is_empty() {
+        let body = ErrorBody::new("no_templates", "no templates are loaded yet", None);
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     Json(Readiness {
         status: "ready".into(),
-        templates: state.0.templates.clone(),
+        templates,
     })
     .into_response()
 }
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics().render(state.engine().live_count());
+    let hooks = state
+        .engine()
+        .hook_runtime()
+        .map(|runtime| runtime.latency());
+    let text = state.metrics().render(state.engine().live_count(), hooks);
     (
         [(
             header::CONTENT_TYPE,

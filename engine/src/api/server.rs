@@ -37,8 +37,7 @@ pub struct ServiceOptions {
     /// The store; the memory store when `None`.
     pub store: Option<Arc<dyn ConversationStore>>,
     /// Where templates come from instead of the fixed `catalog` given to [`launch`]: a
-    /// policy manager's live catalog, so reloads reach the engine (the catalog then only
-    /// names the templates `/readyz` lists).
+    /// policy manager's live catalog, so reloads reach the engine (and `/readyz`).
     pub templates: Option<Arc<dyn TemplateSource>>,
     /// More routes served next to the engine's (the embedded policy manager's API).
     pub routes: Option<axum::Router>,
@@ -134,7 +133,6 @@ pub fn launch(
         .store
         .unwrap_or_else(|| Arc::new(MemoryStore::new()));
     let store = Arc::new(MeteredStore::new(inner, metrics.clone()));
-    let templates: Vec<String> = catalog.names().iter().map(|n| n.to_string()).collect();
     let source: Arc<dyn TemplateSource> = match options.templates {
         Some(source) => source,
         None => Arc::new(catalog),
@@ -160,7 +158,6 @@ pub fn launch(
         engine.clone(),
         options.identity,
         metrics.clone(),
-        templates,
         closing_rx.clone(),
     );
     let mut app = router(state);

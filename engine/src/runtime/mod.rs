@@ -19,12 +19,14 @@
 //!
 //! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
 //! (loading, link checks, the calling convention), `cache` (AOT files), `input` (building
-//! the JSON event from a conversation), `engine_ext` ([`crate::Engine::with_hooks`]).
+//! the JSON event from a conversation), `engine_ext` ([`crate::Engine::with_hooks`]),
+//! [`latency`] (call durations for `/metrics`).
 
 mod cache;
 mod engine_ext;
 mod host;
 pub(crate) mod input;
+pub mod latency;
 mod module;
 
 use std::collections::HashMap;
@@ -156,6 +158,7 @@ pub struct HookRuntime {
     modules: RwLock<HashMap<Arc<str>, Loaded>>,
     config: HookRuntimeConfig,
     ticker_stop: Arc<AtomicBool>,
+    latency: latency::HookLatency,
 }
 
 impl std::fmt::Debug for HookRuntime {
@@ -204,7 +207,13 @@ impl HookRuntime {
             modules: RwLock::new(HashMap::new()),
             config,
             ticker_stop,
+            latency: latency::HookLatency::default(),
         })
+    }
+
+    /// Durations of the hook calls this runtime ran, for `/metrics`.
+    pub fn latency(&self) -> &latency::HookLatency {
+        &self.latency
     }
 
     /// Loads and link-checks the template's hook module now (instead of at its first call),
@@ -231,7 +240,9 @@ impl HookRuntime {
     ) -> Result<HookOutput, HookFailure> {
         let started = Instant::now();
         let result = self.call_untraced(template, event, input);
-        let duration_us = started.elapsed().as_micros() as u64;
+        let elapsed = started.elapsed();
+        self.latency.observe(event, result.is_ok(), elapsed);
+        let duration_us = elapsed.as_micros() as u64;
         // Field values are formatted only when the event is enabled: no cost when it is not.
         let hook = template.hook_module.as_ref().map(|m| m.path.display());
         let hook = tracing::field::display(HookName(hook));

@@ -123,7 +123,8 @@ pub struct ServeTemplates {
 }
 
 impl ServeTemplates {
-    /// The templates loaded now, as a fixed catalog (for the names `/readyz` lists).
+    /// The templates loaded now, as a fixed catalog (what `launch` takes; the live catalog
+    /// is what serves).
     pub fn catalog(&self) -> Catalog {
         Catalog::new(self.live.snapshot().catalog.templates())
     }
