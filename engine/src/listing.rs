@@ -2,8 +2,11 @@
 //! template lookup the inbox streams use to label messages.
 //!
 //! Both read the conversations this engine holds in memory. With the memory store that is
-//! every conversation (retention removes a conversation from both at once); durable stores
-//! will need an index of their own, which comes with them.
+//! every conversation (retention removes a conversation from both at once). A durable store
+//! also keeps an index of each agent's conversations (`ConversationStore::conversations_of`):
+//! an agent's listing (or one filtered by participant) loads from it the conversations this
+//! engine has not loaded since it started, so nothing is missing after a restart or on
+//! another node. An administrator's unfiltered listing covers the loaded conversations only.
 
 use std::sync::Arc;
 
@@ -39,18 +42,28 @@ impl Engine {
         viewer: Option<&str>,
         filter: &ConversationFilter,
     ) -> (Vec<ConversationSummary>, bool) {
-        let mut ids: Vec<Arc<str>> = self
-            .live
-            .iter()
-            .map(|entry| entry.key().clone())
-            .filter(|id| filter.after.as_deref().is_none_or(|after| &**id > after))
-            .collect();
+        let mut ids: Vec<Arc<str>> = self.live.iter().map(|entry| entry.key().clone()).collect();
+        if let Some(agent) = filter.participant.as_deref().or(viewer) {
+            match self.store.conversations_of(agent).await {
+                Ok(Some(indexed)) => ids.extend(indexed),
+                Ok(None) => {}
+                // The loaded conversations still list; the log says what is missing.
+                Err(error) => tracing::warn!(%agent, %error, "conversation index unreadable"),
+            }
+        }
+        ids.retain(|id| filter.after.as_deref().is_none_or(|after| &**id > after));
         ids.sort_unstable();
+        ids.dedup();
         let limit = filter.limit.clamp(1, MAX_PAGE);
         let mut page = Vec::new();
         for id in ids {
-            let Some(slot) = self.live.get(&id).map(|entry| entry.value().clone()) else {
-                continue;
+            let slot = match self.live.get(&id).map(|entry| entry.value().clone()) {
+                Some(slot) => slot,
+                // Indexed but not loaded here yet; gone (retention) since the index was read.
+                None => match self.loaded_slot(&id).await {
+                    Ok(slot) => slot,
+                    Err(_) => continue,
+                },
             };
             let guard = slot.lock().await;
             let Some(conversation) = guard.as_ref() else {

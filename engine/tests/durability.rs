@@ -25,6 +25,7 @@ use colloquy_protocol::conversation::{CommitmentState, ConversationStatus};
 use colloquy_protocol::event::EventKind;
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use colloquy_sdk::Client;
+use colloquy_sdk::client::ConversationQuery;
 use serde_json::json;
 use tokio::time::{sleep, timeout};
 
@@ -282,6 +283,31 @@ async fn sqlite_keeps_everything_acknowledged_across_kill_9() {
         // are there too (the debtor's list reads the store's party index).
         second.kill();
         let fresh = Server::start(&dir, &templates, &store, "third");
+        // alice's conversation list reads the store's party index: every acknowledged
+        // conversation is listed although this process has loaded none of them yet.
+        let mut listed = BTreeSet::new();
+        let mut query = ConversationQuery {
+            limit: Some(500),
+            ..ConversationQuery::default()
+        };
+        loop {
+            let page = fresh
+                .client("alice")
+                .conversations(&query)
+                .await
+                .expect("list");
+            listed.extend(page.conversations.iter().map(|c| c.id.to_string()));
+            match page.next_cursor {
+                Some(cursor) => query.cursor = Some(cursor),
+                None => break,
+            }
+        }
+        for id in &acknowledged.started {
+            assert!(
+                listed.contains(id),
+                "{id} missing from the list after restart"
+            );
+        }
         let commitments = fresh
             .client("bob")
             .commitments(Some("debtor"), None)
