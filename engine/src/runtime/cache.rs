@@ -21,6 +21,14 @@ pub fn compile(
     let Some(dir) = cache_dir else {
         return compile_now(engine, source);
     };
+    if !private_dir(dir) {
+        tracing::warn!(
+            dir = %dir.display(),
+            "hook AOT cache skipped: the directory must belong to this user and be writable \
+             by no one else, since its files are loaded as native code"
+        );
+        return compile_now(engine, source);
+    }
     let path = cache_path(engine, dir, &source.sha256);
     if path.is_file() {
         match load(engine, &path) {
@@ -34,10 +42,38 @@ pub fn compile(
         }
     }
     let module = compile_now(engine, source)?;
-    if let Err(error) = store(&module, dir, &path) {
+    if let Err(error) = store(&module, &path) {
         tracing::warn!(dir = %dir.display(), %error, "cannot write the hook AOT cache");
     }
     Ok(module)
+}
+
+/// Whether `dir` may hold files this process loads as native code: a directory owned by
+/// this process's user that group and others cannot write to. Created (mode 0700) when
+/// missing. A shared or foreign directory (say, a world-writable one in `/tmp`) could hand
+/// the engine planted machine code, so it is not used.
+fn private_dir(dir: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        if !dir.exists() {
+            // A failure shows in the checks below.
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir);
+        }
+        // `/proc/self` belongs to the process's effective user.
+        let (Ok(meta), Ok(me)) = (std::fs::metadata(dir), std::fs::metadata("/proc/self")) else {
+            return false;
+        };
+        meta.is_dir() && meta.uid() == me.uid() && meta.permissions().mode() & 0o022 == 0
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        false
+    }
 }
 
 fn compile_now(engine: &Engine, source: &HookModule) -> Result<Module, HookFailure> {
@@ -60,12 +96,12 @@ fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Module> {
     // compatible engine. Files here are written only by `store` below (to a temporary name,
     // then renamed, so a reader never sees half a file), their name carries the engine's
     // compatibility hash, and wasmtime itself re-checks the header's version and settings.
-    // The directory must be private to the engine (documented on `HookRuntimeConfig`).
+    // The directory is private to this user (`private_dir`, checked before every use).
     unsafe { Module::deserialize_file(engine, path) }
 }
 
-fn store(module: &Module, dir: &Path, path: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|error| error.to_string())?;
+/// Writes a compiled module into the (private, existing) cache directory.
+fn store(module: &Module, path: &Path) -> Result<(), String> {
     let bytes = module.serialize().map_err(|error| error.to_string())?;
     // Unique per process and write: two threads may compile the same module at once.
     static WRITES: AtomicU64 = AtomicU64::new(0);

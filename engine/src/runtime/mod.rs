@@ -61,8 +61,10 @@ pub const MAX_TABLE_ELEMENTS: usize = 10_000;
 /// How a [`HookRuntime`] is set up.
 #[derive(Clone, Debug)]
 pub struct HookRuntimeConfig {
-    /// Where compiled modules are cached (`None`: compile in memory every start). The
-    /// directory must be private to the engine: its files are loaded as native code.
+    /// Where compiled modules are cached (`None`: compile in memory every start). Its files
+    /// are loaded as native code, so it is used only when it belongs to this user and no
+    /// one else can write to it (a missing one is created with mode 0700); otherwise the
+    /// runtime compiles without it and logs a warning.
     pub cache_dir: Option<PathBuf>,
     /// Instances alive at once across all modules (the pooling allocator's size).
     pub max_instances: u32,

@@ -152,6 +152,31 @@ fn the_aot_cache_is_written_and_a_bad_file_is_replaced() {
     assert_ne!(std::fs::read(&files[0]).expect("rewritten"), b"garbage");
 }
 
+#[cfg(unix)]
+#[test]
+fn a_cache_directory_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("aot-shared");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let template = template("aot-shared-module", GOOD);
+    call(&runtime(Some(dir.clone())), &template).expect("compiles without the cache");
+    let files = std::fs::read_dir(&dir).expect("dir").count();
+    assert_eq!(
+        files, 0,
+        "nothing is cached in (or loaded from) a shared directory"
+    );
+    // A missing directory is created private and used.
+    let fresh = scratch("aot-fresh").join("cache");
+    call(&runtime(Some(fresh.clone())), &template).expect("compiles");
+    let mode = std::fs::metadata(&fresh)
+        .expect("created")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "created for this user only: {mode:o}");
+    assert_eq!(std::fs::read_dir(&fresh).expect("dir").count(), 1);
+}
+
 #[test]
 fn deadlines_round_up_to_whole_ticks_plus_one() {
     assert_eq!(module::ticks(10), 11);
