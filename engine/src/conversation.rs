@@ -355,6 +355,17 @@ impl Conversation {
         }
     }
 
+    /// The commitments `agent` owes or is owed, as both parties see them.
+    pub fn commitments_involving<'a>(
+        &'a self,
+        agent: &'a str,
+    ) -> impl Iterator<Item = CommitmentView> + 'a {
+        self.commitments
+            .iter()
+            .map(|c| self.commitment_view(c))
+            .filter(move |view| &*view.debtor == agent || &*view.creditor == agent)
+    }
+
     /// The whole conversation as the API shows it; `messages` come from the event log.
     pub fn view(&self, messages: Vec<Message>) -> ConversationView {
         ConversationView {

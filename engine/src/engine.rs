@@ -308,13 +308,7 @@ impl Engine {
         for slot in slots {
             let guard = slot.lock().await;
             if let Some(conversation) = guard.as_ref() {
-                found.extend(
-                    conversation
-                        .commitments
-                        .iter()
-                        .map(|c| conversation.commitment_view(c))
-                        .filter(|view| &*view.debtor == agent || &*view.creditor == agent),
-                );
+                found.extend(conversation.commitments_involving(agent));
             }
         }
         found

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use colloquy_protocol::conversation::ViolationKind;
-use colloquy_protocol::event::{ConversationEvent, EventKind};
-use colloquy_protocol::performative::FipaAct;
+use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
+use colloquy_protocol::performative::{FipaAct, Performative};
 use dashmap::DashMap;
 
 use crate::store::{Commit, ConversationStore, InboxEntry, StoreError};
@@ -140,27 +140,17 @@ impl Metrics {
         bump(&self.webhooks, result.label());
     }
 
-    fn count(&self, template: &Arc<str>, events: &[ConversationEvent]) {
-        for event in events {
-            match &event.kind {
-                EventKind::Started(_) => bump(&self.started, template.clone()),
-                EventKind::MessageAccepted { message, .. } => bump(
+    fn count(&self, template: &Arc<str>, tallies: Vec<Tally>) {
+        for tally in tallies {
+            match tally {
+                Tally::Started => bump(&self.started, template.clone()),
+                Tally::Message(performative) => bump(
                     &self.messages,
-                    (
-                        template.clone(),
-                        Box::from(message.performative.name()),
-                        "accepted",
-                    ),
+                    (template.clone(), Box::from(performative.name()), "accepted"),
                 ),
-                EventKind::ViolationRecorded(violation) => bump(
-                    &self.violations,
-                    (template.clone(), violation_label(violation.kind)),
-                ),
-                EventKind::ThreadExpired(_) => bump(&self.timeouts, template.clone()),
-                EventKind::Completed { outcome, .. } => {
-                    bump(&self.completed, (template.clone(), outcome.name()))
-                }
-                _ => {}
+                Tally::Violation(kind) => bump(&self.violations, (template.clone(), kind)),
+                Tally::Timeout => bump(&self.timeouts, template.clone()),
+                Tally::Completed(outcome) => bump(&self.completed, (template.clone(), outcome)),
             }
         }
     }
@@ -287,6 +277,32 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// What one event adds to the counters.
+enum Tally {
+    Started,
+    Message(Performative),
+    Violation(&'static str),
+    Timeout,
+    Completed(&'static str),
+}
+
+impl Tally {
+    fn of(event: &ConversationEvent) -> Option<Tally> {
+        Some(match &event.kind {
+            EventKind::Started(_) => Tally::Started,
+            EventKind::MessageAccepted { message, .. } => {
+                Tally::Message(message.performative.clone())
+            }
+            EventKind::ViolationRecorded(violation) => {
+                Tally::Violation(violation_label(violation.kind))
+            }
+            EventKind::ThreadExpired(_) => Tally::Timeout,
+            EventKind::Completed { outcome, .. } => Tally::Completed(outcome.name()),
+            _ => return None,
+        })
+    }
+}
+
 /// A [`ConversationStore`] that counts what its inner store accepted.
 pub struct MeteredStore {
     inner: Arc<dyn ConversationStore>,
@@ -299,40 +315,43 @@ impl MeteredStore {
         MeteredStore { inner, metrics }
     }
 
-    fn remember(&self, events: &[ConversationEvent]) -> Option<Arc<str>> {
-        match events.first().map(|event| &event.kind) {
-            Some(EventKind::Started(started)) => {
-                self.metrics
-                    .templates
-                    .insert(started.id.clone(), started.template.clone());
-                Some(started.template.clone())
-            }
-            _ => None,
-        }
+    /// Notes the template of a conversation, for labelling its later commits.
+    fn remember(&self, started: &Started) -> Arc<str> {
+        let template = started.template.clone();
+        self.metrics
+            .templates
+            .insert(started.id.clone(), template.clone());
+        template
     }
 }
 
 #[async_trait]
 impl ConversationStore for MeteredStore {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        let creates = commit.expected_version == 0;
+        // What to count is read before the commit moves into the store, without copying
+        // the events: this runs for every message.
+        let started = match commit.events.first().map(|event| &event.kind) {
+            Some(EventKind::Started(started)) => Some(started.clone()),
+            _ => None,
+        };
         let id = commit.conversation_id.clone();
-        let events = commit.events.clone();
+        let tallies: Vec<Tally> = commit.events.iter().filter_map(Tally::of).collect();
         self.inner.commit(commit).await?;
-        let template = if creates {
-            self.remember(&events)
-        } else {
-            self.metrics.template_of(&id)
+        let template = match started {
+            Some(started) => Some(self.remember(&started)),
+            None => self.metrics.template_of(&id),
         };
         let template = template.unwrap_or_else(|| Arc::from(UNKNOWN_LABEL));
-        self.metrics.count(&template, &events);
+        self.metrics.count(&template, tallies);
         Ok(())
     }
 
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
         let events = self.inner.load(id).await?;
-        if let Some(events) = &events {
-            self.remember(events);
+        if let Some(EventKind::Started(started)) =
+            events.as_ref().and_then(|e| e.first()).map(|e| &e.kind)
+        {
+            self.remember(started);
         }
         Ok(events)
     }

@@ -2,6 +2,7 @@
 //! are wrong, query strings, and the body size limit.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -30,18 +31,22 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = Bytes::from_request(request, state)
             .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::TooLarge(MAX_BODY_BYTES)
-                } else {
-                    ApiError::BadRequest {
-                        code: "unreadable_body",
-                        message: rejection.body_text(),
-                        pointer: None,
-                    }
-                }
-            })?;
+            .map_err(|rejection| unreadable(rejection, MAX_BODY_BYTES))?;
         parse(&bytes).map(JsonBody)
+    }
+}
+
+/// The error for a body that could not be read: 413 when it is over `limit` (the route's
+/// body limit), else 400 `unreadable_body`.
+pub fn unreadable(rejection: BytesRejection, limit: usize) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::TooLarge(limit)
+    } else {
+        ApiError::BadRequest {
+            code: "unreadable_body",
+            message: rejection.body_text(),
+            pointer: None,
+        }
     }
 }
 

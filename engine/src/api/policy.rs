@@ -44,6 +44,7 @@ use tokio::task::JoinHandle;
 use tower_http::trace::TraceLayer;
 
 use super::error::ApiError;
+use super::extract::unreadable;
 use super::ops;
 
 /// Largest template upload: templates are a few KiB; a megabyte is a mistake, not a policy.
@@ -372,17 +373,7 @@ async fn upload(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, PolicyError> {
     authorize(&state, &headers)?;
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge(MAX_TEMPLATE_BYTES)
-        } else {
-            ApiError::BadRequest {
-                code: "unreadable_body",
-                message: rejection.body_text(),
-                pointer: None,
-            }
-        }
-    })?;
+    let body = body.map_err(|rejection| unreadable(rejection, MAX_TEMPLATE_BYTES))?;
     let yaml = String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
         code: "invalid_body",
         message: "a template is UTF-8 YAML text".into(),
@@ -420,17 +411,7 @@ async fn upload_module(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, PolicyError> {
     authorize(&state, &headers)?;
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge(MAX_MODULE_BYTES)
-        } else {
-            ApiError::BadRequest {
-                code: "unreadable_body",
-                message: rejection.body_text(),
-                pointer: None,
-            }
-        }
-    })?;
+    let body = body.map_err(|rejection| unreadable(rejection, MAX_MODULE_BYTES))?;
     let live = state.0.live.clone();
     let (_, created) = blocking(move || live.put_module(&file, &body)).await?;
     Ok(if created {

@@ -22,6 +22,8 @@
 //! lease instead of losing it; the version check makes sure a timer that did fire is not
 //! fired again by the next claimer.
 
+#[cfg(test)]
+mod fixtures;
 pub mod memory;
 pub mod redis;
 pub mod sqlite;

@@ -519,12 +519,8 @@ impl ConversationStore for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use colloquy_protocol::event::Started;
-    use colloquy_protocol::message::Content;
-    use colloquy_protocol::performative::{FipaAct, Performative};
-
     use super::*;
-    use crate::store::Delivery;
+    use crate::store::fixtures::{accepted, commit, started};
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
     /// `.ci/run` starts one). Under CI (`CI=true`) its absence fails the test; elsewhere
@@ -553,69 +549,6 @@ mod tests {
 
     fn unique_prefix(test: &str) -> String {
         format!("colloquy-test:{test}:{}", uuid::Uuid::now_v7())
-    }
-
-    fn started(id: &str) -> ConversationEvent {
-        ConversationEvent {
-            seq: 1,
-            at: 10,
-            kind: EventKind::Started(Arc::new(Started {
-                id: Arc::from(id),
-                template: Arc::from("fipa-request"),
-                revision: Arc::from("sha256:0"),
-                initiator: Arc::from("alice"),
-                participants: vec![Arc::from("bob")],
-                parameters: serde_json::json!({}),
-                context: serde_json::Value::Null,
-                deadline: None,
-            })),
-        }
-    }
-
-    fn accepted(seq: u64, id: &str) -> ConversationEvent {
-        ConversationEvent {
-            seq,
-            at: 11,
-            kind: EventKind::MessageAccepted {
-                message: Arc::new(Message {
-                    id: Arc::from(id),
-                    performative: Performative::Fipa(FipaAct::Request),
-                    sender: Arc::from("alice"),
-                    receivers: vec![Arc::from("bob")],
-                    content: Content::from_value(&serde_json::json!({"action": "x"})),
-                    in_reply_to: None,
-                    reply_by: None,
-                    sent_at: 11,
-                }),
-                transitions: Vec::new(),
-            },
-        }
-    }
-
-    fn commit(
-        id: &str,
-        expected: u64,
-        events: Vec<ConversationEvent>,
-        wake: Option<u64>,
-    ) -> Commit {
-        let deliveries = events
-            .iter()
-            .filter_map(|event| match &event.kind {
-                EventKind::MessageAccepted { message, .. } => Some(Delivery {
-                    agent: Arc::from("bob"),
-                    conversation_id: Arc::from(id),
-                    message: message.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        Commit {
-            conversation_id: Arc::from(id),
-            expected_version: expected,
-            events,
-            deliveries,
-            wake_at: wake,
-        }
     }
 
     #[tokio::test]

@@ -590,12 +590,9 @@ fn read_events(
 
 #[cfg(test)]
 mod tests {
-    use colloquy_protocol::event::{EventKind, Started};
-    use colloquy_protocol::message::Content;
-    use colloquy_protocol::performative::{FipaAct, Performative};
 
     use super::*;
-    use crate::store::Delivery;
+    use crate::store::fixtures::{accepted, commit, started};
 
     fn temp_db(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -604,73 +601,6 @@ mod tests {
             uuid::Uuid::now_v7()
         ));
         dir.join("colloquy.db")
-    }
-
-    fn started(id: &str) -> ConversationEvent {
-        ConversationEvent {
-            seq: 1,
-            at: 10,
-            kind: EventKind::Started(Arc::new(Started {
-                id: Arc::from(id),
-                template: Arc::from("fipa-request"),
-                revision: Arc::from("sha256:0"),
-                initiator: Arc::from("alice"),
-                participants: vec![Arc::from("bob")],
-                parameters: serde_json::json!({}),
-                context: serde_json::Value::Null,
-                deadline: None,
-            })),
-        }
-    }
-
-    fn message(id: &str) -> Arc<Message> {
-        Arc::new(Message {
-            id: Arc::from(id),
-            performative: Performative::Fipa(FipaAct::Request),
-            sender: Arc::from("alice"),
-            receivers: vec![Arc::from("bob")],
-            content: Content::from_value(&serde_json::json!({"action": "x"})),
-            in_reply_to: None,
-            reply_by: None,
-            sent_at: 11,
-        })
-    }
-
-    fn accepted(seq: u64, id: &str) -> ConversationEvent {
-        ConversationEvent {
-            seq,
-            at: 11,
-            kind: EventKind::MessageAccepted {
-                message: message(id),
-                transitions: Vec::new(),
-            },
-        }
-    }
-
-    fn commit(
-        id: &str,
-        expected: u64,
-        events: Vec<ConversationEvent>,
-        wake: Option<u64>,
-    ) -> Commit {
-        let deliveries = events
-            .iter()
-            .filter_map(|event| match &event.kind {
-                EventKind::MessageAccepted { message, .. } => Some(Delivery {
-                    agent: Arc::from("bob"),
-                    conversation_id: Arc::from(id),
-                    message: message.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        Commit {
-            conversation_id: Arc::from(id),
-            expected_version: expected,
-            events,
-            deliveries,
-            wake_at: wake,
-        }
     }
 
     #[tokio::test]

@@ -118,22 +118,8 @@ fn depth(expr: &Expr) -> usize {
             .chain(call.args.iter())
             .collect(),
         Expr::List(list) => list.elements.iter().collect(),
-        Expr::Map(map) => map
-            .entries
-            .iter()
-            .flat_map(|entry| match &entry.expr {
-                EntryExpr::StructField(field) => vec![&field.value],
-                EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
-            })
-            .collect(),
-        Expr::Struct(object) => object
-            .entries
-            .iter()
-            .flat_map(|entry| match &entry.expr {
-                EntryExpr::StructField(field) => vec![&field.value],
-                EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
-            })
-            .collect(),
+        Expr::Map(map) => entry_values(map.entries.iter().map(|entry| &entry.expr)),
+        Expr::Struct(object) => entry_values(object.entries.iter().map(|entry| &entry.expr)),
         Expr::Comprehension(c) => {
             vec![
                 &c.iter_range,
@@ -150,6 +136,16 @@ fn depth(expr: &Expr) -> usize {
         .map(|child| depth(&child.expr))
         .max()
         .unwrap_or(0)
+}
+
+/// The key and value expressions of map or struct entries.
+fn entry_values<'e>(entries: impl Iterator<Item = &'e EntryExpr>) -> Vec<&'e IdedExpr> {
+    entries
+        .flat_map(|entry| match entry {
+            EntryExpr::StructField(field) => vec![&field.value],
+            EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
+        })
+        .collect()
 }
 
 /// The variables `program` uses without binding them itself, sorted.
@@ -207,14 +203,8 @@ fn entries<'e>(
     bound: &mut Vec<String>,
     free: &mut BTreeSet<String>,
 ) {
-    for entry in entries {
-        match entry {
-            EntryExpr::StructField(field) => collect(&field.value, bound, free),
-            EntryExpr::MapEntry(entry) => {
-                collect(&entry.key, bound, free);
-                collect(&entry.value, bound, free);
-            }
-        }
+    for expr in entry_values(entries) {
+        collect(expr, bound, free);
     }
 }
 
