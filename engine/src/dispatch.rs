@@ -152,19 +152,23 @@ fn run_hook<'a>(
 }
 
 fn check_agent_id(agent: &str, pointer: &str) -> Result<(), EngineError> {
+    match agent_id_problem(agent) {
+        Some(problem) => Err(EngineError::invalid(pointer, problem)),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with `agent` as an agent id, if anything.
+fn agent_id_problem(agent: &str) -> Option<String> {
     if agent.is_empty() || agent.len() > MAX_AGENT_ID_LEN || agent.chars().any(char::is_control) {
-        return Err(EngineError::invalid(
-            pointer,
-            format!("agent ids are 1 to {MAX_AGENT_ID_LEN} printable characters"),
+        return Some(format!(
+            "agent ids are 1 to {MAX_AGENT_ID_LEN} printable characters"
         ));
     }
     if agent == ENGINE_PARTY {
-        return Err(EngineError::invalid(
-            pointer,
-            format!("`{ENGINE_PARTY}` is reserved"),
-        ));
+        return Some(format!("`{ENGINE_PARTY}` is reserved"));
     }
-    Ok(())
+    None
 }
 
 fn check_participants(
@@ -194,17 +198,20 @@ fn check_participants(
     }
     let mut seen: Vec<AgentId> = Vec::with_capacity(count);
     for (index, participant) in participants.iter().enumerate() {
-        let pointer = format!("/participants/{index}");
-        check_agent_id(participant, &pointer)?;
+        // Built only for an error: this runs on every start.
+        let pointer = || format!("/participants/{index}");
+        if let Some(problem) = agent_id_problem(participant) {
+            return Err(EngineError::invalid(&pointer(), problem));
+        }
         if participant == initiator {
             return Err(EngineError::invalid(
-                &pointer,
+                &pointer(),
                 "the initiator cannot be a participant",
             ));
         }
         if seen.iter().any(|known| &**known == participant) {
             return Err(EngineError::invalid(
-                &pointer,
+                &pointer(),
                 format!("`{participant}` is listed twice"),
             ));
         }

@@ -282,15 +282,37 @@ async fn run(
 struct Measured {
     max: Figures,
     half: Figures,
+    /// Server CPU time (user + system, all threads) per request in the full-speed phase:
+    /// unlike the rate, barely moved by other load on the machine.
+    cpu_us_per_request: f64,
+}
+
+/// CPU seconds (user + system) the process `pid` has used so far, from `/proc`.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    let per_second: f64 =
+        String::from_utf8(Command::new("getconf").arg("CLK_TCK").output()?.stdout)?
+            .trim()
+            .parse()?;
+    Ok(ticks / per_second)
 }
 
 async fn measure(
-    addr: SocketAddr,
+    server: &Server,
     workload: Workload,
     options: &Options,
 ) -> anyhow::Result<Measured> {
+    let addr = server.addr;
     run(addr, workload, WARMUP, None).await?;
+    let pid = server.child.id();
+    let cpu_before = cpu_seconds(pid)?;
     let max = run(addr, workload, options.measure, None).await?;
+    let cpu = cpu_seconds(pid)? - cpu_before;
+    let requests = max.requests_per_s * options.measure.as_secs_f64();
     let half = run(
         addr,
         workload,
@@ -298,7 +320,11 @@ async fn measure(
         Some(max.requests_per_s / 2.0),
     )
     .await?;
-    Ok(Measured { max, half })
+    Ok(Measured {
+        max,
+        half,
+        cpu_us_per_request: cpu * 1e6 / requests.max(1.0),
+    })
 }
 
 fn main() -> anyhow::Result<()> {
@@ -335,7 +361,7 @@ fn main() -> anyhow::Result<()> {
     let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
     let result = runtime.block_on(async {
         let echo = spawn(&options.echo, &[], options.pin)?;
-        let echo_figures = measure(echo.addr, Workload::Echo, &options).await?;
+        let echo_figures = measure(&echo, Workload::Echo, &options).await?;
         drop(echo);
         let colloquy = spawn(
             &options.colloquy,
@@ -352,7 +378,7 @@ fn main() -> anyhow::Result<()> {
             ],
             options.pin,
         )?;
-        let colloquy_figures = measure(colloquy.addr, Workload::Conversations, &options).await?;
+        let colloquy_figures = measure(&colloquy, Workload::Conversations, &options).await?;
         anyhow::Ok((echo_figures, colloquy_figures))
     });
     let _ = std::fs::remove_file(&agents);
@@ -396,6 +422,13 @@ fn main() -> anyhow::Result<()> {
         colloquy.max.p50_ms / echo.max.p50_ms,
         colloquy.max.p99_ms / echo.max.p99_ms,
         colloquy.half.p99_ms / echo.half.p99_ms
+    )?;
+    writeln!(
+        out,
+        "server CPU per request: echo {:.1} µs, colloquy {:.1} µs; echo/colloquy {:.2}x",
+        echo.cpu_us_per_request,
+        colloquy.cpu_us_per_request,
+        echo.cpu_us_per_request / colloquy.cpu_us_per_request
     )?;
     Ok(())
 }
