@@ -22,19 +22,19 @@ const AWAITING: &str = "assessing";
 pub struct CreditPolicy;
 
 impl Hook for CreditPolicy {
-    fn on_start(&self, event: &Event) -> Vec<Action> {
+    fn on_start(&self, event: &Event<'_>) -> Vec<Action> {
         let mut vars = colloquy_guest::Map::new();
         vars.insert("status".into(), "pending".into());
         vars.insert("started_at".into(), event.now.into());
         vec![Action::SetVars(vars)]
     }
 
-    fn on_message(&self, event: &Event) -> Vec<Action> {
+    fn on_message(&self, event: &Event<'_>) -> Vec<Action> {
         let message = match &event.message {
             Some(message) => message,
             None => return Vec::new(),
         };
-        match message.performative.as_str() {
+        match &*message.performative {
             "request" => assess_request(event),
             "inform" => vec![Action::set_var("status", "assessed")],
             "refuse" | "failure" => vec![Action::set_var("status", "declined")],
@@ -42,7 +42,7 @@ impl Hook for CreditPolicy {
         }
     }
 
-    fn on_timeout(&self, event: &Event) -> Vec<Action> {
+    fn on_timeout(&self, event: &Event<'_>) -> Vec<Action> {
         let timeout = match &event.timeout {
             Some(timeout) => timeout,
             None => return Vec::new(),
@@ -70,20 +70,18 @@ impl Hook for CreditPolicy {
             );
             return vec![Action::retry(FIRST_RETRY_MS, 2.0, MAX_RETRIES)];
         }
-        let agent = event
-            .config_str("escalation_agent")
-            .unwrap_or("human-review");
+        let agent = event.config_str("escalation_agent");
         vec![
             Action::set_var("status", "escalated"),
             Action::escalate(
-                agent,
+                agent.as_deref().unwrap_or("human-review"),
                 format!("max_retries_exceeded: no assessment after {MAX_RETRIES} retries"),
             ),
         ]
     }
 }
 
-fn assess_request(event: &Event) -> Vec<Action> {
+fn assess_request(event: &Event<'_>) -> Vec<Action> {
     let limit = event.config_u64("max_amount").unwrap_or(DEFAULT_MAX_AMOUNT);
     if let Some(amount) = event.content_u64("amount") {
         if amount > limit {
@@ -92,17 +90,25 @@ fn assess_request(event: &Event) -> Vec<Action> {
             ))];
         }
     }
-    let purpose = event.content_str("purpose").unwrap_or("").to_lowercase();
-    if purpose.contains("crypto") {
-        let agent = event
-            .config_str("special_risk_agent")
-            .unwrap_or("special-risk-assessment");
+    // Each accessor reads one field of the raw content or config; nothing else is parsed.
+    let purpose = event.content_str("purpose");
+    if contains_ignore_ascii_case(purpose.as_deref().unwrap_or(""), "crypto") {
+        let agent = event.config_str("special_risk_agent");
         return vec![
-            Action::route_to([agent]),
+            Action::route_to([agent.as_deref().unwrap_or("special-risk-assessment")]),
             Action::set_var("risk_route", "special"),
         ];
     }
     vec![Action::set_var("risk_route", "standard")]
+}
+
+/// Whether `haystack` contains `needle`, ignoring ASCII case (no lowercased copy).
+fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
+    let (haystack, needle) = (haystack.as_bytes(), needle.as_bytes());
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window.eq_ignore_ascii_case(needle))
 }
 
 colloquy_guest::export_hook!(CreditPolicy);
@@ -112,11 +118,12 @@ mod tests {
     use super::*;
     use colloquy_guest::json;
 
+    /// The event's JSON text (an [`Event`] borrows from it).
     fn event(
         hook: &str,
         message: Option<colloquy_guest::Value>,
         timeout: Option<colloquy_guest::Value>,
-    ) -> Event {
+    ) -> String {
         let mut value = json!({
             "abi_version": 1, "hook": hook, "now": 1000,
             "conversation": {"id": "c", "template": "credit-assessment", "revision": "r",
@@ -131,7 +138,15 @@ mod tests {
         if let Some(timeout) = timeout {
             value["timeout"] = timeout;
         }
-        colloquy_guest::Event::from_json(value.to_string().as_bytes()).expect("event")
+        value.to_string()
+    }
+
+    fn on_message(text: &str) -> Vec<Action> {
+        CreditPolicy.on_message(&Event::from_json(text.as_bytes()).expect("event"))
+    }
+
+    fn on_timeout(text: &str) -> Vec<Action> {
+        CreditPolicy.on_timeout(&Event::from_json(text.as_bytes()).expect("event"))
     }
 
     #[test]
@@ -142,21 +157,24 @@ mod tests {
                 "receivers": ["risk"], "content": {"amount": amount, "purpose": purpose}}),
             )
         };
-        let big = CreditPolicy.on_message(&event("on_message", request(500, "car"), None));
+        let big = on_message(&event("on_message", request(500, "car"), None));
         assert!(matches!(&big[..], [Action::Reject { .. }]));
-        let crypto =
-            CreditPolicy.on_message(&event("on_message", request(50, "Crypto mining"), None));
+        let crypto = on_message(&event("on_message", request(50, "Crypto mining"), None));
         assert_eq!(crypto[0], Action::route_to(["special-risk-assessment"]));
+        let shouting = on_message(&event("on_message", request(50, "CRYPTO\n"), None));
+        assert_eq!(shouting[0], Action::route_to(["special-risk-assessment"]));
+        let car = on_message(&event("on_message", request(50, "a new car"), None));
+        assert_eq!(car, vec![Action::set_var("risk_route", "standard")]);
     }
 
     #[test]
     fn retries_three_times_then_escalates() {
         let retry = |attempt: u32| Some(json!({"kind": "retry", "attempt": attempt}));
         assert_eq!(
-            CreditPolicy.on_timeout(&event("on_timeout", None, retry(2))),
+            on_timeout(&event("on_timeout", None, retry(2))),
             vec![Action::retry(1000, 2.0, 3)]
         );
-        let last = CreditPolicy.on_timeout(&event("on_timeout", None, retry(3)));
+        let last = on_timeout(&event("on_timeout", None, retry(3)));
         assert!(matches!(&last[1], Action::Escalate { to, .. } if to == "human-review"));
     }
 }
