@@ -12,7 +12,8 @@
 //! A second table times the hook calls alone (`HookRuntime::call` on a fixed event shaped
 //! like the pipeline's: encode, copy in, run, copy out, parse), without the engine around
 //! them, so the hook's own cost is not lost in the pipeline's noise.
-//! Arguments: `--messages N` per round and variant (default 200 000).
+//! Arguments: `--messages N` per round and variant (default 200 000); `--calls-only` runs
+//! the second table alone, `--only NAME` (with it) one variant.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -190,11 +191,28 @@ fn main() {
         .expect("tokio");
     let mut best = [0.0f64; 4];
     let mut best_calls = [0.0f64; 4];
+    let only = std::env::args().skip_while(|arg| arg != "--only").nth(1);
     for _ in 0..ROUNDS {
         for index in 1..variants.len() {
+            if only
+                .as_deref()
+                .is_some_and(|only| only != variants[index].0)
+            {
+                continue;
+            }
             let rate = calls_per_second(&runtime, &templates[index], messages);
             best_calls[index] = best_calls[index].max(rate);
         }
+    }
+    if std::env::args().any(|arg| arg == "--calls-only") {
+        for index in 1..variants.len() {
+            println!(
+                "  {:<10} {:>7.2} µs/call",
+                variants[index].0,
+                1e6 / best_calls[index]
+            );
+        }
+        return;
     }
     tokio.block_on(async {
         // Warm-up: instances created, caches filled.
