@@ -19,30 +19,48 @@ use crate::Hook;
 /// An input that does not parse is answered with a `reject` naming the problem (it would be
 /// an engine/SDK version mismatch, which a template author should hear about).
 pub fn handle<H: Hook + ?Sized>(hook: &H, kind: HookKind, input: &[u8]) -> Vec<u8> {
-    let output = match Event::from_json(input) {
-        Ok(event) => Output {
-            actions: match kind {
-                HookKind::OnStart => hook.on_start(&event),
-                HookKind::OnMessage => hook.on_message(&event),
-                HookKind::OnTimeout => hook.on_timeout(&event),
-            },
-            log: Vec::new(),
+    let mut out = Vec::new();
+    handle_into(hook, kind, input, &mut out);
+    out
+}
+
+/// [`handle`], appending the output to `out` (the exports reuse one buffer across calls).
+pub fn handle_into<H: Hook + ?Sized>(hook: &H, kind: HookKind, input: &[u8], out: &mut Vec<u8>) {
+    let actions = match Event::from_json(input) {
+        Ok(event) => match kind {
+            HookKind::OnStart => hook.on_start(&event),
+            HookKind::OnMessage => hook.on_message(&event),
+            HookKind::OnTimeout => hook.on_timeout(&event),
         },
-        Err(error) => Output {
-            actions: vec![crate::Action::reject(format!(
-                "the hook cannot read its event: {error}"
-            ))],
-            log: Vec::new(),
-        },
+        Err(error) => vec![crate::Action::reject(format!(
+            "the hook cannot read its event: {error}"
+        ))],
+    };
+    if actions.is_empty() {
+        // "Carry on", the common answer: no serializer needed.
+        out.extend_from_slice(b"{}");
+        return;
+    }
+    let output = Output {
+        actions,
+        log: Vec::new(),
     };
     // Serializing these types cannot fail: string keys, no non-finite floats unless a hook
     // put one in a `backoff`, which serde_json writes as `null`.
-    serde_json::to_vec(&output).unwrap_or_else(|_| b"{}".to_vec())
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, &output).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"{}");
+    }
 }
+
+/// Output buffers larger than this are freed after the call instead of kept for the next.
+const KEEP_OUTPUT_CAPACITY: usize = 64 * 1024;
 
 thread_local! {
     /// The output of the last call and its `[ptr, len]` return area, kept until
-    /// `cabi_post_*` (wasm hooks are single-threaded: one per instance).
+    /// `cabi_post_*` (wasm hooks are single-threaded: one per instance). The buffer's
+    /// capacity is kept between calls, so a call allocates nothing for its output.
     static RETURN: RefCell<(Vec<u8>, [u32; 2])> = const { RefCell::new((Vec::new(), [0, 0])) };
 }
 
@@ -89,22 +107,30 @@ pub unsafe fn call<H: Hook + ?Sized>(
         // The host allocated exactly `len` bytes with alignment 1 and wrote them all.
         Vec::from_raw_parts(ptr, len, len)
     };
-    let output = handle(hook, kind, &input);
+    // The buffer is taken out while the hook runs, so nothing is borrowed across user code.
+    let mut output = RETURN.with(|cell| std::mem::take(&mut cell.borrow_mut().0));
+    output.clear();
+    handle_into(hook, kind, &input, &mut output);
     drop(input);
     RETURN.with(|cell| {
         let mut cell = cell.borrow_mut();
-        cell.0 = output;
         // Pointers and lengths are 32-bit on wasm32, the only target this runs on.
-        cell.1 = [cell.0.as_ptr() as usize as u32, cell.0.len() as u32];
+        cell.1 = [output.as_ptr() as usize as u32, output.len() as u32];
+        cell.0 = output;
         cell.1.as_ptr()
     })
 }
 
-/// The body of `cabi_post_*`: frees the last output.
+/// The body of `cabi_post_*`: the output has been copied; its buffer is kept for the next
+/// call (unless it grew large).
 pub fn post_return() {
     RETURN.with(|cell| {
         let mut cell = cell.borrow_mut();
-        cell.0 = Vec::new();
+        if cell.0.capacity() > KEEP_OUTPUT_CAPACITY {
+            cell.0 = Vec::new();
+        } else {
+            cell.0.clear();
+        }
         cell.1 = [0, 0];
     });
 }

@@ -10,7 +10,7 @@
 //! struct AmountGuard;
 //!
 //! impl Hook for AmountGuard {
-//!     fn on_message(&self, event: &Event) -> Vec<Action> {
+//!     fn on_message(&self, event: &Event<'_>) -> Vec<Action> {
 //!         let limit = event.config_u64("max_amount").unwrap_or(10_000);
 //!         match event.content_u64("amount") {
 //!             Some(amount) if amount > limit => {
@@ -25,8 +25,12 @@
 //! # fn main() {}
 //! ```
 //!
-//! The hook sees the event as JSON ([`Event`]) and answers with [`Action`]s, the same
-//! vocabulary as a template's declarative rules; the ABI underneath is `docs/hook-abi.md`.
+//! The hook sees the event ([`Event`]) and answers with [`Action`]s, the same vocabulary as
+//! a template's declarative rules; the ABI underneath is `docs/hook-abi.md`. The event is
+//! parsed lazily: its names and ids borrow from the input, and the free-form parts (`vars`,
+//! `parameters`, `context`, `config`, the message content) stay JSON text until an accessor
+//! such as [`Event::content_u64`] picks one field out (or [`Event::content`] reads the whole
+//! content into your own `Deserialize` type), so a call costs only what the hook reads.
 //! Instances are reused between calls and thrown away after any failure, so keep state in
 //! the conversation (`set_vars`), never in statics. A panic traps the hook: the template's
 //! failure policy applies.
@@ -36,7 +40,8 @@
 //! [`abi::handle`] runs a hook on JSON text exactly as the export does.
 //!
 //! # Layout
-//! - [`event`]: the typed event ([`Event`], [`Conversation`], [`Message`], [`Timeout`]).
+//! - [`event`]: the event ([`Event`], [`Conversation`], [`Message`], [`Timeout`]) and the
+//!   raw-JSON readers behind its accessors ([`event::field`], [`event::as_u64`], ...).
 //! - [`action`]: the typed actions ([`Action`]) and the output ([`Output`]).
 //! - [`host`]: `log` and `now_ms`, the host functions.
 //! - [`abi`]: the canonical-ABI glue [`export_hook!`] expands to.
@@ -48,7 +53,7 @@ pub mod event;
 pub mod host;
 
 pub use action::{Action, LogLevel, Outcome, Output, RouteMode};
-pub use event::{Conversation, Event, HookKind, Message, Thread, Timeout};
+pub use event::{Conversation, Event, HookKind, Message, RawValue, Thread, Timeout};
 pub use serde_json::{json, Map, Value};
 
 /// The hook ABI version this SDK speaks (what `hooks_abi_version` returns).
@@ -59,20 +64,20 @@ pub const HOOKS_ABI_VERSION: u32 = 1;
 pub trait Hook {
     /// The conversation starts (before its `started` event is stored). A `reject` refuses
     /// the start.
-    fn on_start(&self, event: &Event) -> Vec<Action> {
+    fn on_start(&self, event: &Event<'_>) -> Vec<Action> {
         let _ = event;
         Vec::new()
     }
 
     /// A message passed schema validation and the protocol check; routing comes after. A
     /// `reject` refuses it; `route` changes its receivers.
-    fn on_message(&self, event: &Event) -> Vec<Action> {
+    fn on_message(&self, event: &Event<'_>) -> Vec<Action> {
         let _ = event;
         Vec::new()
     }
 
     /// A deadline passed or a retry came due (see [`Event::timeout`]).
-    fn on_timeout(&self, event: &Event) -> Vec<Action> {
+    fn on_timeout(&self, event: &Event<'_>) -> Vec<Action> {
         let _ = event;
         Vec::new()
     }

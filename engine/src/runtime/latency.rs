@@ -1,5 +1,5 @@
 //! How long hook calls take: a fixed-bucket histogram per lifecycle event and result, for
-//! `/metrics` (`colloquy_hook_duration_seconds`). Lock-free: one atomic add per call.
+//! `/metrics` (`colloquy_hook_duration_seconds`). Lock-free: three atomic adds per call.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,7 +18,8 @@ const EVENTS: [HookEvent; 3] = [
 
 #[derive(Debug, Default)]
 struct Series {
-    /// Cumulative counts per bucket of [`BUCKETS_US`]; `count` is the `+Inf` bucket.
+    /// Counts per bucket of [`BUCKETS_US`], each call in the first bucket that holds it
+    /// (made cumulative by [`HookLatency::snapshot`]); `count` is the `+Inf` bucket.
     buckets: [AtomicU64; BUCKETS_US.len()],
     count: AtomicU64,
     sum_us: AtomicU64,
@@ -52,10 +53,10 @@ impl HookLatency {
         let index = EVENTS.iter().position(|known| *known == event).unwrap_or(0);
         let series = &self.series[index][usize::from(!ok)];
         let us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-        for (bound, bucket) in BUCKETS_US.iter().zip(&series.buckets) {
-            if us <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        // One bucket per call, not every bucket above it: the hot path stays at three
+        // atomic adds.
+        if let Some(bucket) = BUCKETS_US.iter().position(|bound| us <= *bound) {
+            series.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         }
         series.count.fetch_add(1, Ordering::Relaxed);
         series.sum_us.fetch_add(us, Ordering::Relaxed);
@@ -76,7 +77,10 @@ impl HookLatency {
                     buckets: series
                         .buckets
                         .iter()
-                        .map(|b| b.load(Ordering::Relaxed))
+                        .scan(0, |below, bucket| {
+                            *below += bucket.load(Ordering::Relaxed);
+                            Some(*below)
+                        })
                         .collect(),
                     count,
                     sum_us: series.sum_us.load(Ordering::Relaxed),

@@ -156,8 +156,9 @@ pub struct HookRuntime {
     engine: wasmtime::Engine,
     linker: wasmtime::Linker<host::HostState>,
     /// Loaded modules by SHA-256; a module that failed to load keeps its failure, so a bad
-    /// module is compiled once, not at every message.
-    modules: RwLock<HashMap<Arc<str>, Loaded>>,
+    /// module is compiled once, not at every message. Looked up at every call, so hashed with
+    /// foldhash (the keys are hashes already, not attacker-chosen strings).
+    modules: RwLock<HashMap<Arc<str>, Loaded, foldhash::fast::RandomState>>,
     config: HookRuntimeConfig,
     ticker_stop: Arc<AtomicBool>,
     latency: latency::HookLatency,
@@ -206,7 +207,7 @@ impl HookRuntime {
         Ok(HookRuntime {
             engine,
             linker,
-            modules: RwLock::new(HashMap::new()),
+            modules: RwLock::new(HashMap::default()),
             config,
             ticker_stop,
             latency: latency::HookLatency::default(),
@@ -289,12 +290,10 @@ impl HookRuntime {
         };
         let module = self.module(template)?;
         module.check_event(event)?;
-        let json = serde_json::to_vec(input)
-            .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
         module.call(
             &self.engine,
             event,
-            &json,
+            input,
             spec,
             &input.conversation.id,
             self.config.idle_instances_per_module,

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use colloquy_policy::compiled::HookModule;
-use colloquy_protocol::hook::{HOOKS_ABI_VERSION, HOST_MODULE, HookOutput, SUPPORTED_ABI_VERSIONS};
+use colloquy_protocol::hook::{
+    HOOKS_ABI_VERSION, HOST_MODULE, HookInput, HookOutput, SUPPORTED_ABI_VERSIONS,
+};
 use colloquy_protocol::template::{HookEvent, HookSpec};
 use wasmtime::{
     Engine, ExternType, InstancePre, Linker, Memory, Module, Store, Trap, TypedFunc, ValType,
@@ -16,6 +18,9 @@ use super::{EPOCH_TICK, HookFailure, MAX_OUTPUT_BYTES, cache, event_name};
 
 /// Budget of the `hooks_abi_version` call made at load time (it returns a constant).
 const VERSION_CALL_TIMEOUT_MS: u64 = 100;
+/// An instance keeps the buffer its events are encoded in between calls, unless an event
+/// made it grow past this.
+const KEEP_INPUT_CAPACITY: usize = 64 * 1024;
 
 /// The three event exports, in [`event_index`] order.
 const EVENT_EXPORTS: [&str; 3] = ["start", "message", "timeout"];
@@ -47,6 +52,8 @@ struct Instance {
     version: TypedFunc<(), i32>,
     events: [Option<TypedFunc<(i32, i32), i32>>; 3],
     posts: [Option<TypedFunc<i32, ()>>; 3],
+    /// The JSON of the event being passed, reused from call to call.
+    input: Vec<u8>,
 }
 
 impl LoadedModule {
@@ -113,7 +120,7 @@ impl LoadedModule {
         &self,
         engine: &Engine,
         event: HookEvent,
-        input: &[u8],
+        input: &HookInput<'_>,
         spec: &HookSpec,
         conversation: &str,
         max_idle: usize,
@@ -139,10 +146,18 @@ impl LoadedModule {
         if *state.conversation != *conversation {
             state.conversation = conversation.into();
         }
+        // The event is encoded into the instance's own buffer: no allocation once it has
+        // grown to the size of the conversation's events.
+        instance.input.clear();
+        if instance.input.capacity() > KEEP_INPUT_CAPACITY {
+            instance.input = Vec::new();
+        }
+        super::input::encode(input, &mut instance.input)
+            .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
         instance
             .store
             .set_epoch_deadline(ticks(spec.limits.timeout_ms));
-        let output = instance.invoke(event, input).map_err(|error| match error {
+        let output = instance.invoke(event).map_err(|error| match error {
             Invoke::Wasm(error) => failure(&instance.store, error, spec.limits.timeout_ms),
             Invoke::Failure(failure) => failure,
         })?;
@@ -154,7 +169,7 @@ impl LoadedModule {
             idle.push(instance);
         }
         drop(idle);
-        parse_output(&output)
+        output
     }
 
     fn instantiate(&self, engine: &Engine, cap: u64) -> Result<Instance, HookFailure> {
@@ -203,6 +218,7 @@ impl LoadedModule {
             version,
             events,
             posts,
+            input: Vec::new(),
         })
     }
 }
@@ -222,27 +238,40 @@ impl From<wasmtime::Error> for Invoke {
 }
 
 impl Instance {
-    /// The canonical ABI dance: allocate the input in guest memory (the guest owns it from
-    /// then on), call the export, read `[ptr, len]` at the returned pointer, copy the output
-    /// out, then let the guest free it with `cabi_post_<name>`.
-    fn invoke(&mut self, event: HookEvent, input: &[u8]) -> Result<Vec<u8>, Invoke> {
+    /// The canonical ABI dance: allocate the input (`self.input`) in guest memory (the guest
+    /// owns it from then on), call the export, read `[ptr, len]` at the returned pointer,
+    /// parse the output where it lies, then let the guest free it with `cabi_post_<name>`.
+    /// The outer error is the instance's (it is discarded); the inner one, bad output, is the
+    /// hook's answer's (the instance is fine).
+    fn invoke(&mut self, event: HookEvent) -> Result<Result<HookOutput, HookFailure>, Invoke> {
         let index = event_index(event);
-        let len = i32::try_from(input.len())
-            .map_err(|_| Invoke::Failure(HookFailure::BadOutput("input over 2 GiB".into())))?;
-        let ptr = self.realloc.call(&mut self.store, (0, 0, 1, len))?;
-        self.memory
-            .write(&mut self.store, ptr as u32 as usize, input)
-            .map_err(|_| bad_pointer("cabi_realloc returned a pointer outside memory"))?;
-        let func = self.events[index].clone().ok_or_else(|| {
+        // Fields borrowed one by one: the typed functions are used in place, not cloned
+        // (a clone bumps reference counts in wasmtime's type registry).
+        let Instance {
+            store,
+            memory,
+            realloc,
+            events,
+            posts,
+            input,
+            ..
+        } = self;
+        let func = events[index].as_ref().ok_or_else(|| {
             Invoke::Failure(HookFailure::MissingEvent {
                 event: event_name(event),
                 export: EVENT_EXPORTS[index],
             })
         })?;
-        let retptr = func.call(&mut self.store, (ptr, len))?;
+        let len = i32::try_from(input.len())
+            .map_err(|_| Invoke::Failure(HookFailure::BadOutput("input over 2 GiB".into())))?;
+        let ptr = realloc.call(&mut *store, (0, 0, 1, len))?;
+        memory
+            .write(&mut *store, ptr as u32 as usize, input)
+            .map_err(|_| bad_pointer("cabi_realloc returned a pointer outside memory"))?;
+        let retptr = func.call(&mut *store, (ptr, len))?;
         let mut pair = [0u8; 8];
-        self.memory
-            .read(&self.store, retptr as u32 as usize, &mut pair)
+        memory
+            .read(&*store, retptr as u32 as usize, &mut pair)
             .map_err(|_| bad_pointer("the return pointer is outside memory"))?;
         let out_ptr = u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]) as usize;
         let out_len = u32::from_le_bytes([pair[4], pair[5], pair[6], pair[7]]) as usize;
@@ -252,13 +281,15 @@ impl Instance {
                 max: MAX_OUTPUT_BYTES,
             }));
         }
+        // Parsed in guest memory (no copy): the output is owned data, and the guest may
+        // reuse the block only after `cabi_post_*`.
         let output = out_ptr
             .checked_add(out_len)
-            .and_then(|end| self.memory.data(&self.store).get(out_ptr..end))
-            .ok_or_else(|| bad_pointer("the output is outside memory"))?
-            .to_vec();
-        if let Some(post) = self.posts[index].clone() {
-            post.call(&mut self.store, retptr)?;
+            .and_then(|end| memory.data(&*store).get(out_ptr..end))
+            .map(parse_output)
+            .ok_or_else(|| bad_pointer("the output is outside memory"))?;
+        if let Some(post) = &posts[index] {
+            post.call(&mut *store, retptr)?;
         }
         Ok(output)
     }
@@ -269,6 +300,10 @@ fn bad_pointer(what: &str) -> Invoke {
 }
 
 fn parse_output(bytes: &[u8]) -> Result<HookOutput, HookFailure> {
+    // "Carry on", the most common answer, without the parser.
+    if bytes == b"{}" {
+        return Ok(HookOutput::default());
+    }
     serde_json::from_slice(bytes).map_err(|error| {
         let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned();
         HookFailure::BadOutput(format!("{error} (output starts with {shown:?})"))

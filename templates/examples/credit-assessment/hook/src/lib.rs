@@ -2,7 +2,9 @@
 //!
 //! - `on_start`: the application is `pending`, stamped with its start time.
 //! - `on_message`: a loan request above `config.max_amount` is refused; one whose purpose
-//!   mentions crypto is also routed to `config.special_risk_agent`.
+//!   mentions crypto is also routed to `config.special_risk_agent`. The route taken is kept
+//!   in the `risk_route` variable (written only when it changes: an unchanged variable would
+//!   cost the engine a stored event for nothing).
 //! - `on_timeout`: while the assessor has not answered, retry after 1 s, 2 s, 4 s; after the
 //!   third retry, escalate to `config.escalation_agent` with the reason.
 
@@ -22,27 +24,31 @@ const AWAITING: &str = "assessing";
 pub struct CreditPolicy;
 
 impl Hook for CreditPolicy {
-    fn on_start(&self, event: &Event) -> Vec<Action> {
+    fn on_start(&self, event: &Event<'_>) -> Vec<Action> {
         let mut vars = colloquy_guest::Map::new();
         vars.insert("status".into(), "pending".into());
         vars.insert("started_at".into(), event.now.into());
         vec![Action::SetVars(vars)]
     }
 
-    fn on_message(&self, event: &Event) -> Vec<Action> {
+    fn on_message(&self, event: &Event<'_>) -> Vec<Action> {
         let message = match &event.message {
             Some(message) => message,
             None => return Vec::new(),
         };
-        match message.performative.as_str() {
+        match &*message.performative {
             "request" => assess_request(event),
-            "inform" => vec![Action::set_var("status", "assessed")],
-            "refuse" | "failure" => vec![Action::set_var("status", "declined")],
+            "inform" => set_var_if_changed(event, "status", "assessed")
+                .into_iter()
+                .collect(),
+            "refuse" | "failure" => set_var_if_changed(event, "status", "declined")
+                .into_iter()
+                .collect(),
             _ => Vec::new(),
         }
     }
 
-    fn on_timeout(&self, event: &Event) -> Vec<Action> {
+    fn on_timeout(&self, event: &Event<'_>) -> Vec<Action> {
         let timeout = match &event.timeout {
             Some(timeout) => timeout,
             None => return Vec::new(),
@@ -70,20 +76,18 @@ impl Hook for CreditPolicy {
             );
             return vec![Action::retry(FIRST_RETRY_MS, 2.0, MAX_RETRIES)];
         }
-        let agent = event
-            .config_str("escalation_agent")
-            .unwrap_or("human-review");
+        let agent = event.config_str("escalation_agent");
         vec![
             Action::set_var("status", "escalated"),
             Action::escalate(
-                agent,
+                agent.as_deref().unwrap_or("human-review"),
                 format!("max_retries_exceeded: no assessment after {MAX_RETRIES} retries"),
             ),
         ]
     }
 }
 
-fn assess_request(event: &Event) -> Vec<Action> {
+fn assess_request(event: &Event<'_>) -> Vec<Action> {
     let limit = event.config_u64("max_amount").unwrap_or(DEFAULT_MAX_AMOUNT);
     if let Some(amount) = event.content_u64("amount") {
         if amount > limit {
@@ -92,17 +96,37 @@ fn assess_request(event: &Event) -> Vec<Action> {
             ))];
         }
     }
-    let purpose = event.content_str("purpose").unwrap_or("").to_lowercase();
-    if purpose.contains("crypto") {
-        let agent = event
-            .config_str("special_risk_agent")
-            .unwrap_or("special-risk-assessment");
-        return vec![
-            Action::route_to([agent]),
-            Action::set_var("risk_route", "special"),
-        ];
+    // Each accessor reads one field of the raw content or config; nothing else is parsed.
+    let purpose = event.content_str("purpose");
+    if contains_ignore_ascii_case(purpose.as_deref().unwrap_or(""), "crypto") {
+        let agent = event.config_str("special_risk_agent");
+        let mut actions = vec![Action::route_to([agent
+            .as_deref()
+            .unwrap_or("special-risk-assessment")])];
+        actions.extend(set_var_if_changed(event, "risk_route", "special"));
+        return actions;
     }
-    vec![Action::set_var("risk_route", "standard")]
+    set_var_if_changed(event, "risk_route", "standard")
+        .into_iter()
+        .collect()
+}
+
+/// `set_vars` of one text variable, unless it already has that value.
+fn set_var_if_changed(event: &Event<'_>, name: &str, value: &str) -> Option<Action> {
+    if event.var_str(name).as_deref() == Some(value) {
+        None
+    } else {
+        Some(Action::set_var(name, value))
+    }
+}
+
+/// Whether `haystack` contains `needle`, ignoring ASCII case (no lowercased copy).
+fn contains_ignore_ascii_case(haystack: &str, needle: &str) -> bool {
+    let (haystack, needle) = (haystack.as_bytes(), needle.as_bytes());
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window.eq_ignore_ascii_case(needle))
 }
 
 colloquy_guest::export_hook!(CreditPolicy);
@@ -112,17 +136,27 @@ mod tests {
     use super::*;
     use colloquy_guest::json;
 
+    /// The event's JSON text (an [`Event`] borrows from it).
     fn event(
         hook: &str,
         message: Option<colloquy_guest::Value>,
         timeout: Option<colloquy_guest::Value>,
-    ) -> Event {
+    ) -> String {
+        event_with_vars(hook, message, timeout, json!({}))
+    }
+
+    fn event_with_vars(
+        hook: &str,
+        message: Option<colloquy_guest::Value>,
+        timeout: Option<colloquy_guest::Value>,
+        vars: colloquy_guest::Value,
+    ) -> String {
         let mut value = json!({
             "abi_version": 1, "hook": hook, "now": 1000,
             "conversation": {"id": "c", "template": "credit-assessment", "revision": "r",
                 "status": "active", "initiator": "desk", "participants": ["risk"],
                 "threads": [{"participant": "risk", "state": "assessing"}],
-                "vars": {}, "parameters": {}, "context": {}, "retry_attempts": 0},
+                "vars": vars, "parameters": {}, "context": {}, "retry_attempts": 0},
             "config": {"max_amount": 100}
         });
         if let Some(message) = message {
@@ -131,7 +165,15 @@ mod tests {
         if let Some(timeout) = timeout {
             value["timeout"] = timeout;
         }
-        colloquy_guest::Event::from_json(value.to_string().as_bytes()).expect("event")
+        value.to_string()
+    }
+
+    fn on_message(text: &str) -> Vec<Action> {
+        CreditPolicy.on_message(&Event::from_json(text.as_bytes()).expect("event"))
+    }
+
+    fn on_timeout(text: &str) -> Vec<Action> {
+        CreditPolicy.on_timeout(&Event::from_json(text.as_bytes()).expect("event"))
     }
 
     #[test]
@@ -142,21 +184,40 @@ mod tests {
                 "receivers": ["risk"], "content": {"amount": amount, "purpose": purpose}}),
             )
         };
-        let big = CreditPolicy.on_message(&event("on_message", request(500, "car"), None));
+        let big = on_message(&event("on_message", request(500, "car"), None));
         assert!(matches!(&big[..], [Action::Reject { .. }]));
-        let crypto =
-            CreditPolicy.on_message(&event("on_message", request(50, "Crypto mining"), None));
+        let crypto = on_message(&event("on_message", request(50, "Crypto mining"), None));
         assert_eq!(crypto[0], Action::route_to(["special-risk-assessment"]));
+        let shouting = on_message(&event("on_message", request(50, "CRYPTO\n"), None));
+        assert_eq!(shouting[0], Action::route_to(["special-risk-assessment"]));
+        let car = on_message(&event("on_message", request(50, "a new car"), None));
+        assert_eq!(car, vec![Action::set_var("risk_route", "standard")]);
+        // Already on that route: nothing to write.
+        let standard = json!({"risk_route": "standard", "status": "pending"});
+        let again = event_with_vars("on_message", request(50, "a new car"), None, standard);
+        assert!(on_message(&again).is_empty());
+        let special = json!({"risk_route": "special"});
+        let crypto = event_with_vars("on_message", request(50, "crypto"), None, special);
+        assert_eq!(
+            on_message(&crypto),
+            vec![Action::route_to(["special-risk-assessment"])]
+        );
+        let was_standard = json!({"risk_route": "standard"});
+        let crypto = event_with_vars("on_message", request(50, "crypto"), None, was_standard);
+        assert_eq!(
+            on_message(&crypto)[1],
+            Action::set_var("risk_route", "special")
+        );
     }
 
     #[test]
     fn retries_three_times_then_escalates() {
         let retry = |attempt: u32| Some(json!({"kind": "retry", "attempt": attempt}));
         assert_eq!(
-            CreditPolicy.on_timeout(&event("on_timeout", None, retry(2))),
+            on_timeout(&event("on_timeout", None, retry(2))),
             vec![Action::retry(1000, 2.0, 3)]
         );
-        let last = CreditPolicy.on_timeout(&event("on_timeout", None, retry(3)));
+        let last = on_timeout(&event("on_timeout", None, retry(3)));
         assert!(matches!(&last[1], Action::Escalate { to, .. } if to == "human-review"));
     }
 }
