@@ -2,9 +2,7 @@
 //!
 //! - `on_start`: the application is `pending`, stamped with its start time.
 //! - `on_message`: a loan request above `config.max_amount` is refused; one whose purpose
-//!   mentions crypto is also routed to `config.special_risk_agent`. The route taken is kept
-//!   in the `risk_route` variable (written only when it changes: an unchanged variable would
-//!   cost the engine a stored event for nothing).
+//!   mentions crypto is also routed to `config.special_risk_agent`.
 //! - `on_timeout`: while the assessor has not answered, retry after 1 s, 2 s, 4 s; after the
 //!   third retry, escalate to `config.escalation_agent` with the reason.
 
@@ -38,12 +36,8 @@ impl Hook for CreditPolicy {
         };
         match &*message.performative {
             "request" => assess_request(event),
-            "inform" => set_var_if_changed(event, "status", "assessed")
-                .into_iter()
-                .collect(),
-            "refuse" | "failure" => set_var_if_changed(event, "status", "declined")
-                .into_iter()
-                .collect(),
+            "inform" => vec![Action::set_var("status", "assessed")],
+            "refuse" | "failure" => vec![Action::set_var("status", "declined")],
             _ => Vec::new(),
         }
     }
@@ -100,24 +94,12 @@ fn assess_request(event: &Event<'_>) -> Vec<Action> {
     let purpose = event.content_str("purpose");
     if contains_ignore_ascii_case(purpose.as_deref().unwrap_or(""), "crypto") {
         let agent = event.config_str("special_risk_agent");
-        let mut actions = vec![Action::route_to([agent
-            .as_deref()
-            .unwrap_or("special-risk-assessment")])];
-        actions.extend(set_var_if_changed(event, "risk_route", "special"));
-        return actions;
+        return vec![
+            Action::route_to([agent.as_deref().unwrap_or("special-risk-assessment")]),
+            Action::set_var("risk_route", "special"),
+        ];
     }
-    set_var_if_changed(event, "risk_route", "standard")
-        .into_iter()
-        .collect()
-}
-
-/// `set_vars` of one text variable, unless it already has that value.
-fn set_var_if_changed(event: &Event<'_>, name: &str, value: &str) -> Option<Action> {
-    if event.var_str(name).as_deref() == Some(value) {
-        None
-    } else {
-        Some(Action::set_var(name, value))
-    }
+    vec![Action::set_var("risk_route", "standard")]
 }
 
 /// Whether `haystack` contains `needle`, ignoring ASCII case (no lowercased copy).
@@ -142,21 +124,12 @@ mod tests {
         message: Option<colloquy_guest::Value>,
         timeout: Option<colloquy_guest::Value>,
     ) -> String {
-        event_with_vars(hook, message, timeout, json!({}))
-    }
-
-    fn event_with_vars(
-        hook: &str,
-        message: Option<colloquy_guest::Value>,
-        timeout: Option<colloquy_guest::Value>,
-        vars: colloquy_guest::Value,
-    ) -> String {
         let mut value = json!({
             "abi_version": 1, "hook": hook, "now": 1000,
             "conversation": {"id": "c", "template": "credit-assessment", "revision": "r",
                 "status": "active", "initiator": "desk", "participants": ["risk"],
                 "threads": [{"participant": "risk", "state": "assessing"}],
-                "vars": vars, "parameters": {}, "context": {}, "retry_attempts": 0},
+                "vars": {}, "parameters": {}, "context": {}, "retry_attempts": 0},
             "config": {"max_amount": 100}
         });
         if let Some(message) = message {
@@ -192,22 +165,6 @@ mod tests {
         assert_eq!(shouting[0], Action::route_to(["special-risk-assessment"]));
         let car = on_message(&event("on_message", request(50, "a new car"), None));
         assert_eq!(car, vec![Action::set_var("risk_route", "standard")]);
-        // Already on that route: nothing to write.
-        let standard = json!({"risk_route": "standard", "status": "pending"});
-        let again = event_with_vars("on_message", request(50, "a new car"), None, standard);
-        assert!(on_message(&again).is_empty());
-        let special = json!({"risk_route": "special"});
-        let crypto = event_with_vars("on_message", request(50, "crypto"), None, special);
-        assert_eq!(
-            on_message(&crypto),
-            vec![Action::route_to(["special-risk-assessment"])]
-        );
-        let was_standard = json!({"risk_route": "standard"});
-        let crypto = event_with_vars("on_message", request(50, "crypto"), None, was_standard);
-        assert_eq!(
-            on_message(&crypto)[1],
-            Action::set_var("risk_route", "special")
-        );
     }
 
     #[test]
