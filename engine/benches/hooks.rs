@@ -6,11 +6,13 @@
 //! every message is parsed, schema-validated, run through the state machine and stored;
 //! three of them also run an `on_message` hook: a trivial C hook (`trivial_hook.c`, answers
 //! `{}`: the ABI round trip alone), the C amount guard (scans the event, answers `{}`) and the
-//! Rust credit-assessment policy (serde parses the whole event, answers `set_vars`).
+//! Rust credit-assessment policy (the guest SDK reads the event, borrowing and parsing only
+//! the fields the hook asks for; the hook reads three of them and answers `set_vars` on every
+//! request).
 //! One thread; the best of several interleaved rounds is reported.
 //!
 //! A second table times the hook calls alone (`HookRuntime::call` on a fixed event shaped
-//! like the pipeline's: encode, copy in, run, copy out, parse), without the engine around
+//! like the pipeline's: encode, copy in, run, parse the answer), without the engine around
 //! them, so the hook's own cost is not lost in the pipeline's noise.
 //! Arguments: `--messages N` per round and variant (default 200 000); `--calls-only` runs
 //! the second table alone, `--only NAME` (with it) one variant.

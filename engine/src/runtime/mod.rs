@@ -4,7 +4,8 @@
 //!
 //! One [`HookRuntime`] serves every template of an engine:
 //! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread every
-//!   [`EPOCH_TICK`], so each call gets a deadline of the template's `timeout_ms`;
+//!   [`EPOCH_TICK`] while wasm runs (`ticker`), so each call gets a deadline of the
+//!   template's `timeout_ms`;
 //! - the pooling instance allocator, sized by [`HookRuntimeConfig`];
 //! - one `InstancePre` per module (keyed by the module's SHA-256, so a template revision
 //!   with a rebuilt module gets its own, and running conversations keep the old one: that is
@@ -19,8 +20,8 @@
 //!
 //! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
 //! (loading, link checks, the calling convention), `cache` (AOT files), `input` (building
-//! the JSON event from a conversation), `engine_ext` ([`crate::Engine::with_hooks`]),
-//! [`latency`] (call durations for `/metrics`).
+//! the JSON event from a conversation), `ticker` (the epoch ticker), `engine_ext`
+//! ([`crate::Engine::with_hooks`]), [`latency`] (call durations for `/metrics`).
 
 mod cache;
 mod engine_ext;
@@ -28,10 +29,10 @@ mod host;
 pub(crate) mod input;
 pub mod latency;
 mod module;
+mod ticker;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -160,7 +161,7 @@ pub struct HookRuntime {
     /// foldhash (the keys are hashes already, not attacker-chosen strings).
     modules: RwLock<HashMap<Arc<str>, Loaded, foldhash::fast::RandomState>>,
     config: HookRuntimeConfig,
-    ticker_stop: Arc<AtomicBool>,
+    ticker: ticker::EpochTicker,
     latency: latency::HookLatency,
 }
 
@@ -192,24 +193,14 @@ impl HookRuntime {
         let engine =
             wasmtime::Engine::new(&wasm).map_err(|error| RuntimeError(error.to_string()))?;
         let linker = host::linker(&engine).map_err(|error| RuntimeError(error.to_string()))?;
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        let stop = ticker_stop.clone();
-        let ticking = engine.clone();
-        std::thread::Builder::new()
-            .name("hook-epoch-ticker".to_owned())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    ticking.increment_epoch();
-                }
-            })
+        let ticker = ticker::EpochTicker::start(engine.clone())
             .map_err(|error| RuntimeError(error.to_string()))?;
         Ok(HookRuntime {
             engine,
             linker,
             modules: RwLock::new(HashMap::default()),
             config,
-            ticker_stop,
+            ticker,
             latency: latency::HookLatency::default(),
         })
     }
@@ -226,6 +217,7 @@ impl HookRuntime {
         let Some(spec) = &template.hooks else {
             return Ok(());
         };
+        let _ticking = self.ticker.ticking();
         let module = self.module(template)?;
         for event in &spec.events {
             module.check_event(*event)?;
@@ -288,6 +280,8 @@ impl HookRuntime {
         let Some(spec) = &template.hooks else {
             return Ok(HookOutput::default());
         };
+        // Loading runs the module's version export; the call runs the hook.
+        let _ticking = self.ticker.ticking();
         let module = self.module(template)?;
         module.check_event(event)?;
         module.call(
@@ -335,12 +329,6 @@ impl HookRuntime {
             .entry(source.sha256.clone())
             .or_insert_with(|| loaded.clone())
             .clone()
-    }
-}
-
-impl Drop for HookRuntime {
-    fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
     }
 }
 

@@ -1,0 +1,123 @@
+//! The epoch ticker: the thread that advances the wasmtime engine's epoch, which is how a
+//! hook call's deadline is enforced. It ticks every [`EPOCH_TICK`] only while some wasm code
+//! runs (a call, or a module being loaded) and sleeps otherwise, so an engine whose
+//! templates use no hooks, or that is between calls, spends no CPU waking up a thousand
+//! times a second.
+//!
+//! Deadlines stay exact: a store's epoch deadline counts ticks from the epoch at the moment
+//! it is set, and the ticker is running before any wasm starts.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::{self, Thread};
+
+use super::EPOCH_TICK;
+
+/// Owns the ticker thread; stops it on drop.
+pub struct EpochTicker {
+    shared: Arc<Shared>,
+    thread: Thread,
+}
+
+struct Shared {
+    /// Wasm executions in progress.
+    running: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// Keeps the ticker ticking while alive: hold one around any wasm execution.
+pub struct Ticking<'a> {
+    shared: &'a Shared,
+}
+
+impl EpochTicker {
+    /// Starts the (parked) ticker thread for `engine`.
+    pub fn start(engine: wasmtime::Engine) -> std::io::Result<EpochTicker> {
+        let shared = Arc::new(Shared {
+            running: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let state = shared.clone();
+        let handle = thread::Builder::new()
+            .name("hook-epoch-ticker".to_owned())
+            .spawn(move || {
+                while !state.stop.load(Ordering::Acquire) {
+                    if state.running.load(Ordering::Acquire) == 0 {
+                        // Woken by the first `ticking` (an unpark before this park makes it
+                        // return at once, so no wake-up is lost) or by drop.
+                        thread::park();
+                        continue;
+                    }
+                    thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })?;
+        Ok(EpochTicker {
+            shared,
+            thread: handle.thread().clone(),
+        })
+    }
+
+    /// Ticks until the returned guard is dropped.
+    pub fn ticking(&self) -> Ticking<'_> {
+        if self.shared.running.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.thread.unpark();
+        }
+        Ticking {
+            shared: &self.shared,
+        }
+    }
+
+    /// Whether some wasm execution holds the ticker awake.
+    #[cfg(test)]
+    pub fn is_ticking(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for Ticking<'_> {
+    fn drop(&mut self) {
+        self.shared.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_epoch_advances_only_while_something_runs() {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let engine = wasmtime::Engine::new(&config).expect("engine");
+        let ticker = EpochTicker::start(engine.clone()).expect("ticker");
+        // A store whose deadline is one tick away traps once the epoch moves.
+        let mut store = wasmtime::Store::new(&engine, ());
+        store.set_epoch_deadline(1);
+        let wasm = wat::parse_str(r#"(module (func (export "spin") (loop (br 0))))"#).expect("wat");
+        let module = wasmtime::Module::new(&engine, wasm).expect("module");
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
+        let spin = instance
+            .get_typed_func::<(), ()>(&mut store, "spin")
+            .expect("spin");
+        assert!(!ticker.is_ticking());
+        {
+            let _ticking = ticker.ticking();
+            assert!(ticker.is_ticking());
+            // Without ticks this loop would never end; with them it is interrupted.
+            let trap = spin.call(&mut store, ()).expect_err("interrupted");
+            assert_eq!(
+                trap.downcast_ref::<wasmtime::Trap>(),
+                Some(&wasmtime::Trap::Interrupt)
+            );
+        }
+        assert!(!ticker.is_ticking());
+    }
+}
