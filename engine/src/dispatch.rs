@@ -1003,8 +1003,12 @@ fn expire(step: &mut Step<'_>) {
 /// Applies collected effects (a rejection has been handled by the caller).
 pub fn apply_effects(step: &mut Step<'_>, effects: Effects, message: Option<&Message>) {
     let now = step.now;
-    if !effects.vars.is_empty() {
-        step.emit(EventKind::VarsMerged { vars: effects.vars });
+    let mut vars = effects.vars;
+    // Only what changes is recorded: a policy that restates a variable at every message
+    // (a hook's `set_vars`, a rule's) costs no event and no store write.
+    vars.retain(|name, value| step.conversation.vars.get(name) != Some(value));
+    if !vars.is_empty() {
+        step.emit(EventKind::VarsMerged { vars });
     }
     for send in effects.sends {
         let Some(performative) = step.conversation.template.performative(&send.performative) else {

@@ -482,6 +482,35 @@ async fn a_trapped_instance_is_replaced_and_the_module_keeps_working() {
 }
 
 #[tokio::test]
+async fn restating_a_variable_records_no_event() {
+    // Answers the same `set_vars` at every message: only the first changes anything.
+    let bytes = module(1, "", r#"{"actions":[{"set_vars":{"seen":true}}]}"#, "");
+    let h = harness(vec![hostile(
+        "restates",
+        &bytes,
+        "fail_closed",
+        DEFAULT_LIMITS,
+    )]);
+    let view = h.start("restates", "alice", &["bob"], json!({})).await;
+    h.ok(&view.id, "alice", msg("request", json!({}))).await;
+    h.ok(&view.id, "bob", msg("agree", json!({}))).await;
+    h.ok(&view.id, "bob", msg("inform", json!({"done": true})))
+        .await;
+    assert_eq!(h.view(&view.id).await.vars, json!({"seen": true}));
+    let events = h.engine.events(&view.id, None, 0).await.expect("events");
+    let merges = events
+        .iter()
+        .filter(|event| {
+            matches!(
+                event.kind,
+                colloquy_protocol::event::EventKind::VarsMerged { .. }
+            )
+        })
+        .count();
+    assert_eq!(merges, 1, "three hook answers, one change");
+}
+
+#[tokio::test]
 async fn an_engine_without_a_hook_runtime_refuses_rather_than_skips() {
     let template = hostile(
         "no-runtime",
