@@ -47,6 +47,12 @@ const MAX_REMEMBERED: usize = 200_000;
 /// What the writer remembers per conversation or inbox.
 type Remembered<K> = HashMap<K, u64, foldhash::fast::RandomState>;
 
+/// How many rows `inbox_recent` (and, separately, `parties_recent`) collect before the writer
+/// moves them into `inbox` (`parties`). Small enough that the index of recent inbox entries
+/// is a few pages and a scan of recent parties is quick; large enough that each agent gets
+/// several rows per move.
+const RECENT_ROWS: usize = 2048;
+
 /// How long [`SqliteStore::open`] waits for another process to let go of the file.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -82,12 +88,18 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (agent, conversation_id)
      ) WITHOUT ROWID;
      CREATE INDEX parties_conversation ON parties (conversation_id);",
-    // 2: one `events` row per commit: its events as one JSON array, keyed by the
-    // conversation and the commit's last seq. A rowid table, so rows are appended in commit
-    // order (a batch dirties the pages it adds, not a page per active conversation), with
-    // an index for reads. Inbox sequences continue from the newest entry of each inbox
-    // (`max(seq)`; inboxes are never trimmed, and trimming must keep each agent's newest
-    // entry), so the separate heads table goes.
+    // 2: fewer pages written per transaction (each dirty page is a WAL frame).
+    // - One `events` row per commit: its events as one JSON array, keyed by the
+    //   conversation and the commit's last seq. A rowid table, so rows are appended in
+    //   commit order (a batch dirties the pages it adds, not a page per active
+    //   conversation), with an index for reads.
+    // - New inbox entries and party rows go to `inbox_recent` and `parties_recent`, appended
+    //   in commit order; the writer moves them into `inbox` and `parties` (clustered by
+    //   agent) in bulk every `RECENT_ROWS` rows, so a batch does not dirty a page per agent.
+    //   Reads look at both.
+    // - Inbox sequences continue from the newest entry of each inbox (`max(seq)` over both
+    //   tables; inboxes are never trimmed, and trimming must keep each agent's newest
+    //   entry), so the separate heads table goes.
     "CREATE TABLE event_log (
          conversation_id TEXT NOT NULL,
          last_seq INTEGER NOT NULL,
@@ -99,7 +111,18 @@ const MIGRATIONS: &[&str] = &[
      DROP TABLE events;
      ALTER TABLE event_log RENAME TO events;
      CREATE UNIQUE INDEX events_by_conversation ON events (conversation_id, last_seq);
-     DROP TABLE inbox_heads;",
+     DROP TABLE inbox_heads;
+     CREATE TABLE inbox_recent (
+         agent TEXT NOT NULL,
+         seq INTEGER NOT NULL,
+         conversation_id TEXT NOT NULL,
+         message TEXT NOT NULL
+     );
+     CREATE INDEX inbox_recent_agent ON inbox_recent (agent, seq);
+     CREATE TABLE parties_recent (
+         agent TEXT NOT NULL,
+         conversation_id TEXT NOT NULL
+     );",
 ];
 
 /// How far a commit must get before it is acknowledged.
@@ -248,6 +271,7 @@ impl SqliteStore {
             connection,
             versions: Remembered::default(),
             inbox_heads: Remembered::default(),
+            recent: None,
             _lock: lock,
         };
         let writer_thread = thread::Builder::new()
@@ -395,8 +419,56 @@ struct Writer {
     versions: Remembered<Arc<str>>,
     /// Agent → last inbox sequence number written.
     inbox_heads: Remembered<AgentId>,
+    /// Rows in the recent tables; `None`: count them.
+    recent: Option<Recent>,
     /// Held for as long as the writer runs; see the module docs.
     _lock: File,
+}
+
+/// Rows waiting in `inbox_recent` and `parties_recent`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    inbox: usize,
+    parties: usize,
+}
+
+impl Recent {
+    fn count(connection: &Connection) -> Result<Recent, rusqlite::Error> {
+        let rows = |table: &str| -> Result<usize, rusqlite::Error> {
+            let rows: i64 =
+                connection.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                    row.get(0)
+                })?;
+            Ok(usize::try_from(rows).unwrap_or(0))
+        };
+        Ok(Recent {
+            inbox: rows("inbox_recent")?,
+            parties: rows("parties_recent")?,
+        })
+    }
+
+    /// Moves the recent rows into the tables clustered by agent once there are enough.
+    fn settle(&mut self, connection: &Connection) -> Result<(), rusqlite::Error> {
+        if self.inbox >= RECENT_ROWS {
+            connection.execute_batch(
+                "INSERT INTO inbox (agent, seq, conversation_id, message)
+                     SELECT agent, seq, conversation_id, message FROM inbox_recent
+                     ORDER BY agent, seq;
+                 DELETE FROM inbox_recent;",
+            )?;
+            self.inbox = 0;
+        }
+        if self.parties >= RECENT_ROWS {
+            connection.execute_batch(
+                "INSERT OR IGNORE INTO parties (agent, conversation_id)
+                     SELECT agent, conversation_id FROM parties_recent
+                     ORDER BY agent, conversation_id;
+                 DELETE FROM parties_recent;",
+            )?;
+            self.parties = 0;
+        }
+        Ok(())
+    }
 }
 
 enum Answer {
@@ -436,14 +508,20 @@ impl Writer {
             connection,
             versions,
             inbox_heads,
+            recent,
             ..
         } = self;
-        let outcome = (|| -> Result<(), rusqlite::Error> {
+        let outcome = (|| -> Result<Recent, rusqlite::Error> {
             let transaction = connection.transaction()?;
+            let mut counts = match *recent {
+                Some(counts) => counts,
+                None => Recent::count(&transaction)?,
+            };
             for job in batch {
                 answers.push(match job {
                     Job::Commit(commit, reply) => {
-                        let result = apply_commit(&transaction, versions, inbox_heads, commit)?;
+                        let result =
+                            apply_commit(&transaction, versions, inbox_heads, &mut counts, commit)?;
                         Answer::Commit(reply, result)
                     }
                     Job::ClaimDue(now, limit, reply) => {
@@ -456,8 +534,12 @@ impl Writer {
                     }
                 });
             }
-            transaction.commit()
+            counts.settle(&transaction)?;
+            transaction.commit()?;
+            Ok(counts)
         })();
+        *recent = outcome.as_ref().ok().copied();
+        let outcome = outcome.map(|_| ());
         if outcome.is_err() || versions.len() > MAX_REMEMBERED {
             // Rolled back: what the maps say of this batch never happened.
             versions.clear();
@@ -501,6 +583,7 @@ fn apply_commit(
     connection: &Connection,
     versions: &mut Remembered<Arc<str>>,
     inbox_heads: &mut Remembered<AgentId>,
+    recent: &mut Recent,
     commit: Encoded,
 ) -> Result<Result<(), StoreError>, rusqlite::Error> {
     let id = &commit.conversation_id;
@@ -520,11 +603,14 @@ fn apply_commit(
             return Ok(Err(StoreError::Duplicate(id.clone())));
         }
         let mut insert_party = connection.prepare_cached(
-            "INSERT INTO parties (agent, conversation_id) VALUES (?1, ?2)
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO parties_recent (agent, conversation_id) VALUES (?1, ?2)",
         )?;
-        for agent in &commit.parties {
-            insert_party.execute(params![&**agent, &**id])?;
+        for (index, agent) in commit.parties.iter().enumerate() {
+            // An agent named twice (initiator and participant) is indexed once.
+            if !commit.parties[..index].contains(agent) {
+                insert_party.execute(params![&**agent, &**id])?;
+                recent.parties += 1;
+            }
         }
     } else {
         let actual = match known {
@@ -561,7 +647,8 @@ fn apply_commit(
     }
     if !commit.deliveries.is_empty() {
         let mut insert_entry = connection.prepare_cached(
-            "INSERT INTO inbox (agent, seq, conversation_id, message) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO inbox_recent (agent, seq, conversation_id, message)
+             VALUES (?1, ?2, ?3, ?4)",
         )?;
         for (agent, conversation_id, message) in &commit.deliveries {
             let seq = match inbox_heads.get(&**agent) {
@@ -570,6 +657,7 @@ fn apply_commit(
             };
             insert_entry.execute(params![&**agent, to_sql(seq), &**conversation_id, message])?;
             inbox_heads.insert(agent.clone(), seq);
+            recent.inbox += 1;
         }
     }
     Ok(Ok(()))
@@ -578,7 +666,10 @@ fn apply_commit(
 /// The last sequence number of `agent`'s inbox, 0 if it is empty.
 fn inbox_head(connection: &Connection, agent: &str) -> Result<u64, rusqlite::Error> {
     let head: Option<i64> = connection
-        .prepare_cached("SELECT max(seq) FROM inbox WHERE agent = ?1")?
+        .prepare_cached(
+            "SELECT max(coalesce((SELECT max(seq) FROM inbox WHERE agent = ?1), 0),
+                        coalesce((SELECT max(seq) FROM inbox_recent WHERE agent = ?1), 0))",
+        )?
         .query_row(params![agent], |row| row.get(0))?;
     Ok(head.map(from_sql).unwrap_or(0))
 }
@@ -611,6 +702,7 @@ fn remove(connection: &Connection, id: &str) -> Result<(), rusqlite::Error> {
         "DELETE FROM events WHERE conversation_id = ?1",
         "DELETE FROM conversations WHERE id = ?1",
         "DELETE FROM parties WHERE conversation_id = ?1",
+        "DELETE FROM parties_recent WHERE conversation_id = ?1",
     ] {
         connection.prepare_cached(statement)?.execute(params![id])?;
     }
@@ -679,7 +771,11 @@ impl ConversationStore for SqliteStore {
             let mut select = connection
                 .prepare_cached(
                     "SELECT seq, conversation_id, message FROM inbox
-                     WHERE agent = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                     WHERE agent = ?1 AND seq > ?2
+                     UNION ALL
+                     SELECT seq, conversation_id, message FROM inbox_recent
+                     WHERE agent = ?1 AND seq > ?2
+                     ORDER BY seq LIMIT ?3",
                 )
                 .map_err(internal)?;
             let rows = select
@@ -711,7 +807,10 @@ impl ConversationStore for SqliteStore {
         self.read(move |connection| {
             let mut select = connection
                 .prepare_cached(
-                    "SELECT conversation_id FROM parties WHERE agent = ?1 ORDER BY conversation_id",
+                    "SELECT conversation_id FROM parties WHERE agent = ?1
+                     UNION
+                     SELECT conversation_id FROM parties_recent WHERE agent = ?1
+                     ORDER BY conversation_id",
                 )
                 .map_err(internal)?;
             let ids = select
@@ -756,7 +855,8 @@ fn read_events(
 mod tests {
 
     use super::*;
-    use crate::store::fixtures::{accepted, commit, started};
+    use crate::store::Delivery;
+    use crate::store::fixtures::{accepted, commit, message, started};
 
     fn temp_db(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -1085,6 +1185,97 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![2, 3, 4]
         );
+    }
+
+    #[tokio::test]
+    async fn recent_inbox_entries_and_parties_are_moved_in_bulk_and_read_throughout() {
+        let path = temp_db("recent");
+        let conversations = RECENT_ROWS / 2 + 10;
+        {
+            let store = Arc::new(SqliteStore::open(&path).expect("open"));
+            let tasks: Vec<_> = (0..conversations)
+                .map(|n| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        let id = format!("c{n:05}");
+                        store
+                            .commit(commit(&id, 0, vec![started(&id), accepted(2, &id)], None))
+                            .await
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("task").expect("commit");
+            }
+            // Past the threshold: the parties (alice, bob per conversation) moved at least once.
+            let moved: i64 = store
+                .reader
+                .lock()
+                .expect("reader")
+                .query_row("SELECT count(*) FROM parties", [], |row| row.get(0))
+                .expect("count");
+            assert!(moved >= RECENT_ROWS as i64, "{moved}");
+            // One large commit fills bob's inbox past the threshold too.
+            let deliveries = (0..RECENT_ROWS)
+                .map(|n| Delivery {
+                    agent: Arc::from("bob"),
+                    conversation_id: Arc::from("c00000"),
+                    message: message(&format!("bulk{n}")),
+                })
+                .collect();
+            store
+                .commit(Commit {
+                    conversation_id: Arc::from("c00000"),
+                    expected_version: 2,
+                    events: Vec::new(),
+                    deliveries,
+                    wake_at: None,
+                })
+                .await
+                .expect("bulk deliveries");
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        store
+            .commit(commit("c00001", 2, vec![accepted(3, "last")], None))
+            .await
+            .expect("append");
+        let total = conversations + RECENT_ROWS + 1;
+        let mut seen = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = store.inbox("bob", after, 500).await.expect("inbox");
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            seen.extend(page.into_iter().map(|entry| entry.seq));
+        }
+        assert_eq!(seen, (1..=total as u64).collect::<Vec<_>>());
+        let last = store
+            .inbox("bob", total as u64 - 1, 10)
+            .await
+            .expect("inbox");
+        assert_eq!(&*last[0].message.id, "last");
+        let listed = store
+            .conversations_of("alice")
+            .await
+            .expect("query")
+            .expect("indexed");
+        assert_eq!(listed.len(), conversations);
+        assert!(
+            listed.windows(2).all(|pair| pair[0] < pair[1]),
+            "in id order"
+        );
+        store.remove("c00000").await.expect("remove");
+        store
+            .remove(&listed[conversations - 1])
+            .await
+            .expect("remove");
+        let listed = store
+            .conversations_of("bob")
+            .await
+            .expect("query")
+            .expect("indexed");
+        assert_eq!(listed.len(), conversations - 2);
+        assert_eq!(&*listed[0], "c00001");
     }
 
     #[tokio::test]
