@@ -128,22 +128,14 @@ const MIGRATIONS: &[&str] = &[
 /// How far a commit must get before it is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Synchronous {
-    /// On disk: the WAL is fsynced at every (group) commit. Survives power loss. The default.
+    /// On disk: the WAL is fsynced after every (group) commit, before its commits are
+    /// answered. Survives power loss. The default.
     #[default]
     Full,
     /// In the operating system: written to the WAL, fsynced at checkpoints. Survives the
     /// engine's crash (`kill -9`) but not the machine's; several times the throughput on
     /// disks with slow fsync. `sqlite:PATH?synchronous=normal`.
     Normal,
-}
-
-impl Synchronous {
-    fn pragma(self) -> &'static str {
-        match self {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        }
-    }
 }
 
 /// A commit with its JSON already encoded (by the caller, off the writer thread).
@@ -263,15 +255,36 @@ impl SqliteStore {
             })?;
         }
         let lock = lock(&path, LOCK_TIMEOUT)?;
-        let mut connection = connect(&path, synchronous)?;
+        // SQLite itself runs with `synchronous = NORMAL` (no fsync per transaction; the WAL
+        // is synced before checkpoints, the database after them). For `Full` the syncer
+        // thread fsyncs the WAL after every batch before answering it.
+        let mut connection = connect(&path)?;
         migrate(&mut connection)?;
-        let reader = connect(&path, synchronous)?;
+        let reader = connect(&path)?;
+        let (syncer, syncer_thread) = match synchronous {
+            Synchronous::Normal => (None, None),
+            Synchronous::Full => {
+                let mut wal_path = path.clone().into_os_string();
+                wal_path.push("-wal");
+                let wal_path = PathBuf::from(wal_path);
+                let (answers, queue) = mpsc::channel();
+                let syncer = thread::Builder::new()
+                    .name("colloquy-sqlite-syncer".to_owned())
+                    .spawn(move || sync_loop(&wal_path, queue))
+                    .map_err(|error| {
+                        StoreError::Internal(format!("cannot start WAL syncer: {error}"))
+                    })?;
+                (Some(answers), Some(syncer))
+            }
+        };
         let (jobs, queue) = mpsc::channel();
         let writer = Writer {
             connection,
             versions: Remembered::default(),
             inbox_heads: Remembered::default(),
             recent: None,
+            syncer,
+            syncer_thread,
             _lock: lock,
         };
         let writer_thread = thread::Builder::new()
@@ -359,21 +372,20 @@ fn lock(path: &Path, timeout: Duration) -> Result<File, StoreError> {
     }
 }
 
-fn connect(path: &Path, synchronous: Synchronous) -> Result<Connection, StoreError> {
+fn connect(path: &Path) -> Result<Connection, StoreError> {
     let connection = Connection::open(path).map_err(|error| {
         StoreError::Unavailable(format!("cannot open {}: {error}", path.display()))
     })?;
     connection
-        .execute_batch(&format!(
+        .execute_batch(
             "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = {};
+             PRAGMA synchronous = NORMAL;
              PRAGMA busy_timeout = 5000;
              PRAGMA foreign_keys = OFF;
              PRAGMA cache_size = -65536;
              PRAGMA wal_autocheckpoint = 16384;
              PRAGMA temp_store = MEMORY;",
-            synchronous.pragma()
-        ))
+        )
         .map_err(internal)?;
     Ok(connection)
 }
@@ -421,6 +433,10 @@ struct Writer {
     inbox_heads: Remembered<AgentId>,
     /// Rows in the recent tables; `None`: count them.
     recent: Option<Recent>,
+    /// For [`Synchronous::Full`]: where committed batches go to wait for their fsync.
+    syncer: Option<mpsc::Sender<Vec<Answer>>>,
+    /// Joined when the writer stops.
+    syncer_thread: Option<thread::JoinHandle<()>>,
     /// Held for as long as the writer runs; see the module docs.
     _lock: File,
 }
@@ -500,6 +516,12 @@ impl Writer {
             }
             self.apply_batch(batch);
         }
+        // Let the syncer answer what it holds, then stop.
+        self.syncer = None;
+        if let Some(syncer) = self.syncer_thread.take() {
+            // A panicked syncer has nothing left to clean up.
+            let _ = syncer.join();
+        }
     }
 
     fn apply_batch(&mut self, batch: Vec<Job>) {
@@ -547,25 +569,68 @@ impl Writer {
         if outcome.is_err() || inbox_heads.len() > MAX_REMEMBERED {
             inbox_heads.clear();
         }
-        for answer in answers {
-            // A dropped receiver means its caller went away; nothing to tell.
-            match (answer, &outcome) {
-                (Answer::Commit(reply, result), Ok(())) => drop(reply.send(result)),
-                (Answer::Claim(reply, result), Ok(())) => drop(reply.send(result)),
-                (Answer::Remove(reply, result), Ok(())) => drop(reply.send(result)),
-                (Answer::Commit(reply, _), Err(error)) => drop(reply.send(Err(unavailable(error)))),
-                (Answer::Claim(reply, _), Err(error)) => drop(reply.send(Err(unavailable(error)))),
-                (Answer::Remove(reply, _), Err(error)) => drop(reply.send(Err(unavailable(error)))),
+        match outcome {
+            Ok(()) => match &self.syncer {
+                // Answered once the WAL is on disk.
+                Some(syncer) => {
+                    if let Err(mpsc::SendError(answers)) = syncer.send(answers) {
+                        send_answers(answers, Some("the WAL syncer has stopped"));
+                    }
+                }
+                None => send_answers(answers, None),
+            },
+            Err(error) => {
+                tracing::error!(%error, "SQLite transaction failed; its commits were refused");
+                send_answers(answers, Some(&format!("SQLite write failed: {error}")));
             }
-        }
-        if let Err(error) = outcome {
-            tracing::error!(%error, "SQLite transaction failed; its commits were refused");
         }
     }
 }
 
-fn unavailable(error: &rusqlite::Error) -> StoreError {
-    StoreError::Unavailable(format!("SQLite write failed: {error}"))
+/// Answers every job of a batch: with its result, or all with
+/// [`StoreError::Unavailable`] for `failure`.
+fn send_answers(answers: Vec<Answer>, failure: Option<&str>) {
+    let refused = || StoreError::Unavailable(failure.unwrap_or_default().to_owned());
+    for answer in answers {
+        // A dropped receiver means its caller went away; nothing to tell.
+        match (answer, failure) {
+            (Answer::Commit(reply, result), None) => drop(reply.send(result)),
+            (Answer::Claim(reply, result), None) => drop(reply.send(result)),
+            (Answer::Remove(reply, result), None) => drop(reply.send(result)),
+            (Answer::Commit(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Claim(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Remove(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+        }
+    }
+}
+
+/// The WAL syncer of [`Synchronous::Full`]: takes the answers of every batch the writer has
+/// committed (with `synchronous = NORMAL`: written to the WAL, not yet synced), syncs the
+/// WAL file once for all of them and answers them. The writer meanwhile applies the next
+/// batch, so the fsync no longer stalls it.
+fn sync_loop(wal_path: &Path, queue: mpsc::Receiver<Vec<Answer>>) {
+    let mut wal: Option<File> = None;
+    while let Ok(mut answers) = queue.recv() {
+        while let Ok(more) = queue.try_recv() {
+            answers.extend(more);
+        }
+        let synced = match &wal {
+            Some(file) => file.sync_data(),
+            None => match File::options().write(true).open(wal_path) {
+                Ok(file) => file.sync_data().map(|()| wal = Some(file)),
+                // No WAL yet: the batch wrote nothing (every commit in it was refused).
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(error) => Err(error),
+            },
+        };
+        match synced {
+            Ok(()) => send_answers(answers, None),
+            Err(error) => {
+                tracing::error!(%error, "cannot sync the SQLite WAL; its commits were refused");
+                send_answers(answers, Some(&format!("cannot sync the WAL: {error}")));
+            }
+        }
+    }
 }
 
 /// The stored version of a conversation, 0 if there is none.
