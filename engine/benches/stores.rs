@@ -18,6 +18,9 @@
 //! Arguments: `--conversations N` (in-process, per backend; default 20 000), `--seconds S`
 //! (HTTP, per backend; default 5), `--clients C`, `--backends LIST` (comma-separated among
 //! `sqlite`, `redis`; default both; memory always runs, as the reference).
+//!
+//! The last column, SQLite only (Linux), is the CPU time of the store's writer and syncer
+//! threads per message: steadier than messages per second on a shared, noisy machine.
 
 use std::collections::HashMap;
 use std::net::TcpListener as StdListener;
@@ -52,8 +55,8 @@ fn arg(name: &str, default: usize) -> usize {
 }
 
 /// CPU time (user + system, in clock ticks of 10 ms) each of this process's threads named
-/// `colloquy-sqlite…` (the SQLite writers) has spent so far, by thread id; empty without
-/// Linux's `/proc`.
+/// `colloquy-sqlite…` (the SQLite writer and, for `synchronous = FULL`, its WAL syncer) has
+/// spent so far, by thread id; empty without Linux's `/proc`.
 fn writer_ticks() -> HashMap<String, u64> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return HashMap::new();
@@ -411,7 +414,10 @@ fn main() {
         "request conversations (3 messages each), {clients} concurrent clients; \
          in-process {conversations} conversations, HTTP {seconds}s per backend"
     );
-    println!("(writer µs/msg: CPU time of the SQLite writer thread per message)");
+    println!(
+        "(writer µs/msg: CPU time of the SQLite writer and syncer threads per message, \
+         in-process/HTTP)"
+    );
     println!(
         "{:<28} {:>14} {:>8} {:>14} {:>8} {:>15}",
         "backend", "in-process/s", "ratio", "HTTP msg/s", "ratio", "writer µs/msg"

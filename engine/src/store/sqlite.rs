@@ -2,10 +2,20 @@
 //!
 //! Writes go through one writer thread that applies every commit waiting in its queue inside
 //! one transaction and then answers all of them: **group commit**, one fsync for a batch
-//! instead of one per message. A commit is answered only after the transaction is durable
-//! (`synchronous = FULL`; [`Synchronous::Normal`] trades power-loss durability for speed).
-//! Reads use a separate connection; WAL lets them run beside the writer and see exactly what
-//! was committed.
+//! instead of one per message. A commit is answered only after the transaction is durable.
+//! SQLite itself runs with `synchronous = NORMAL`; with [`Synchronous::Full`] (the default)
+//! a second thread, the *syncer*, fsyncs the WAL after each batch and only then answers its
+//! commits, while the writer already applies the next batch. [`Synchronous::Normal`] answers
+//! right after the transaction (in the OS, not on disk). Reads use a separate connection;
+//! WAL lets them run beside the writer. They see a batch as soon as the writer committed it,
+//! which under `Full` can be up to one fsync before its commits are answered: after a power
+//! loss (not after a crash of the engine) a reader may have seen a write that was never
+//! acknowledged and is gone.
+//!
+//! Each dirty page costs one WAL frame per transaction, so the layout keeps the pages a
+//! batch touches few: one `events` row per commit, appended; new inbox entries and party
+//! rows appended to `inbox_recent` and `parties_recent` and moved into the tables clustered
+//! by agent every [`RECENT_ROWS`] rows (reads look at both).
 //!
 //! The writer thread runs only SQL: callers encode events and messages to JSON before they
 //! queue a commit. It keeps the version of every conversation it has seen and the last
@@ -51,7 +61,7 @@ type Remembered<K> = HashMap<K, u64, foldhash::fast::RandomState>;
 /// moves them into `inbox` (`parties`). Small enough that the index of recent inbox entries
 /// is a few pages and a scan of recent parties is quick; large enough that each agent gets
 /// several rows per move.
-const RECENT_ROWS: usize = 2048;
+pub const RECENT_ROWS: usize = 2048;
 
 /// How long [`SqliteStore::open`] waits for another process to let go of the file.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
