@@ -16,8 +16,13 @@
 //! is left out and the output says so.
 //!
 //! Arguments: `--conversations N` (in-process, per backend; default 20 000), `--seconds S`
-//! (HTTP, per backend; default 5), `--clients C`.
+//! (HTTP, per backend; default 5), `--clients C`, `--backends LIST` (comma-separated among
+//! `sqlite`, `redis`; default both; memory always runs, as the reference).
+//!
+//! The last column, SQLite only (Linux), is the CPU time of the store's writer and syncer
+//! threads per message: steadier than messages per second on a shared, noisy machine.
 
+use std::collections::HashMap;
 use std::net::TcpListener as StdListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,6 +54,53 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// CPU time (user + system, in clock ticks of 10 ms) each of this process's threads named
+/// `colloquy-sqlite…` (the SQLite writer and, for `synchronous = FULL`, its WAL syncer) has
+/// spent so far, by thread id; empty without Linux's `/proc`.
+fn writer_ticks() -> HashMap<String, u64> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return HashMap::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            if !name.starts_with("colloquy-sqlite") {
+                return None;
+            }
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            // After the parenthesised name: state is field 3, utime 14, stime 15.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks =
+                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+            Some((task.file_name().to_string_lossy().into_owned(), ticks))
+        })
+        .collect()
+}
+
+/// Messages per second, and writer CPU microseconds per message.
+type Measured = (f64, f64);
+
+/// Writer CPU microseconds per message over a workload that began at `ticks`.
+fn writer_us_per_message(ticks: HashMap<String, u64>, messages: usize) -> f64 {
+    let spent: u64 = writer_ticks()
+        .into_iter()
+        .map(|(thread, now)| now.saturating_sub(ticks.get(&thread).copied().unwrap_or(0)))
+        .sum();
+    spent as f64 * 10_000.0 / messages.max(1) as f64
+}
+
+/// Whether `--backends` (default: all) names `backend`.
+fn wanted(backend: &str) -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--backends") {
+        Some(i) => args
+            .get(i + 1)
+            .is_some_and(|list| list.split(',').any(|name| name.trim() == backend)),
+        None => true,
+    }
+}
+
 fn catalog() -> Catalog {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
     let templates = TemplateCompiler::new()
@@ -75,7 +127,7 @@ async fn in_process(
     store: Arc<dyn ConversationStore>,
     conversations: usize,
     clients: usize,
-) -> f64 {
+) -> Measured {
     let engine = Arc::new(Engine::new(
         Arc::new(catalog()),
         store,
@@ -83,6 +135,7 @@ async fn in_process(
         EngineConfig::default(),
     ));
     let next = Arc::new(AtomicUsize::new(0));
+    let ticks = writer_ticks();
     let began = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|client| {
@@ -108,11 +161,14 @@ async fn in_process(
     for task in tasks {
         task.await.expect("client");
     }
-    (conversations * 3) as f64 / began.elapsed().as_secs_f64()
+    (
+        (conversations * 3) as f64 / began.elapsed().as_secs_f64(),
+        writer_us_per_message(ticks, conversations * 3),
+    )
 }
 
 /// Messages/s over HTTP for `seconds`, after a one-second warm-up.
-async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usize) -> f64 {
+async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usize) -> Measured {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -171,10 +227,15 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let ticks = writer_ticks();
     counting.store(true, Ordering::Relaxed);
     let began = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let rate = messages.load(Ordering::Relaxed) as f64 / began.elapsed().as_secs_f64();
+    let counted = messages.load(Ordering::Relaxed);
+    let rate = (
+        counted as f64 / began.elapsed().as_secs_f64(),
+        writer_us_per_message(ticks, counted),
+    );
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.expect("client");
@@ -280,26 +341,29 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let spawned = match std::env::var("COLLOQUY_BENCH_REDIS") {
         Ok(_) => None,
-        Err(_) => RedisServer::start(),
+        Err(_) if wanted("redis") => RedisServer::start(),
+        Err(_) => None,
     };
     let redis_url = std::env::var("COLLOQUY_BENCH_REDIS")
         .ok()
-        .or_else(|| spawned.as_ref().map(|server| server.url.clone()));
+        .or_else(|| spawned.as_ref().map(|server| server.url.clone()))
+        .filter(|_| wanted("redis"));
 
     let spawned = &spawned;
     let rows = runtime.block_on(async {
         // Warm-up: code paths and allocator.
         in_process(Arc::new(MemoryStore::new()), 2_000, clients).await;
-        let mut rows: Vec<(&str, f64, f64)> = Vec::new();
+        let mut rows: Vec<(&str, Measured, Measured)> = Vec::new();
         let memory = (
             in_process(Arc::new(MemoryStore::new()), conversations, clients).await,
             over_http(Arc::new(MemoryStore::new()), seconds, clients).await,
         );
         rows.push(("memory", memory.0, memory.1));
-        for (name, synchronous) in [
+        let sqlite_runs = [
             ("sqlite (synchronous=FULL)", Synchronous::Full),
             ("sqlite (synchronous=NORMAL)", Synchronous::Normal),
-        ] {
+        ];
+        for (name, synchronous) in sqlite_runs.into_iter().filter(|_| wanted("sqlite")) {
             let run = format!("{synchronous:?}");
             let sqlite = (
                 in_process(
@@ -339,7 +403,7 @@ fn main() {
                     _ => println!("redis at {url} unreachable: left out"),
                 }
             }
-        } else {
+        } else if wanted("redis") {
             println!("no redis-server on PATH and no COLLOQUY_BENCH_REDIS: redis left out");
         }
         rows
@@ -351,13 +415,17 @@ fn main() {
          in-process {conversations} conversations, HTTP {seconds}s per backend"
     );
     println!(
-        "{:<28} {:>14} {:>8} {:>14} {:>8}",
-        "backend", "in-process/s", "ratio", "HTTP msg/s", "ratio"
+        "(writer µs/msg: CPU time of the SQLite writer and syncer threads per message, \
+         in-process/HTTP)"
     );
-    let (memory_in, memory_http) = (rows[0].1, rows[0].2);
-    for (name, inside, http) in &rows {
+    println!(
+        "{:<28} {:>14} {:>8} {:>14} {:>8} {:>15}",
+        "backend", "in-process/s", "ratio", "HTTP msg/s", "ratio", "writer µs/msg"
+    );
+    let (memory_in, memory_http) = (rows[0].1.0, rows[0].2.0);
+    for (name, (inside, inside_writer), (http, http_writer)) in &rows {
         println!(
-            "{name:<28} {inside:>14.0} {:>7.2}x {http:>14.0} {:>7.2}x",
+            "{name:<28} {inside:>14.0} {:>7.2}x {http:>14.0} {:>7.2}x {inside_writer:>7.1}/{http_writer:<7.1}",
             inside / memory_in,
             http / memory_http
         );

@@ -1,29 +1,70 @@
 //! The SQLite store: the embedded default. One database file in WAL mode.
 //!
 //! Writes go through one writer thread that applies every commit waiting in its queue inside
-//! one transaction (each commit under its own savepoint, so one stale version fails only that
-//! commit) and then answers all of them: **group commit**, one fsync for a batch instead of
-//! one per message. A commit is answered only after the transaction is durable
-//! (`synchronous = FULL`; [`Synchronous::Normal`] trades power-loss durability for speed). Reads use a separate connection; WAL lets them run beside the
-//! writer and see exactly what was committed.
+//! one transaction and then answers all of them: **group commit**, one fsync for a batch
+//! instead of one per message. A commit is answered only after the transaction is durable.
+//! SQLite itself runs with `synchronous = NORMAL`; with [`Synchronous::Full`] (the default)
+//! a second thread, the *syncer*, fsyncs the WAL after each batch and only then answers its
+//! commits, while the writer already applies the next batch. [`Synchronous::Normal`] answers
+//! right after the transaction (in the OS, not on disk). Reads use a separate connection;
+//! WAL lets them run beside the writer. They see a batch as soon as the writer committed it,
+//! which under `Full` can be up to one fsync before its commits are answered: after a power
+//! loss (not after a crash of the engine) a reader may have seen a write that was never
+//! acknowledged and is gone.
+//!
+//! Each dirty page costs one WAL frame per transaction, so the layout keeps the pages a
+//! batch touches few: one `events` row per commit, appended; new inbox entries and party
+//! rows appended to `inbox_recent` and `parties_recent` and moved into the tables clustered
+//! by agent every [`RECENT_ROWS`] rows (reads look at both).
+//!
+//! The writer thread runs only SQL: callers encode events and messages to JSON before they
+//! queue a commit. It keeps the version of every conversation it has seen and the last
+//! sequence number of every inbox it has written in memory, so a stale or duplicate commit is
+//! refused before any SQL runs and the transaction needs no savepoint per commit; an SQL
+//! error fails the whole batch (every commit in it is answered
+//! [`StoreError::Unavailable`]) and empties those maps, which refill from the tables.
+//!
+//! **One process owns the file.** Those in-memory versions are only right if nothing else
+//! writes the database, so [`SqliteStore::open`] takes an exclusive advisory lock on a side
+//! file (`PATH.lock`) for as long as the store lives; a second process (another `colloquy
+//! serve` on the same file) gets a clear error instead of corrupting the version checks.
+//! Several engine processes share a store through Redis.
 
+use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use colloquy_protocol::event::ConversationEvent;
-use colloquy_protocol::message::Message;
+use colloquy_protocol::event::EventKind;
+use colloquy_protocol::message::{AgentId, Message};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
-
-use colloquy_protocol::event::EventKind;
 
 use super::{CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, StoreError};
 
 /// Most commits applied in one transaction. Bounds the latency a large batch adds to the
 /// first commit in it.
 pub const MAX_GROUP_COMMIT: usize = 512;
+
+/// Most conversations (and, separately, inboxes) the writer remembers; past that it forgets
+/// them all after a transaction and reads them back from the tables as they come up.
+const MAX_REMEMBERED: usize = 200_000;
+
+/// What the writer remembers per conversation or inbox.
+type Remembered<K> = HashMap<K, u64, foldhash::fast::RandomState>;
+
+/// How many rows `inbox_recent` (and, separately, `parties_recent`) collect before the writer
+/// moves them into `inbox` (`parties`). Small enough that the index of recent inbox entries
+/// is a few pages and a scan of recent parties is quick; large enough that each agent gets
+/// several rows per move.
+pub const RECENT_ROWS: usize = 2048;
+
+/// How long [`SqliteStore::open`] waits for another process to let go of the file.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Schema migrations, in order; `PRAGMA user_version` records how many have run.
 const MIGRATIONS: &[&str] = &[
@@ -57,12 +98,48 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (agent, conversation_id)
      ) WITHOUT ROWID;
      CREATE INDEX parties_conversation ON parties (conversation_id);",
+    // 2: fewer pages written per transaction (each dirty page is a WAL frame).
+    // - One `events` row per commit: its events as one JSON array, keyed by the
+    //   conversation and the commit's last seq. A rowid table, so rows are appended in
+    //   commit order (a batch dirties the pages it adds, not a page per active
+    //   conversation), with an index for reads.
+    // - New inbox entries and party rows go to `inbox_recent` and `parties_recent`, appended
+    //   in commit order; the writer moves them into `inbox` and `parties` (clustered by
+    //   agent) in bulk every `RECENT_ROWS` rows, so a batch does not dirty a page per agent.
+    //   Reads look at both.
+    // - Inbox sequences continue from the newest entry of each inbox (`max(seq)` over both
+    //   tables; inboxes are never trimmed, and trimming must keep each agent's newest
+    //   entry), so the separate heads table goes.
+    "CREATE TABLE event_log (
+         conversation_id TEXT NOT NULL,
+         last_seq INTEGER NOT NULL,
+         body TEXT NOT NULL
+     );
+     INSERT INTO event_log (conversation_id, last_seq, body)
+         SELECT conversation_id, seq, '[' || body || ']' FROM events
+         ORDER BY conversation_id, seq;
+     DROP TABLE events;
+     ALTER TABLE event_log RENAME TO events;
+     CREATE UNIQUE INDEX events_by_conversation ON events (conversation_id, last_seq);
+     DROP TABLE inbox_heads;
+     CREATE TABLE inbox_recent (
+         agent TEXT NOT NULL,
+         seq INTEGER NOT NULL,
+         conversation_id TEXT NOT NULL,
+         message TEXT NOT NULL
+     );
+     CREATE INDEX inbox_recent_agent ON inbox_recent (agent, seq);
+     CREATE TABLE parties_recent (
+         agent TEXT NOT NULL,
+         conversation_id TEXT NOT NULL
+     );",
 ];
 
 /// How far a commit must get before it is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Synchronous {
-    /// On disk: the WAL is fsynced at every (group) commit. Survives power loss. The default.
+    /// On disk: the WAL is fsynced after every (group) commit, before its commits are
+    /// answered. Survives power loss. The default.
     #[default]
     Full,
     /// In the operating system: written to the WAL, fsynced at checkpoints. Survives the
@@ -71,17 +148,66 @@ pub enum Synchronous {
     Normal,
 }
 
-impl Synchronous {
-    fn pragma(self) -> &'static str {
-        match self {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        }
+/// A commit with its JSON already encoded (by the caller, off the writer thread).
+struct Encoded {
+    conversation_id: Arc<str>,
+    expected_version: u64,
+    new_version: u64,
+    wake_at: Option<i64>,
+    /// The events as one JSON array, or `None` for a commit without events.
+    events: Option<String>,
+    /// The parties to index, for a commit that starts the conversation.
+    parties: Vec<AgentId>,
+    /// Receiver, conversation, message JSON.
+    deliveries: Vec<(AgentId, Arc<str>, String)>,
+}
+
+impl Encoded {
+    fn new(commit: Commit) -> Result<Encoded, StoreError> {
+        let Commit {
+            conversation_id,
+            expected_version,
+            events,
+            deliveries,
+            wake_at,
+        } = commit;
+        let parties = match events.first().map(|event| &event.kind) {
+            Some(EventKind::Started(started)) if expected_version == 0 => {
+                std::iter::once(&started.initiator)
+                    .chain(&started.participants)
+                    .cloned()
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let deliveries = deliveries
+            .into_iter()
+            .map(|delivery| {
+                Ok((
+                    delivery.agent,
+                    delivery.conversation_id,
+                    encode(&*delivery.message)?,
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Encoded {
+            conversation_id,
+            expected_version,
+            new_version: expected_version + events.len() as u64,
+            wake_at: wake_at.map(to_sql),
+            events: if events.is_empty() {
+                None
+            } else {
+                Some(encode(&events)?)
+            },
+            parties,
+            deliveries,
+        })
     }
 }
 
 enum Job {
-    Commit(Commit, oneshot::Sender<Result<(), StoreError>>),
+    Commit(Encoded, oneshot::Sender<Result<(), StoreError>>),
     ClaimDue(
         u64,
         usize,
@@ -94,6 +220,8 @@ enum Job {
 pub struct SqliteStore {
     path: PathBuf,
     writer: mpsc::Sender<Job>,
+    /// Joined on drop, so the file (and its lock) is free when the store is gone.
+    writer_thread: Option<thread::JoinHandle<()>>,
     reader: Arc<Mutex<Connection>>,
 }
 
@@ -102,6 +230,18 @@ impl std::fmt::Debug for SqliteStore {
         f.debug_struct("SqliteStore")
             .field("path", &self.path)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Closing the queue stops the writer once it has answered what was queued.
+        let (closed, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.writer, closed));
+        if let Some(writer) = self.writer_thread.take() {
+            // A panicked writer has nothing left to clean up.
+            let _ = writer.join();
+        }
     }
 }
 
@@ -124,17 +264,47 @@ impl SqliteStore {
                 StoreError::Unavailable(format!("cannot create {}: {error}", parent.display()))
             })?;
         }
-        let mut writer = connect(&path, synchronous)?;
-        migrate(&mut writer)?;
-        let reader = connect(&path, synchronous)?;
+        let lock = lock(&path, LOCK_TIMEOUT)?;
+        // SQLite itself runs with `synchronous = NORMAL` (no fsync per transaction; the WAL
+        // is synced before checkpoints, the database after them). For `Full` the syncer
+        // thread fsyncs the WAL after every batch before answering it.
+        let mut connection = connect(&path)?;
+        migrate(&mut connection)?;
+        let reader = connect(&path)?;
+        let (syncer, syncer_thread) = match synchronous {
+            Synchronous::Normal => (None, None),
+            Synchronous::Full => {
+                let mut wal_path = path.clone().into_os_string();
+                wal_path.push("-wal");
+                let wal_path = PathBuf::from(wal_path);
+                let (answers, queue) = mpsc::channel();
+                let syncer = thread::Builder::new()
+                    .name("colloquy-sqlite-syncer".to_owned())
+                    .spawn(move || sync_loop(&wal_path, queue))
+                    .map_err(|error| {
+                        StoreError::Internal(format!("cannot start WAL syncer: {error}"))
+                    })?;
+                (Some(answers), Some(syncer))
+            }
+        };
         let (jobs, queue) = mpsc::channel();
-        thread::Builder::new()
+        let writer = Writer {
+            connection,
+            versions: Remembered::default(),
+            inbox_heads: Remembered::default(),
+            recent: None,
+            syncer,
+            syncer_thread,
+            _lock: lock,
+        };
+        let writer_thread = thread::Builder::new()
             .name("colloquy-sqlite-writer".to_owned())
-            .spawn(move || write_loop(writer, queue))
+            .spawn(move || writer.run(queue))
             .map_err(|error| StoreError::Internal(format!("cannot start writer: {error}")))?;
         Ok(SqliteStore {
             path,
             writer: jobs,
+            writer_thread: Some(writer_thread),
             reader: Arc::new(Mutex::new(reader)),
         })
     }
@@ -174,21 +344,58 @@ impl SqliteStore {
     }
 }
 
-fn connect(path: &Path, synchronous: Synchronous) -> Result<Connection, StoreError> {
+/// Takes the exclusive advisory lock on `PATH.lock`, waiting up to `timeout` for a process
+/// that is going away (the lock goes with its holder, also on `kill -9`).
+fn lock(path: &Path, timeout: Duration) -> Result<File, StoreError> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let lock_path = path.with_file_name(name);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|error| {
+            StoreError::Unavailable(format!("cannot open {}: {error}", lock_path.display()))
+        })?;
+    let began = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if began.elapsed() < timeout => {
+                thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Unavailable(format!(
+                    "{} is in use by another process (another `colloquy serve`?): \
+                     one process owns a SQLite store; share one through Redis instead",
+                    path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(error)) => {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot lock {}: {error}",
+                    lock_path.display()
+                )));
+            }
+        }
+    }
+}
+
+fn connect(path: &Path) -> Result<Connection, StoreError> {
     let connection = Connection::open(path).map_err(|error| {
         StoreError::Unavailable(format!("cannot open {}: {error}", path.display()))
     })?;
     connection
-        .execute_batch(&format!(
+        .execute_batch(
             "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = {};
+             PRAGMA synchronous = NORMAL;
              PRAGMA busy_timeout = 5000;
              PRAGMA foreign_keys = OFF;
              PRAGMA cache_size = -65536;
              PRAGMA wal_autocheckpoint = 16384;
              PRAGMA temp_store = MEMORY;",
-            synchronous.pragma()
-        ))
+        )
         .map_err(internal)?;
     Ok(connection)
 }
@@ -218,7 +425,7 @@ fn internal(error: rusqlite::Error) -> StoreError {
     StoreError::Internal(error.to_string())
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|error| StoreError::Internal(error.to_string()))
 }
 
@@ -227,18 +434,66 @@ fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
         .map_err(|error| StoreError::Internal(format!("corrupt row: {error}")))
 }
 
-/// The writer thread: waits for a job, takes every job queued behind it, applies them in one
-/// transaction, answers them all.
-fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Job>) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_GROUP_COMMIT {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
+/// The writer thread's state: its connection and what it remembers of the tables.
+struct Writer {
+    connection: Connection,
+    /// Conversation id → version (0: does not exist), as of the writer's last statement.
+    versions: Remembered<Arc<str>>,
+    /// Agent → last inbox sequence number written.
+    inbox_heads: Remembered<AgentId>,
+    /// Rows in the recent tables; `None`: count them.
+    recent: Option<Recent>,
+    /// For [`Synchronous::Full`]: where committed batches go to wait for their fsync.
+    syncer: Option<mpsc::Sender<Vec<Answer>>>,
+    /// Joined when the writer stops.
+    syncer_thread: Option<thread::JoinHandle<()>>,
+    /// Held for as long as the writer runs; see the module docs.
+    _lock: File,
+}
+
+/// Rows waiting in `inbox_recent` and `parties_recent`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    inbox: usize,
+    parties: usize,
+}
+
+impl Recent {
+    fn count(connection: &Connection) -> Result<Recent, rusqlite::Error> {
+        let rows = |table: &str| -> Result<usize, rusqlite::Error> {
+            let rows: i64 =
+                connection.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                    row.get(0)
+                })?;
+            Ok(usize::try_from(rows).unwrap_or(0))
+        };
+        Ok(Recent {
+            inbox: rows("inbox_recent")?,
+            parties: rows("parties_recent")?,
+        })
+    }
+
+    /// Moves the recent rows into the tables clustered by agent once there are enough.
+    fn settle(&mut self, connection: &Connection) -> Result<(), rusqlite::Error> {
+        if self.inbox >= RECENT_ROWS {
+            connection.execute_batch(
+                "INSERT INTO inbox (agent, seq, conversation_id, message)
+                     SELECT agent, seq, conversation_id, message FROM inbox_recent
+                     ORDER BY agent, seq;
+                 DELETE FROM inbox_recent;",
+            )?;
+            self.inbox = 0;
         }
-        apply_batch(&mut connection, batch);
+        if self.parties >= RECENT_ROWS {
+            connection.execute_batch(
+                "INSERT OR IGNORE INTO parties (agent, conversation_id)
+                     SELECT agent, conversation_id FROM parties_recent
+                     ORDER BY agent, conversation_id;
+                 DELETE FROM parties_recent;",
+            )?;
+            self.parties = 0;
+        }
+        Ok(())
     }
 }
 
@@ -257,201 +512,275 @@ enum Answer {
     ),
 }
 
-fn apply_batch(connection: &mut Connection, batch: Vec<Job>) {
-    let mut answers = Vec::with_capacity(batch.len());
-    let outcome = (|| -> Result<(), rusqlite::Error> {
-        let transaction = connection.transaction()?;
-        for job in batch {
-            // Cached statements rather than `Transaction::savepoint`, which parses its SQL
-            // every time: this runs once per commit on the one writer thread.
-            transaction.prepare_cached("SAVEPOINT job")?.execute([])?;
-            let answer = match job {
-                Job::Commit(commit, reply) => {
-                    let result = apply_commit(&transaction, commit);
-                    Answer::Commit(reply, result)
+impl Writer {
+    /// Waits for a job, takes every job queued behind it, applies them in one transaction,
+    /// answers them all.
+    fn run(mut self, queue: mpsc::Receiver<Job>) {
+        while let Ok(first) = queue.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_GROUP_COMMIT {
+                match queue.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
                 }
-                Job::ClaimDue(now, limit, reply) => {
-                    Answer::Claim(reply, claim_due(&transaction, now, limit))
-                }
-                Job::Remove(id, reply) => Answer::Remove(reply, remove(&transaction, &id)),
-            };
-            let failed = match &answer {
-                Answer::Commit(_, result) | Answer::Remove(_, result) => result.is_err(),
-                Answer::Claim(_, result) => result.is_err(),
-            };
-            if failed {
-                transaction.prepare_cached("ROLLBACK TO job")?.execute([])?;
             }
-            transaction.prepare_cached("RELEASE job")?.execute([])?;
-            answers.push(answer);
+            self.apply_batch(batch);
         }
-        transaction.commit()
-    })();
+        // Let the syncer answer what it holds, then stop.
+        self.syncer = None;
+        if let Some(syncer) = self.syncer_thread.take() {
+            // A panicked syncer has nothing left to clean up.
+            let _ = syncer.join();
+        }
+    }
+
+    fn apply_batch(&mut self, batch: Vec<Job>) {
+        let mut answers = Vec::with_capacity(batch.len());
+        let Writer {
+            connection,
+            versions,
+            inbox_heads,
+            recent,
+            ..
+        } = self;
+        let outcome = (|| -> Result<Recent, rusqlite::Error> {
+            let transaction = connection.transaction()?;
+            let mut counts = match *recent {
+                Some(counts) => counts,
+                None => Recent::count(&transaction)?,
+            };
+            for job in batch {
+                answers.push(match job {
+                    Job::Commit(commit, reply) => {
+                        let result =
+                            apply_commit(&transaction, versions, inbox_heads, &mut counts, commit)?;
+                        Answer::Commit(reply, result)
+                    }
+                    Job::ClaimDue(now, limit, reply) => {
+                        Answer::Claim(reply, Ok(claim_due(&transaction, now, limit)?))
+                    }
+                    Job::Remove(id, reply) => {
+                        remove(&transaction, &id)?;
+                        versions.insert(Arc::from(id), 0);
+                        Answer::Remove(reply, Ok(()))
+                    }
+                });
+            }
+            counts.settle(&transaction)?;
+            transaction.commit()?;
+            Ok(counts)
+        })();
+        *recent = outcome.as_ref().ok().copied();
+        let outcome = outcome.map(|_| ());
+        if outcome.is_err() || versions.len() > MAX_REMEMBERED {
+            // Rolled back: what the maps say of this batch never happened.
+            versions.clear();
+        }
+        if outcome.is_err() || inbox_heads.len() > MAX_REMEMBERED {
+            inbox_heads.clear();
+        }
+        match outcome {
+            Ok(()) => match &self.syncer {
+                // Answered once the WAL is on disk.
+                Some(syncer) => {
+                    if let Err(mpsc::SendError(answers)) = syncer.send(answers) {
+                        send_answers(answers, Some("the WAL syncer has stopped"));
+                    }
+                }
+                None => send_answers(answers, None),
+            },
+            Err(error) => {
+                tracing::error!(%error, "SQLite transaction failed; its commits were refused");
+                send_answers(answers, Some(&format!("SQLite write failed: {error}")));
+            }
+        }
+    }
+}
+
+/// Answers every job of a batch: with its result, or all with
+/// [`StoreError::Unavailable`] for `failure`.
+fn send_answers(answers: Vec<Answer>, failure: Option<&str>) {
+    let refused = || StoreError::Unavailable(failure.unwrap_or_default().to_owned());
     for answer in answers {
         // A dropped receiver means its caller went away; nothing to tell.
-        match (answer, &outcome) {
-            (Answer::Commit(reply, result), Ok(())) => drop(reply.send(result)),
-            (Answer::Claim(reply, result), Ok(())) => drop(reply.send(result)),
-            (Answer::Remove(reply, result), Ok(())) => drop(reply.send(result)),
-            (Answer::Commit(reply, _), Err(error)) => drop(reply.send(Err(unavailable(error)))),
-            (Answer::Claim(reply, _), Err(error)) => drop(reply.send(Err(unavailable(error)))),
-            (Answer::Remove(reply, _), Err(error)) => drop(reply.send(Err(unavailable(error)))),
+        match (answer, failure) {
+            (Answer::Commit(reply, result), None) => drop(reply.send(result)),
+            (Answer::Claim(reply, result), None) => drop(reply.send(result)),
+            (Answer::Remove(reply, result), None) => drop(reply.send(result)),
+            (Answer::Commit(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Claim(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Remove(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
         }
     }
-    if let Err(error) = outcome {
-        tracing::error!(%error, "SQLite transaction failed; its commits were refused");
+}
+
+/// The WAL syncer of [`Synchronous::Full`]: takes the answers of every batch the writer has
+/// committed (with `synchronous = NORMAL`: written to the WAL, not yet synced), syncs the
+/// WAL file once for all of them and answers them. The writer meanwhile applies the next
+/// batch, so the fsync no longer stalls it.
+fn sync_loop(wal_path: &Path, queue: mpsc::Receiver<Vec<Answer>>) {
+    let mut wal: Option<File> = None;
+    while let Ok(mut answers) = queue.recv() {
+        while let Ok(more) = queue.try_recv() {
+            answers.extend(more);
+        }
+        let synced = match &wal {
+            Some(file) => file.sync_data(),
+            None => match File::options().write(true).open(wal_path) {
+                Ok(file) => file.sync_data().map(|()| wal = Some(file)),
+                // No WAL yet: the batch wrote nothing (every commit in it was refused).
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(error) => Err(error),
+            },
+        };
+        match synced {
+            Ok(()) => send_answers(answers, None),
+            Err(error) => {
+                tracing::error!(%error, "cannot sync the SQLite WAL; its commits were refused");
+                send_answers(answers, Some(&format!("cannot sync the WAL: {error}")));
+            }
+        }
     }
 }
 
-fn unavailable(error: &rusqlite::Error) -> StoreError {
-    StoreError::Unavailable(format!("SQLite write failed: {error}"))
+/// The stored version of a conversation, 0 if there is none.
+fn stored_version(connection: &Connection, id: &str) -> Result<u64, rusqlite::Error> {
+    let version: Option<i64> = connection
+        .prepare_cached("SELECT version FROM conversations WHERE id = ?1")?
+        .query_row(params![id], |row| row.get(0))
+        .optional()?;
+    Ok(version.map(from_sql).unwrap_or(0))
 }
 
-fn apply_commit(connection: &Connection, commit: Commit) -> Result<(), StoreError> {
-    let Commit {
-        conversation_id,
-        expected_version,
-        events,
-        deliveries,
-        wake_at,
-    } = commit;
-    let new_version = expected_version + events.len() as u64;
-    let wake = wake_at.map(to_sql);
-    if expected_version == 0 {
+/// Applies one commit. The outer error is an SQL failure, which fails the whole batch; the
+/// inner one refuses this commit, before any of its statements ran.
+fn apply_commit(
+    connection: &Connection,
+    versions: &mut Remembered<Arc<str>>,
+    inbox_heads: &mut Remembered<AgentId>,
+    recent: &mut Recent,
+    commit: Encoded,
+) -> Result<Result<(), StoreError>, rusqlite::Error> {
+    let id = &commit.conversation_id;
+    let known = versions.get(&**id).copied();
+    if commit.expected_version == 0 {
+        if known.is_some_and(|version| version != 0) {
+            return Ok(Err(StoreError::Duplicate(id.clone())));
+        }
         let inserted = connection
             .prepare_cached(
                 "INSERT INTO conversations (id, version, wake_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (id) DO NOTHING",
-            )
-            .and_then(|mut insert| {
-                insert.execute(params![&*conversation_id, to_sql(new_version), wake])
-            })
-            .map_err(internal)?;
+            )?
+            .execute(params![&**id, to_sql(commit.new_version), commit.wake_at])?;
         if inserted == 0 {
-            return Err(StoreError::Duplicate(conversation_id));
+            versions.insert(id.clone(), stored_version(connection, id)?);
+            return Ok(Err(StoreError::Duplicate(id.clone())));
+        }
+        let mut insert_party = connection.prepare_cached(
+            "INSERT INTO parties_recent (agent, conversation_id) VALUES (?1, ?2)",
+        )?;
+        for (index, agent) in commit.parties.iter().enumerate() {
+            // An agent named twice (initiator and participant) is indexed once.
+            if !commit.parties[..index].contains(agent) {
+                insert_party.execute(params![&**agent, &**id])?;
+                recent.parties += 1;
+            }
         }
     } else {
+        let actual = match known {
+            Some(version) => version,
+            None => stored_version(connection, id)?,
+        };
+        if actual != commit.expected_version {
+            versions.insert(id.clone(), actual);
+            return Ok(Err(StoreError::Conflict {
+                id: id.clone(),
+                expected: commit.expected_version,
+                actual,
+            }));
+        }
         let updated = connection
-            .prepare_cached(
-                "UPDATE conversations SET version = ?1, wake_at = ?2 WHERE id = ?3 AND version = ?4",
-            )
-            .and_then(|mut update| {
-                update.execute(params![
-                    to_sql(new_version),
-                    wake,
-                    &*conversation_id,
-                    to_sql(expected_version)
-                ])
-            })
-            .map_err(internal)?;
+            .prepare_cached("UPDATE conversations SET version = ?1, wake_at = ?2 WHERE id = ?3")?
+            .execute(params![to_sql(commit.new_version), commit.wake_at, &**id])?;
         if updated == 0 {
-            let actual: Option<i64> = connection
-                .query_row(
-                    "SELECT version FROM conversations WHERE id = ?1",
-                    params![&*conversation_id],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(internal)?;
-            return Err(StoreError::Conflict {
-                id: conversation_id,
-                expected: expected_version,
-                actual: actual.map(from_sql).unwrap_or(0),
-            });
+            // The map said it exists and the table says it does not: something else wrote
+            // the file. Nothing of this commit ran; forget what was remembered.
+            versions.remove(&**id);
+            return Ok(Err(StoreError::Internal(format!(
+                "conversation `{id}` vanished from the database"
+            ))));
         }
     }
-    if expected_version == 0
-        && let Some(EventKind::Started(started)) = events.first().map(|event| &event.kind)
-    {
-        let mut insert_party = connection
+    versions.insert(id.clone(), commit.new_version);
+    if let Some(events) = &commit.events {
+        connection
             .prepare_cached(
-                "INSERT INTO parties (agent, conversation_id) VALUES (?1, ?2)
-                 ON CONFLICT DO NOTHING",
-            )
-            .map_err(internal)?;
-        for agent in std::iter::once(&started.initiator).chain(&started.participants) {
-            insert_party
-                .execute(params![&**agent, &*conversation_id])
-                .map_err(internal)?;
+                "INSERT INTO events (conversation_id, last_seq, body) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![&**id, to_sql(commit.new_version), events])?;
+    }
+    if !commit.deliveries.is_empty() {
+        let mut insert_entry = connection.prepare_cached(
+            "INSERT INTO inbox_recent (agent, seq, conversation_id, message)
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (agent, conversation_id, message) in &commit.deliveries {
+            let seq = match inbox_heads.get(&**agent) {
+                Some(head) => head + 1,
+                None => inbox_head(connection, agent)? + 1,
+            };
+            insert_entry.execute(params![&**agent, to_sql(seq), &**conversation_id, message])?;
+            inbox_heads.insert(agent.clone(), seq);
+            recent.inbox += 1;
         }
     }
-    let mut insert_event = connection
-        .prepare_cached("INSERT INTO events (conversation_id, seq, body) VALUES (?1, ?2, ?3)")
-        .map_err(internal)?;
-    for event in &events {
-        insert_event
-            .execute(params![
-                &*conversation_id,
-                to_sql(event.seq),
-                encode(event)?
-            ])
-            .map_err(internal)?;
-    }
-    let mut next_seq = connection
+    Ok(Ok(()))
+}
+
+/// The last sequence number of `agent`'s inbox, 0 if it is empty.
+fn inbox_head(connection: &Connection, agent: &str) -> Result<u64, rusqlite::Error> {
+    let head: Option<i64> = connection
         .prepare_cached(
-            "INSERT INTO inbox_heads (agent, last_seq) VALUES (?1, 1)
-             ON CONFLICT (agent) DO UPDATE SET last_seq = last_seq + 1
-             RETURNING last_seq",
-        )
-        .map_err(internal)?;
-    let mut insert_entry = connection
-        .prepare_cached(
-            "INSERT INTO inbox (agent, seq, conversation_id, message) VALUES (?1, ?2, ?3, ?4)",
-        )
-        .map_err(internal)?;
-    for delivery in &deliveries {
-        let seq: i64 = next_seq
-            .query_row(params![&*delivery.agent], |row| row.get(0))
-            .map_err(internal)?;
-        insert_entry
-            .execute(params![
-                &*delivery.agent,
-                seq,
-                &*delivery.conversation_id,
-                encode(&*delivery.message)?
-            ])
-            .map_err(internal)?;
-    }
-    Ok(())
+            "SELECT max(coalesce((SELECT max(seq) FROM inbox WHERE agent = ?1), 0),
+                        coalesce((SELECT max(seq) FROM inbox_recent WHERE agent = ?1), 0))",
+        )?
+        .query_row(params![agent], |row| row.get(0))?;
+    Ok(head.map(from_sql).unwrap_or(0))
 }
 
 /// Hands out due wake-ups by moving them [`CLAIM_LEASE_MS`] ahead: the claimer's commit
 /// replaces the lease, and a claimer that died leaves it to fire again.
-fn claim_due(connection: &Connection, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError> {
-    let mut select = connection
-        .prepare_cached(
-            "SELECT id FROM conversations WHERE wake_at IS NOT NULL AND wake_at <= ?1
-             ORDER BY wake_at LIMIT ?2",
-        )
-        .map_err(internal)?;
+fn claim_due(
+    connection: &Connection,
+    now: u64,
+    limit: usize,
+) -> Result<Vec<Arc<str>>, rusqlite::Error> {
+    let mut select = connection.prepare_cached(
+        "SELECT id FROM conversations WHERE wake_at IS NOT NULL AND wake_at <= ?1
+         ORDER BY wake_at LIMIT ?2",
+    )?;
     let ids: Vec<String> = select
-        .query_map(params![to_sql(now), limit as i64], |row| row.get(0))
-        .map_err(internal)?
-        .collect::<Result<_, _>>()
-        .map_err(internal)?;
-    let mut clear = connection
-        .prepare_cached("UPDATE conversations SET wake_at = ?2 WHERE id = ?1")
-        .map_err(internal)?;
+        .query_map(params![to_sql(now), limit as i64], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut clear =
+        connection.prepare_cached("UPDATE conversations SET wake_at = ?2 WHERE id = ?1")?;
     let lease = to_sql(now.saturating_add(CLAIM_LEASE_MS));
     for id in &ids {
-        clear.execute(params![id, lease]).map_err(internal)?;
+        clear.execute(params![id, lease])?;
     }
     Ok(ids.into_iter().map(Arc::from).collect())
 }
 
-fn remove(connection: &Connection, id: &str) -> Result<(), StoreError> {
-    connection
-        .execute("DELETE FROM events WHERE conversation_id = ?1", params![id])
-        .map_err(internal)?;
-    connection
-        .execute("DELETE FROM conversations WHERE id = ?1", params![id])
-        .map_err(internal)?;
-    connection
-        .execute(
-            "DELETE FROM parties WHERE conversation_id = ?1",
-            params![id],
-        )
-        .map_err(internal)?;
+fn remove(connection: &Connection, id: &str) -> Result<(), rusqlite::Error> {
+    for statement in [
+        "DELETE FROM events WHERE conversation_id = ?1",
+        "DELETE FROM conversations WHERE id = ?1",
+        "DELETE FROM parties WHERE conversation_id = ?1",
+        "DELETE FROM parties_recent WHERE conversation_id = ?1",
+    ] {
+        connection.prepare_cached(statement)?.execute(params![id])?;
+    }
     Ok(())
 }
 
@@ -467,6 +796,8 @@ fn from_sql(value: i64) -> u64 {
 #[async_trait]
 impl ConversationStore for SqliteStore {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        // Encoded here, on the caller's thread: the one writer thread only runs SQL.
+        let commit = Encoded::new(commit)?;
         self.submit(|reply| Job::Commit(commit, reply)).await
     }
 
@@ -474,12 +805,8 @@ impl ConversationStore for SqliteStore {
         let id = id.to_owned();
         self.read(move |connection| {
             let exists: Option<i64> = connection
-                .query_row(
-                    "SELECT version FROM conversations WHERE id = ?1",
-                    params![id],
-                    |row| row.get(0),
-                )
-                .optional()
+                .prepare_cached("SELECT version FROM conversations WHERE id = ?1")
+                .and_then(|mut select| select.query_row(params![id], |row| row.get(0)).optional())
                 .map_err(internal)?;
             if exists.is_none() {
                 return Ok(None);
@@ -519,7 +846,11 @@ impl ConversationStore for SqliteStore {
             let mut select = connection
                 .prepare_cached(
                     "SELECT seq, conversation_id, message FROM inbox
-                     WHERE agent = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                     WHERE agent = ?1 AND seq > ?2
+                     UNION ALL
+                     SELECT seq, conversation_id, message FROM inbox_recent
+                     WHERE agent = ?1 AND seq > ?2
+                     ORDER BY seq LIMIT ?3",
                 )
                 .map_err(internal)?;
             let rows = select
@@ -551,7 +882,10 @@ impl ConversationStore for SqliteStore {
         self.read(move |connection| {
             let mut select = connection
                 .prepare_cached(
-                    "SELECT conversation_id FROM parties WHERE agent = ?1 ORDER BY conversation_id",
+                    "SELECT conversation_id FROM parties WHERE agent = ?1
+                     UNION
+                     SELECT conversation_id FROM parties_recent WHERE agent = ?1
+                     ORDER BY conversation_id",
                 )
                 .map_err(internal)?;
             let ids = select
@@ -566,6 +900,8 @@ impl ConversationStore for SqliteStore {
     }
 }
 
+/// The events after `after_seq`: the rows of the commits that reach past it, decoded, less
+/// the events at or before it in the first of them.
 fn read_events(
     connection: &Connection,
     id: &str,
@@ -573,7 +909,8 @@ fn read_events(
 ) -> Result<Vec<ConversationEvent>, StoreError> {
     let mut select = connection
         .prepare_cached(
-            "SELECT body FROM events WHERE conversation_id = ?1 AND seq > ?2 ORDER BY seq",
+            "SELECT body FROM events WHERE conversation_id = ?1 AND last_seq > ?2
+             ORDER BY last_seq",
         )
         .map_err(internal)?;
     let rows = select
@@ -583,7 +920,8 @@ fn read_events(
         .map_err(internal)?;
     let mut events = Vec::new();
     for row in rows {
-        events.push(decode(&row.map_err(internal)?)?);
+        let batch: Vec<ConversationEvent> = decode(&row.map_err(internal)?)?;
+        events.extend(batch.into_iter().filter(|event| event.seq > after_seq));
     }
     Ok(events)
 }
@@ -592,7 +930,8 @@ fn read_events(
 mod tests {
 
     use super::*;
-    use crate::store::fixtures::{accepted, commit, started};
+    use crate::store::Delivery;
+    use crate::store::fixtures::{accepted, commit, message, started};
 
     fn temp_db(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -756,5 +1095,300 @@ mod tests {
         for n in 0..64 {
             assert!(store.load(&format!("c{n}")).await.expect("load").is_some());
         }
+    }
+
+    /// Stores `events` (and bob's inbox entries for the accepted messages) the way schema
+    /// version 1 did: one row per event, inbox heads in their own table.
+    fn write_version_1(path: &Path, id: &str, events: &[ConversationEvent]) {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
+        let connection = Connection::open(path).expect("open");
+        connection.execute_batch(MIGRATIONS[0]).expect("schema 1");
+        connection
+            .pragma_update(None, "user_version", 1)
+            .expect("version");
+        connection
+            .execute(
+                "INSERT INTO conversations (id, version, wake_at) VALUES (?1, ?2, 100)",
+                params![id, events.len() as i64],
+            )
+            .expect("conversation");
+        let mut inbox = 0;
+        for event in events {
+            connection
+                .execute(
+                    "INSERT INTO events (conversation_id, seq, body) VALUES (?1, ?2, ?3)",
+                    params![id, event.seq as i64, encode(event).expect("json")],
+                )
+                .expect("event");
+            if let EventKind::MessageAccepted { message, .. } = &event.kind {
+                inbox += 1;
+                connection
+                    .execute(
+                        "INSERT INTO inbox (agent, seq, conversation_id, message)
+                         VALUES ('bob', ?1, ?2, ?3)",
+                        params![inbox, id, encode(&**message).expect("json")],
+                    )
+                    .expect("inbox");
+            }
+        }
+        connection
+            .execute(
+                "INSERT INTO inbox_heads (agent, last_seq) VALUES ('bob', ?1)",
+                params![inbox],
+            )
+            .expect("head");
+    }
+
+    #[tokio::test]
+    async fn a_version_1_database_is_migrated_with_its_events_and_inbox_sequences() {
+        let path = temp_db("migrate");
+        let old = vec![started("c1"), accepted(2, "m1"), accepted(3, "m2")];
+        write_version_1(&path, "c1", &old);
+        let store = SqliteStore::open(&path).expect("open and migrate");
+        assert_eq!(store.load("c1").await.expect("load"), Some(old.clone()));
+        assert_eq!(
+            store.events_after("c1", 2).await.expect("after"),
+            old[2..].to_vec()
+        );
+        // The version, the wake-up and the inbox sequence carry over.
+        let stale = store
+            .commit(commit("c1", 2, vec![accepted(3, "x")], None))
+            .await;
+        assert!(
+            matches!(stale, Err(StoreError::Conflict { actual: 3, .. })),
+            "{stale:?}"
+        );
+        assert_eq!(
+            store.claim_due(100, 10).await.expect("claim"),
+            vec![Arc::from("c1")]
+        );
+        store
+            .commit(commit("c1", 3, vec![accepted(4, "m3")], None))
+            .await
+            .expect("append");
+        let inbox = store.inbox("bob", 0, 10).await.expect("inbox");
+        assert_eq!(
+            inbox.iter().map(|entry| entry.seq).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(&*inbox[2].message.id, "m3");
+        let version: usize = store
+            .reader
+            .lock()
+            .expect("reader")
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .expect("user_version");
+        assert_eq!(version, MIGRATIONS.len());
+    }
+
+    #[tokio::test]
+    async fn versions_and_inbox_sequences_are_checked_and_continued_after_a_restart() {
+        let path = temp_db("restart");
+        {
+            let store = SqliteStore::open(&path).expect("open");
+            store
+                .commit(commit(
+                    "c1",
+                    0,
+                    vec![started("c1"), accepted(2, "m1")],
+                    None,
+                ))
+                .await
+                .expect("create");
+            store
+                .commit(commit("c1", 2, vec![accepted(3, "m2")], None))
+                .await
+                .expect("append");
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        let duplicate = store
+            .commit(commit("c1", 0, vec![started("c1")], None))
+            .await;
+        assert!(
+            matches!(duplicate, Err(StoreError::Duplicate(_))),
+            "{duplicate:?}"
+        );
+        let stale = store
+            .commit(commit("c1", 2, vec![accepted(3, "m3")], None))
+            .await;
+        assert!(
+            matches!(
+                stale,
+                Err(StoreError::Conflict {
+                    expected: 2,
+                    actual: 3,
+                    ..
+                })
+            ),
+            "{stale:?}"
+        );
+        let unknown = store
+            .commit(commit("nope", 4, vec![accepted(5, "m9")], None))
+            .await;
+        assert!(
+            matches!(unknown, Err(StoreError::Conflict { actual: 0, .. })),
+            "{unknown:?}"
+        );
+        // Refused commits left nothing behind; the next one continues the inbox.
+        store
+            .commit(commit("c1", 3, vec![accepted(4, "m4")], None))
+            .await
+            .expect("append after restart");
+        let inbox = store.inbox("bob", 0, 10).await.expect("inbox");
+        assert_eq!(
+            inbox
+                .iter()
+                .map(|entry| (entry.seq, entry.message.id.to_string()))
+                .collect::<Vec<_>>(),
+            vec![
+                (1, "m1".to_owned()),
+                (2, "m2".to_owned()),
+                (3, "m4".to_owned())
+            ]
+        );
+        assert_eq!(
+            store.load("c1").await.expect("load").expect("exists").len(),
+            4
+        );
+        assert_eq!(
+            store
+                .events_after("c1", 1)
+                .await
+                .expect("after")
+                .iter()
+                .map(|event| event.seq)
+                .collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
+    }
+
+    #[tokio::test]
+    async fn recent_inbox_entries_and_parties_are_moved_in_bulk_and_read_throughout() {
+        let path = temp_db("recent");
+        let conversations = RECENT_ROWS / 2 + 10;
+        {
+            let store = Arc::new(SqliteStore::open(&path).expect("open"));
+            let tasks: Vec<_> = (0..conversations)
+                .map(|n| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        let id = format!("c{n:05}");
+                        store
+                            .commit(commit(&id, 0, vec![started(&id), accepted(2, &id)], None))
+                            .await
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("task").expect("commit");
+            }
+            // Past the threshold: the parties (alice, bob per conversation) moved at least once.
+            let moved: i64 = store
+                .reader
+                .lock()
+                .expect("reader")
+                .query_row("SELECT count(*) FROM parties", [], |row| row.get(0))
+                .expect("count");
+            assert!(moved >= RECENT_ROWS as i64, "{moved}");
+            // One large commit fills bob's inbox past the threshold too.
+            let deliveries = (0..RECENT_ROWS)
+                .map(|n| Delivery {
+                    agent: Arc::from("bob"),
+                    conversation_id: Arc::from("c00000"),
+                    message: message(&format!("bulk{n}")),
+                })
+                .collect();
+            store
+                .commit(Commit {
+                    conversation_id: Arc::from("c00000"),
+                    expected_version: 2,
+                    events: Vec::new(),
+                    deliveries,
+                    wake_at: None,
+                })
+                .await
+                .expect("bulk deliveries");
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        store
+            .commit(commit("c00001", 2, vec![accepted(3, "last")], None))
+            .await
+            .expect("append");
+        let total = conversations + RECENT_ROWS + 1;
+        let mut seen = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = store.inbox("bob", after, 500).await.expect("inbox");
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            seen.extend(page.into_iter().map(|entry| entry.seq));
+        }
+        assert_eq!(seen, (1..=total as u64).collect::<Vec<_>>());
+        let last = store
+            .inbox("bob", total as u64 - 1, 10)
+            .await
+            .expect("inbox");
+        assert_eq!(&*last[0].message.id, "last");
+        let listed = store
+            .conversations_of("alice")
+            .await
+            .expect("query")
+            .expect("indexed");
+        assert_eq!(listed.len(), conversations);
+        assert!(
+            listed.windows(2).all(|pair| pair[0] < pair[1]),
+            "in id order"
+        );
+        store.remove("c00000").await.expect("remove");
+        store
+            .remove(&listed[conversations - 1])
+            .await
+            .expect("remove");
+        let listed = store
+            .conversations_of("bob")
+            .await
+            .expect("query")
+            .expect("indexed");
+        assert_eq!(listed.len(), conversations - 2);
+        assert_eq!(&*listed[0], "c00001");
+    }
+
+    #[tokio::test]
+    async fn a_removed_conversation_can_be_created_again() {
+        let store = SqliteStore::open(temp_db("recreate")).expect("open");
+        store
+            .commit(commit("c", 0, vec![started("c")], None))
+            .await
+            .expect("create");
+        store.remove("c").await.expect("remove");
+        let stale = store
+            .commit(commit("c", 1, vec![accepted(2, "m")], None))
+            .await;
+        assert!(
+            matches!(stale, Err(StoreError::Conflict { actual: 0, .. })),
+            "{stale:?}"
+        );
+        store
+            .commit(commit("c", 0, vec![started("c")], None))
+            .await
+            .expect("create again");
+        assert_eq!(
+            store.load("c").await.expect("load").expect("exists").len(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_second_store_on_the_same_file_is_refused_until_the_first_is_dropped() {
+        let path = temp_db("lock");
+        let first = SqliteStore::open(&path).expect("open");
+        let refused = lock(&path, Duration::ZERO);
+        assert!(
+            matches!(&refused, Err(StoreError::Unavailable(reason)) if reason.contains("in use")),
+            "{refused:?}"
+        );
+        drop(first);
+        let second = SqliteStore::open(&path).expect("reopen after drop");
+        assert!(second.load("c").await.expect("load").is_none());
     }
 }
