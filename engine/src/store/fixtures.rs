@@ -7,7 +7,7 @@ use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
 use colloquy_protocol::message::{Content, Message};
 use colloquy_protocol::performative::{FipaAct, Performative};
 
-use super::{Commit, Delivery};
+use super::{Commit, ConversationStore, Delivery, StoreError};
 
 /// The `started` event (seq 1) of conversation `id`.
 pub fn started(id: &str) -> ConversationEvent {
@@ -79,4 +79,40 @@ pub fn commit(
         deliveries,
         wake_at: wake,
     }
+}
+
+/// Checks that `store`, holding conversation `id` at `version` (at least 1), refuses what
+/// optimistic concurrency must refuse: creating `id` again, a commit from a writer that read
+/// `version - 1`, and a commit to a conversation that does not exist.
+pub async fn assert_refuses_stale_writes(store: &dyn ConversationStore, id: &str, version: u64) {
+    let duplicate = store.commit(commit(id, 0, vec![started(id)], None)).await;
+    assert!(
+        matches!(duplicate, Err(StoreError::Duplicate(_))),
+        "{duplicate:?}"
+    );
+    let stale = store
+        .commit(commit(
+            id,
+            version - 1,
+            vec![accepted(version, "stale")],
+            None,
+        ))
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Conflict { expected, actual, .. })
+            if expected == version - 1 && actual == version),
+        "{stale:?}"
+    );
+    let unknown = store
+        .commit(commit(
+            "no-such-conversation",
+            version,
+            vec![accepted(version + 1, "lost")],
+            None,
+        ))
+        .await;
+    assert!(
+        matches!(unknown, Err(StoreError::Conflict { actual: 0, .. })),
+        "{unknown:?}"
+    );
 }

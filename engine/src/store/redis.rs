@@ -520,7 +520,7 @@ impl ConversationStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::fixtures::{accepted, commit, started};
+    use crate::store::fixtures::{accepted, assert_refuses_stale_writes, commit, started};
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
     /// `.ci/run` starts one). Under CI (`CI=true`) its absence fails the test; elsewhere
@@ -562,38 +562,11 @@ mod tests {
             .commit(commit("c1", 0, vec![started("c1")], Some(100)))
             .await
             .expect("create");
-        let duplicate = store
-            .commit(commit("c1", 0, vec![started("c1")], None))
-            .await;
-        assert!(
-            matches!(duplicate, Err(StoreError::Duplicate(_))),
-            "{duplicate:?}"
-        );
         store
             .commit(commit("c1", 1, vec![accepted(2, "m1")], None))
             .await
             .expect("append");
-        let stale = store
-            .commit(commit("c1", 1, vec![accepted(2, "m2")], None))
-            .await;
-        assert!(
-            matches!(
-                stale,
-                Err(StoreError::Conflict {
-                    expected: 1,
-                    actual: 2,
-                    ..
-                })
-            ),
-            "{stale:?}"
-        );
-        let missing = store
-            .commit(commit("nope", 3, vec![accepted(4, "m")], None))
-            .await;
-        assert!(
-            matches!(missing, Err(StoreError::Conflict { actual: 0, .. })),
-            "{missing:?}"
-        );
+        assert_refuses_stale_writes(&store, "c1", 2).await;
 
         // A second node sees the same data.
         let other = open_store(&url, &prefix).await;

@@ -156,7 +156,7 @@ struct Encoded {
     wake_at: Option<i64>,
     /// The events as one JSON array, or `None` for a commit without events.
     events: Option<String>,
-    /// The parties to index, for a commit that starts the conversation.
+    /// The parties to index (each once), for a commit that starts the conversation.
     parties: Vec<AgentId>,
     /// Receiver, conversation, message JSON.
     deliveries: Vec<(AgentId, Arc<str>, String)>,
@@ -171,15 +171,17 @@ impl Encoded {
             deliveries,
             wake_at,
         } = commit;
-        let parties = match events.first().map(|event| &event.kind) {
-            Some(EventKind::Started(started)) if expected_version == 0 => {
-                std::iter::once(&started.initiator)
-                    .chain(&started.participants)
-                    .cloned()
-                    .collect()
+        let mut parties: Vec<AgentId> = Vec::new();
+        if let Some(EventKind::Started(started)) = events.first().map(|event| &event.kind)
+            && expected_version == 0
+        {
+            // An agent named twice (initiator and participant) is indexed once.
+            for agent in std::iter::once(&started.initiator).chain(&started.participants) {
+                if !parties.contains(agent) {
+                    parties.push(agent.clone());
+                }
             }
-            _ => Vec::new(),
-        };
+        }
         let deliveries = deliveries
             .into_iter()
             .map(|delivery| {
@@ -680,12 +682,9 @@ fn apply_commit(
         let mut insert_party = connection.prepare_cached(
             "INSERT INTO parties_recent (agent, conversation_id) VALUES (?1, ?2)",
         )?;
-        for (index, agent) in commit.parties.iter().enumerate() {
-            // An agent named twice (initiator and participant) is indexed once.
-            if !commit.parties[..index].contains(agent) {
-                insert_party.execute(params![&**agent, &**id])?;
-                recent.parties += 1;
-            }
+        for agent in &commit.parties {
+            insert_party.execute(params![&**agent, &**id])?;
+            recent.parties += 1;
         }
     } else {
         let actual = match known {
@@ -931,7 +930,7 @@ mod tests {
 
     use super::*;
     use crate::store::Delivery;
-    use crate::store::fixtures::{accepted, commit, message, started};
+    use crate::store::fixtures::{accepted, assert_refuses_stale_writes, commit, message, started};
 
     fn temp_db(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -951,31 +950,11 @@ mod tests {
                 .commit(commit("c1", 0, vec![started("c1")], Some(100)))
                 .await
                 .expect("create");
-            let duplicate = store
-                .commit(commit("c1", 0, vec![started("c1")], None))
-                .await;
-            assert!(
-                matches!(duplicate, Err(StoreError::Duplicate(_))),
-                "{duplicate:?}"
-            );
             store
                 .commit(commit("c1", 1, vec![accepted(2, "m1")], Some(50)))
                 .await
                 .expect("append");
-            let stale = store
-                .commit(commit("c1", 1, vec![accepted(2, "m2")], None))
-                .await;
-            assert!(
-                matches!(
-                    stale,
-                    Err(StoreError::Conflict {
-                        expected: 1,
-                        actual: 2,
-                        ..
-                    })
-                ),
-                "{stale:?}"
-            );
+            assert_refuses_stale_writes(&store, "c1", 2).await;
         }
         let store = SqliteStore::open(&path).expect("reopen");
         let events = store.load("c1").await.expect("load").expect("exists");
@@ -1201,34 +1180,7 @@ mod tests {
                 .expect("append");
         }
         let store = SqliteStore::open(&path).expect("reopen");
-        let duplicate = store
-            .commit(commit("c1", 0, vec![started("c1")], None))
-            .await;
-        assert!(
-            matches!(duplicate, Err(StoreError::Duplicate(_))),
-            "{duplicate:?}"
-        );
-        let stale = store
-            .commit(commit("c1", 2, vec![accepted(3, "m3")], None))
-            .await;
-        assert!(
-            matches!(
-                stale,
-                Err(StoreError::Conflict {
-                    expected: 2,
-                    actual: 3,
-                    ..
-                })
-            ),
-            "{stale:?}"
-        );
-        let unknown = store
-            .commit(commit("nope", 4, vec![accepted(5, "m9")], None))
-            .await;
-        assert!(
-            matches!(unknown, Err(StoreError::Conflict { actual: 0, .. })),
-            "{unknown:?}"
-        );
+        assert_refuses_stale_writes(&store, "c1", 3).await;
         // Refused commits left nothing behind; the next one continues the inbox.
         store
             .commit(commit("c1", 3, vec![accepted(4, "m4")], None))
