@@ -7,7 +7,8 @@
 //!   appended to the in-memory store;
 //! - contract-net: cfp to 3 participants, 3 proposals, 1 accept, 2 rejects, 1 inform
 //!   (8 messages per conversation);
-//! - memory: heap bytes per idle conversation (a request awaiting its answer) with N live.
+//! - memory: heap bytes per idle conversation (a request awaiting its answer) with N live,
+//!   and per completed conversation (kept until retention removes it).
 //!
 //! All on one thread (a current-thread Tokio runtime), so the figures are per core.
 //! Arguments: `--conversations N` (default 50 000) and `--idle N` (default 1 000 000).
@@ -182,6 +183,16 @@ async fn idle_memory(idle: usize) -> f64 {
     (after - before) as f64 / idle as f64
 }
 
+/// Heap bytes still held per request conversation after it completed: what the engine and
+/// the memory store keep until retention removes it.
+async fn completed_memory(conversations: usize) -> f64 {
+    let engine = engine();
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    black_box(request_conversations(&engine, conversations).await);
+    let after = LIVE_BYTES.load(Ordering::Relaxed);
+    (after - before) as f64 / conversations as f64
+}
+
 fn main() {
     let conversations = arg("--conversations", 50_000);
     let idle = arg("--idle", 1_000_000);
@@ -205,6 +216,10 @@ fn main() {
     println!(
         "core, contract-net (3 participants): {contract_net:>12.0} msg/s  ({:.3}x baseline)",
         contract_net / base
+    );
+    let completed = runtime.block_on(completed_memory(conversations));
+    println!(
+        "memory: {completed:.0} bytes per completed request conversation (kept until retention)"
     );
     if idle > 0 {
         let bytes = runtime.block_on(idle_memory(idle));

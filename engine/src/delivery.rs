@@ -117,7 +117,7 @@ async fn worker(
             }
             for entry in entries {
                 after = entry.seq;
-                let item = labeller.item(&engine, &metrics, entry).await;
+                let item = labeller.item(&engine, entry).await;
                 push(&client, &metrics, &agent, &url, &item).await;
             }
         }

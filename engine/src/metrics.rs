@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use colloquy_protocol::conversation::ViolationKind;
-use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
+use colloquy_protocol::event::{ConversationEvent, EventKind};
 use colloquy_protocol::performative::{FipaAct, Performative};
 use dashmap::DashMap;
 
@@ -64,8 +64,6 @@ pub struct Metrics {
     /// (template, outcome).
     completed: Counter<(Arc<str>, &'static str)>,
     webhooks: Counter<&'static str>,
-    /// Template of every conversation this process has seen, for labelling its events.
-    templates: DashMap<Arc<str>, Arc<str>, Hasher>,
 }
 
 /// `colloquy_hook_duration_seconds`, a histogram by event and result.
@@ -118,13 +116,6 @@ impl Metrics {
     /// Empty counters.
     pub fn new() -> Metrics {
         Metrics::default()
-    }
-
-    /// The template of a conversation this process has seen.
-    pub fn template_of(&self, conversation_id: &str) -> Option<Arc<str>> {
-        self.templates
-            .get(conversation_id)
-            .map(|t| t.value().clone())
     }
 
     /// Counts a message the API refused with error `code`. The performative is labelled only
@@ -314,15 +305,6 @@ impl MeteredStore {
     pub fn new(inner: Arc<dyn ConversationStore>, metrics: Arc<Metrics>) -> MeteredStore {
         MeteredStore { inner, metrics }
     }
-
-    /// Notes the template of a conversation, for labelling its later commits.
-    fn remember(&self, started: &Started) -> Arc<str> {
-        let template = started.template.clone();
-        self.metrics
-            .templates
-            .insert(started.id.clone(), template.clone());
-        template
-    }
 }
 
 #[async_trait]
@@ -330,30 +312,15 @@ impl ConversationStore for MeteredStore {
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         // What to count is read before the commit moves into the store, without copying
         // the events: this runs for every message.
-        let started = match commit.events.first().map(|event| &event.kind) {
-            Some(EventKind::Started(started)) => Some(started.clone()),
-            _ => None,
-        };
-        let id = commit.conversation_id.clone();
+        let template = commit.template.clone();
         let tallies: Vec<Tally> = commit.events.iter().filter_map(Tally::of).collect();
         self.inner.commit(commit).await?;
-        let template = match started {
-            Some(started) => Some(self.remember(&started)),
-            None => self.metrics.template_of(&id),
-        };
-        let template = template.unwrap_or_else(|| Arc::from(UNKNOWN_LABEL));
         self.metrics.count(&template, tallies);
         Ok(())
     }
 
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
-        let events = self.inner.load(id).await?;
-        if let Some(EventKind::Started(started)) =
-            events.as_ref().and_then(|e| e.first()).map(|e| &e.kind)
-        {
-            self.remember(started);
-        }
-        Ok(events)
+        self.inner.load(id).await
     }
 
     async fn events_after(
@@ -369,9 +336,7 @@ impl ConversationStore for MeteredStore {
     }
 
     async fn remove(&self, id: &str) -> Result<(), StoreError> {
-        self.inner.remove(id).await?;
-        self.metrics.templates.remove(id);
-        Ok(())
+        self.inner.remove(id).await
     }
 
     async fn inbox(

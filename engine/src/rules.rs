@@ -4,6 +4,8 @@
 //! Rules see the conversation as it was before the event being handled; their effects are
 //! applied together afterwards, so rule order does not change what a condition sees.
 
+use std::sync::{Arc, LazyLock};
+
 use colloquy_policy::compiled::{CompiledAction, CompiledRule, Expression};
 use colloquy_protocol::action::{Action, RetryAction, RouteMode, SendAction};
 use colloquy_protocol::conversation::Outcome;
@@ -55,12 +57,24 @@ struct ThreadFacts<'a> {
     terminal: bool,
 }
 
+/// CEL's standard library (functions, macros, types), built once per process: building it
+/// takes longer than evaluating the rules of a message, and every scope shares it.
+fn cel_stdlib() -> Arc<cel::Env> {
+    static STDLIB: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+    Arc::clone(&STDLIB)
+}
+
 impl Scope<'_> {
-    fn context(&self) -> cel::Context<'static, 'static> {
+    /// The CEL variables `reads` asks for. Each one is converted from engine state on every
+    /// evaluation, so the ones no expression reads are left out.
+    fn context(&self, reads: &dyn Fn(&str) -> bool) -> cel::Context<'static, 'static> {
         let conversation = self.conversation;
         let started = &conversation.started;
-        let mut context = cel::Context::default();
+        let mut context = cel::Context::with_env(cel_stdlib());
         let mut add = |name: &str, value: &dyn erased::Serializable| {
+            if !reads(name) {
+                return;
+            }
             if let Err(error) = value.add_to(&mut context, name) {
                 tracing::warn!(conversation = %started.id, variable = name, %error, "cannot expose variable to CEL");
             }
@@ -69,54 +83,64 @@ impl Scope<'_> {
         add("context", &started.context);
         add("vars", &conversation.vars);
         add("now", &self.now);
-        add(
-            "conversation",
-            &ConversationFacts {
-                id: &started.id,
-                template: &started.template,
-                revision: &started.revision,
-                initiator: &started.initiator,
-                participants: started.participants.iter().map(|p| &**p).collect(),
-                deadline: conversation.deadline,
-            },
-        );
-        let threads: Vec<ThreadFacts<'_>> = conversation
-            .threads
-            .iter()
-            .map(|thread| {
-                let outcome = conversation.thread_outcome(thread);
-                ThreadFacts {
-                    participant: &thread.participant,
-                    state: &conversation.template.machine.state(thread.state).name,
-                    outcome: outcome.map(Outcome::name),
-                    terminal: outcome.is_some(),
-                }
-            })
-            .collect();
-        add("threads", &threads);
+        if reads("conversation") {
+            add(
+                "conversation",
+                &ConversationFacts {
+                    id: &started.id,
+                    template: &started.template,
+                    revision: &started.revision,
+                    initiator: &started.initiator,
+                    participants: started.participants.iter().map(|p| &**p).collect(),
+                    deadline: conversation.deadline,
+                },
+            );
+        }
+        if reads("threads") {
+            let threads: Vec<ThreadFacts<'_>> = conversation
+                .threads
+                .iter()
+                .map(|thread| {
+                    let outcome = conversation.thread_outcome(thread);
+                    ThreadFacts {
+                        participant: &thread.participant,
+                        state: &conversation.template.machine.state(thread.state).name,
+                        outcome: outcome.map(Outcome::name),
+                        terminal: outcome.is_some(),
+                    }
+                })
+                .collect();
+            add("threads", &threads);
+        }
         if let Some(message) = self.message {
             add("message", message);
-            add("content", &message.content.value());
+            if reads("content") {
+                add("content", &message.content.value());
+            }
             add("sender", &&*message.sender);
             add("performative", &message.performative.name());
         }
-        let timeout = self.timeout.cloned().unwrap_or(TimeoutInfo {
-            kind: "none",
-            participant: None,
-            attempt: conversation.retry.attempts,
-        });
-        add(
-            "retry",
-            &serde_json::json!({ "attempt": conversation.retry.attempts }),
-        );
-        add("timeout", &timeout);
+        if reads("retry") {
+            add(
+                "retry",
+                &serde_json::json!({ "attempt": conversation.retry.attempts }),
+            );
+        }
+        if reads("timeout") {
+            let timeout = self.timeout.cloned().unwrap_or(TimeoutInfo {
+                kind: "none",
+                participant: None,
+                attempt: conversation.retry.attempts,
+            });
+            add("timeout", &timeout);
+        }
         context
     }
 
     /// Evaluates a condition. A runtime error (a missing key, a type mismatch) counts as
     /// false and is logged: one bad message must not wedge a conversation.
     pub fn holds(&self, expression: &Expression) -> bool {
-        self.holds_in(&self.context(), expression)
+        self.holds_in(&self.context(&|name| expression.reads(name)), expression)
     }
 
     /// The value paired with the first condition that holds (`None` holds always), with
@@ -125,7 +149,11 @@ impl Scope<'_> {
         if rules.is_empty() {
             return None;
         }
-        let context = self.context();
+        let context = self.context(&|name| {
+            rules
+                .iter()
+                .any(|(when, _)| when.as_ref().is_some_and(|when| when.reads(name)))
+        });
         rules
             .iter()
             .find(|(when, _)| {
@@ -171,7 +199,7 @@ impl Scope<'_> {
         if rules.is_empty() {
             return;
         }
-        let context = self.context();
+        let context = self.context(&|name| rules.iter().any(|rule| rule_reads(rule, name)));
         for rule in rules {
             if let Some(message) = self.message
                 && !rule.performatives.is_empty()
@@ -198,6 +226,17 @@ impl Scope<'_> {
             }
         }
     }
+}
+
+/// Whether a rule's condition or one of its computed values reads the variable `name`.
+fn rule_reads(rule: &CompiledRule, name: &str) -> bool {
+    rule.when.as_ref().is_some_and(|when| when.reads(name))
+        || rule.then.iter().any(|action| match action {
+            CompiledAction::Literal(_) => false,
+            CompiledAction::EvalVars(expressions) => expressions
+                .iter()
+                .any(|(_, expression)| expression.reads(name)),
+        })
 }
 
 /// Everything a set of actions asks for, gathered before any of it is applied.

@@ -81,6 +81,7 @@ impl<'a> Step<'a> {
     pub fn into_commit(self, retention_ms: u64) -> Commit {
         Commit {
             conversation_id: self.conversation.id().clone(),
+            template: self.conversation.started.template.clone(),
             expected_version: self.base_version,
             wake_at: self.conversation.next_wake(retention_ms),
             events: self.events,

@@ -2,7 +2,7 @@
 //! reference in here is resolved (state names are indices) and every schema and expression
 //! has been compiled once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -121,6 +121,16 @@ pub struct Expression {
     pub source: Arc<str>,
     /// The compiled program.
     pub program: cel::Program,
+    /// The variables it reads (those comprehensions bind excluded), so an evaluator
+    /// builds only these.
+    pub variables: BTreeSet<String>,
+}
+
+impl Expression {
+    /// Whether it reads the variable `name`.
+    pub fn reads(&self, name: &str) -> bool {
+        self.variables.contains(name)
+    }
 }
 
 impl fmt::Debug for Expression {

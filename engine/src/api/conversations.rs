@@ -73,7 +73,9 @@ pub async fn send(
     {
         Ok(receipt) => Ok((StatusCode::ACCEPTED, Json(receipt))),
         Err(error) => {
-            let template = state.metrics().template_of(&id);
+            // Only refusals pay for the lookup (a store read when the conversation is not
+            // loaded); an unknown conversation is labelled `unknown`.
+            let template = state.engine().template_of(&id).await.ok();
             state
                 .metrics()
                 .refused(template, &performative, error.code());

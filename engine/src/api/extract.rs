@@ -51,7 +51,16 @@ pub fn unreadable(rejection: BytesRejection, limit: usize) -> ApiError {
 }
 
 /// Parses a JSON body, reporting where it is wrong.
+///
+/// Well-formed bodies take serde_json's plain path; only a body that fails is parsed again
+/// with path tracking, which costs an allocation per key and would otherwise be paid on
+/// every request.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).or_else(|_| parse_tracking_path(bytes))
+}
+
+/// [`parse`] with the failing field's JSON pointer in the error.
+fn parse_tracking_path<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let pointer = pointer(error.path());

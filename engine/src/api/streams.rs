@@ -30,7 +30,6 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::QueryParams;
 use crate::engine::{Engine, Notice};
-use crate::metrics::Metrics;
 use crate::store::InboxEntry;
 
 /// Inbox entries read from the store at a time.
@@ -212,19 +211,11 @@ impl Labeller {
         }
     }
 
-    pub(crate) async fn item(
-        &mut self,
-        engine: &Engine,
-        metrics: &Metrics,
-        entry: InboxEntry,
-    ) -> InboxItem {
+    pub(crate) async fn item(&mut self, engine: &Engine, entry: InboxEntry) -> InboxItem {
         let template = match self.known.get(&entry.conversation_id) {
             Some(template) => template.clone(),
             None => {
-                let template = match metrics.template_of(&entry.conversation_id) {
-                    Some(template) => Some(template),
-                    None => engine.template_of(&entry.conversation_id).await.ok(),
-                };
+                let template = engine.template_of(&entry.conversation_id).await.ok();
                 self.known
                     .insert(entry.conversation_id.clone(), template.clone());
                 template
@@ -267,7 +258,7 @@ pub async fn inbox(
             let full = entries.len() == INBOX_BATCH;
             for entry in entries {
                 after = entry.seq;
-                let item = labeller.item(state.engine(), state.metrics(), entry).await;
+                let item = labeller.item(state.engine(), entry).await;
                 let sse = match Event::default()
                     .id(item.seq.to_string())
                     .event("message")
@@ -349,7 +340,7 @@ pub async fn poll(
     let mut labeller = Labeller::new();
     let mut items = Vec::with_capacity(entries.len());
     for entry in entries {
-        items.push(labeller.item(state.engine(), state.metrics(), entry).await);
+        items.push(labeller.item(state.engine(), entry).await);
     }
     Ok(Json(InboxPage { items, next_after }))
 }

@@ -74,6 +74,7 @@ pub fn commit(
         .collect();
     Commit {
         conversation_id: Arc::from(id),
+        template: Arc::from("fixture"),
         expected_version: expected,
         events,
         deliveries,

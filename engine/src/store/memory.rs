@@ -78,6 +78,7 @@ impl ConversationStore for MemoryStore {
             events,
             deliveries,
             wake_at,
+            ..
         } = commit;
         let previous_wake = match self.conversations.entry(conversation_id.clone()) {
             Entry::Vacant(vacant) => {
@@ -106,6 +107,9 @@ impl ConversationStore for MemoryStore {
                         actual,
                     });
                 }
+                // Exactly: a conversation's log is kept until retention, and doubling
+                // would leave up to half of it as unused capacity all that time.
+                record.events.reserve_exact(events.len());
                 record.events.extend(events);
                 std::mem::replace(&mut record.wake_at, wake_at)
             }

@@ -48,6 +48,9 @@ pub const CLAIM_LEASE_MS: u64 = 15_000;
 pub struct Commit {
     /// The conversation.
     pub conversation_id: Arc<str>,
+    /// Its template's name: stores ignore it; [`crate::metrics::MeteredStore`] labels its
+    /// counts with it.
+    pub template: Arc<str>,
     /// The version (number of events) the writer read; 0 creates the conversation.
     pub expected_version: u64,
     /// New events, numbered from `expected_version + 1`.

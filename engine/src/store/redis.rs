@@ -334,6 +334,7 @@ impl ConversationStore for RedisStore {
             events,
             deliveries,
             wake_at,
+            ..
         } = commit;
         let new_version = expected_version + events.len() as u64;
         let parties: Vec<AgentId> = match events.first().map(|event| &event.kind) {

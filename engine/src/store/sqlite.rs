@@ -170,6 +170,7 @@ impl Encoded {
             events,
             deliveries,
             wake_at,
+            ..
         } = commit;
         let mut parties: Vec<AgentId> = Vec::new();
         if let Some(EventKind::Started(started)) = events.first().map(|event| &event.kind)
@@ -1253,6 +1254,7 @@ mod tests {
             store
                 .commit(Commit {
                     conversation_id: Arc::from("c00000"),
+                    template: Arc::from("fixture"),
                     expected_version: 2,
                     events: Vec::new(),
                     deliveries,

@@ -385,6 +385,7 @@ impl Resolver<'_> {
         }
         unknown.is_empty().then(|| Expression {
             source: Arc::from(source),
+            variables: expressions::free_variables(&program),
             program,
         })
     }

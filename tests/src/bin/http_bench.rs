@@ -285,6 +285,22 @@ struct Measured {
     /// Server CPU time (user + system, all threads) per request in the full-speed phase:
     /// unlike the rate, barely moved by other load on the machine.
     cpu_us_per_request: f64,
+    /// Growth of the server's resident memory over the full-speed phase, per request.
+    rss_bytes_per_request: f64,
+}
+
+/// Resident memory of the process `pid` in bytes, from `/proc`.
+fn resident_bytes(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .context("no VmRSS in /proc status")?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?;
+    Ok(kib * 1024.0)
 }
 
 /// CPU seconds (user + system) the process `pid` has used so far, from `/proc`.
@@ -310,8 +326,10 @@ async fn measure(
     run(addr, workload, WARMUP, None).await?;
     let pid = server.child.id();
     let cpu_before = cpu_seconds(pid)?;
+    let rss_before = resident_bytes(pid)?;
     let max = run(addr, workload, options.measure, None).await?;
     let cpu = cpu_seconds(pid)? - cpu_before;
+    let rss = resident_bytes(pid)? - rss_before;
     let requests = max.requests_per_s * options.measure.as_secs_f64();
     let half = run(
         addr,
@@ -324,6 +342,7 @@ async fn measure(
         max,
         half,
         cpu_us_per_request: cpu * 1e6 / requests.max(1.0),
+        rss_bytes_per_request: rss / requests.max(1.0),
     })
 }
 
@@ -429,6 +448,11 @@ fn main() -> anyhow::Result<()> {
         echo.cpu_us_per_request,
         colloquy.cpu_us_per_request,
         echo.cpu_us_per_request / colloquy.cpu_us_per_request
+    )?;
+    writeln!(
+        out,
+        "server memory growth per request (full speed): echo {:.0} B, colloquy {:.0} B",
+        echo.rss_bytes_per_request, colloquy.rss_bytes_per_request
     )?;
     Ok(())
 }
