@@ -15,13 +15,13 @@ use colloquy_protocol::conversation::{
 };
 use colloquy_protocol::event::{ConversationEvent, EventKind, ThreadTransition};
 use colloquy_protocol::message::{AgentId, ENGINE_PARTY, Message, SendMessage, StartConversation};
-use dashmap::DashMap;
 use tokio::sync::{Mutex, broadcast};
 
 use crate::clock::Clock;
 use crate::conversation::Conversation;
 use crate::dispatch;
 use crate::error::EngineError;
+use crate::keyed::{self, ConversationMap};
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
 
@@ -82,7 +82,7 @@ pub struct Engine {
     pub(crate) store: Arc<dyn ConversationStore>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: EngineConfig,
-    pub(crate) live: DashMap<Arc<str>, Slot, foldhash::fast::RandomState>,
+    pub(crate) live: ConversationMap<Slot>,
     /// Runs templates' wasm hooks; set by [`Engine::with_hooks`].
     pub(crate) hooks: Option<Arc<crate::runtime::HookRuntime>>,
     pub(crate) notices: broadcast::Sender<Notice>,
@@ -117,7 +117,7 @@ impl Engine {
             store,
             clock,
             config,
-            live: DashMap::default(),
+            live: keyed::conversation_map(),
             hooks: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
         }

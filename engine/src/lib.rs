@@ -15,6 +15,7 @@
 //!   conversations not loaded yet (commitments after a restart).
 //! - [`clock`]: injectable time.
 //! - [`error`]: [`EngineError`] and its classification.
+//! - [`keyed`]: the finely sharded maps keyed by conversation id.
 //! - [`listing`]: listing conversations and finding their template.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
 //! - [`delivery`]: webhook push delivery of inbox messages.
@@ -29,6 +30,7 @@ pub mod delivery;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod keyed;
 pub mod listing;
 pub mod metrics;
 pub mod policy;

@@ -6,17 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use colloquy_protocol::event::ConversationEvent;
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 use super::{Commit, ConversationStore, InboxEntry, StoreError};
+use crate::keyed::{self, ConversationMap, Hasher};
 
 /// Entries kept per inbox; older ones are dropped. Memory inboxes are a development aid:
 /// durable stores keep everything until it is acknowledged.
 pub const MEMORY_INBOX_CAPACITY: usize = 10_000;
-
-/// A fast keyed hash; ids come from clients, so it is seeded per process.
-type Hasher = foldhash::fast::RandomState;
 
 #[derive(Debug, Default)]
 struct Record {
@@ -31,17 +28,27 @@ struct Inbox {
 }
 
 /// An in-process [`ConversationStore`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
-    conversations: DashMap<Arc<str>, Record, Hasher>,
+    conversations: ConversationMap<Record>,
     wakes: Mutex<BTreeSet<(u64, Arc<str>)>>,
     inboxes: Mutex<HashMap<Arc<str>, Inbox, Hasher>>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> MemoryStore {
+        MemoryStore::new()
+    }
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> MemoryStore {
-        MemoryStore::default()
+        MemoryStore {
+            conversations: keyed::conversation_map(),
+            wakes: Mutex::default(),
+            inboxes: Mutex::default(),
+        }
     }
 
     /// How many conversations it holds.
