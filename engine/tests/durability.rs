@@ -81,12 +81,18 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, templates: &Path, store: &str, name: &str) -> Server {
+        Server::start_with(dir, templates, store, name, &[])
+    }
+
+    /// [`Server::start`] with more `colloquy serve` arguments.
+    fn start_with(dir: &Path, templates: &Path, store: &str, name: &str, extra: &[&str]) -> Server {
         let log = dir.join(format!("{name}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_colloquy"))
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--store", store])
             .arg("--templates")
             .arg(templates)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -200,6 +206,56 @@ struct Acknowledged {
     started: Vec<String>,
     /// Of those, the ones whose `agree` was acknowledged too.
     agreed: Vec<String>,
+}
+
+/// `--retention`: a completed conversation is readable at first, then removed once its
+/// window has passed, and the removal is in the file: it stays gone after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_conversations_are_removed_after_the_retention_given_to_serve() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("retention");
+        let templates = templates(&dir);
+        let store = format!("sqlite:{}", dir.join("data/colloquy.db").display());
+        let first = Server::start_with(&dir, &templates, &store, "first", &["--retention", "1s"]);
+        let alice = first.client("alice");
+        alice
+            .start(&request("short-lived", "bob", None))
+            .await
+            .expect("start");
+        first
+            .client("bob")
+            .send(
+                "short-lived",
+                &SendMessage::new("refuse", json!({"reason": "busy"})),
+            )
+            .await
+            .expect("refuse");
+        let view = alice
+            .conversation("short-lived")
+            .await
+            .expect("readable right after completing");
+        assert_eq!(view.status, ConversationStatus::Completed);
+        eventually("the conversation is removed", || {
+            let alice = &alice;
+            async move {
+                match alice.conversation("short-lived").await {
+                    Err(error) if error.status() == Some(404) => Some(()),
+                    _ => None,
+                }
+            }
+        })
+        .await;
+        first.kill();
+        let second = Server::start(&dir, &templates, &store, "second");
+        let error = second
+            .client("alice")
+            .conversation("short-lived")
+            .await
+            .expect_err("still removed after a restart");
+        assert_eq!(error.status(), Some(404), "{error}");
+    })
+    .await
+    .expect("test timed out");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,9 +5,11 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use colloquy_engine::EngineConfig;
 use colloquy_engine::api::{self, Identity, ServiceOptions};
 use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use tokio::net::TcpListener;
@@ -44,6 +46,36 @@ pub struct ServeArgs {
     /// manager [default: $COLLOQUY_ADMIN_TOKEN; without either, uploads are disabled].
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
+    /// How long a completed conversation stays readable before it is removed with its
+    /// event log (the messages in agents' inboxes stay): a number and a unit, `ms`, `s`, `m`,
+    /// `h` or `d`, e.g. `90s`, `7d`. The store holds every conversation completed within
+    /// this window.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    retention: Duration,
+}
+
+/// Parses `90s`, `5m`, `250ms`, `2h`, `7d` (a whole number and a unit).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` has no unit; write e.g. `90s`, `5m` or `7d`"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("unknown unit `{other}`; use ms, s, m, h or d")),
+    };
+    number
+        .checked_mul(unit_ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("`{text}` is too long"))
 }
 
 /// The AOT cache of compiled hook modules, inside the data directory.
@@ -119,6 +151,9 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         templates: Some(templates.live.clone()),
         routes: Some(templates.routes.clone()),
         hooks: Some(hooks),
+        engine: EngineConfig {
+            retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
+        },
         ..ServiceOptions::default()
     };
     let catalog = templates.catalog();
@@ -131,4 +166,41 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let _ = templates.closing.send(true);
     service.shutdown().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_whole_number_and_a_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7_200)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn bad_durations_say_what_is_wrong() {
+        assert!(parse_duration("300").unwrap_err().contains("no unit"));
+        assert!(
+            parse_duration("5 weeks")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(parse_duration("m").unwrap_err().contains("whole number"));
+        assert!(parse_duration("1.5h").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration("99999999999999999999d")
+                .unwrap_err()
+                .contains("whole number")
+        );
+        assert!(
+            parse_duration("999999999999999d")
+                .unwrap_err()
+                .contains("too long")
+        );
+    }
 }
