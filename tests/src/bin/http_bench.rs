@@ -285,6 +285,8 @@ struct Measured {
     /// Server CPU time (user + system, all threads) per request in the full-speed phase:
     /// unlike the rate, barely moved by other load on the machine.
     cpu_us_per_request: f64,
+    /// The kernel's share of it (system time: sockets, page faults).
+    system_us_per_request: f64,
     /// Growth of the server's resident memory over the full-speed phase, per request.
     rss_bytes_per_request: f64,
 }
@@ -303,18 +305,18 @@ fn resident_bytes(pid: u32) -> anyhow::Result<f64> {
     Ok(kib * 1024.0)
 }
 
-/// CPU seconds (user + system) the process `pid` has used so far, from `/proc`.
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+/// CPU seconds the process `pid` has used so far, user and system, from `/proc`.
+fn cpu_seconds(pid: u32) -> anyhow::Result<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
     let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    let (user, system): (f64, f64) = (fields[11].parse()?, fields[12].parse()?);
     let per_second: f64 =
         String::from_utf8(Command::new("getconf").arg("CLK_TCK").output()?.stdout)?
             .trim()
             .parse()?;
-    Ok(ticks / per_second)
+    Ok((user / per_second, system / per_second))
 }
 
 async fn measure(
@@ -328,7 +330,8 @@ async fn measure(
     let cpu_before = cpu_seconds(pid)?;
     let rss_before = resident_bytes(pid)?;
     let max = run(addr, workload, options.measure, None).await?;
-    let cpu = cpu_seconds(pid)? - cpu_before;
+    let cpu_after = cpu_seconds(pid)?;
+    let (user, system) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
     let rss = resident_bytes(pid)? - rss_before;
     let requests = max.requests_per_s * options.measure.as_secs_f64();
     let half = run(
@@ -341,7 +344,8 @@ async fn measure(
     Ok(Measured {
         max,
         half,
-        cpu_us_per_request: cpu * 1e6 / requests.max(1.0),
+        cpu_us_per_request: (user + system) * 1e6 / requests.max(1.0),
+        system_us_per_request: system * 1e6 / requests.max(1.0),
         rss_bytes_per_request: rss / requests.max(1.0),
     })
 }
@@ -448,6 +452,11 @@ fn main() -> anyhow::Result<()> {
         echo.cpu_us_per_request,
         colloquy.cpu_us_per_request,
         echo.cpu_us_per_request / colloquy.cpu_us_per_request
+    )?;
+    writeln!(
+        out,
+        "of which system (kernel): echo {:.1} µs, colloquy {:.1} µs",
+        echo.system_us_per_request, colloquy.system_us_per_request
     )?;
     writeln!(
         out,
