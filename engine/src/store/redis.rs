@@ -55,8 +55,13 @@ pub const CHANGE_BUFFER: usize = 4096;
 /// Applies a commit (see the module docs). KEYS: conversation hash, log stream, wake set,
 /// inbox sequence hash, one inbox stream per delivery, one party set per party (creation
 /// only). ARGV: id, expected version, new version, wake-up or '', channel, notice or '',
-/// event count, delivery count, party count, parties JSON, then the events' JSON, then
-/// (agent, message JSON) per delivery. Returns {1} done, {2, v} duplicate, {3, v} conflict.
+/// event count, delivery count, party count, parties JSON, the events as one JSON array,
+/// then (agent, message JSON) per delivery. Returns {1} done, {2, v} duplicate, {3, v}
+/// conflict.
+///
+/// The log gets one entry per commit, its id the commit's last seq and its field `b` the
+/// events (one XADD, not one per event). Logs written before kept one entry per event,
+/// field `e`; readers take both.
 const COMMIT_SCRIPT: &str = r#"
 local conv, log, wake, heads = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
@@ -72,11 +77,10 @@ end
 local n_events, n_deliveries, n_parties = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 redis.call('HSET', conv, 'version', ARGV[3])
 if expected == 0 then redis.call('HSET', conv, 'parties', ARGV[10]) end
-local a = 11
-for i = 1, n_events do
-  redis.call('XADD', log, string.format('%d-0', expected + i), 'e', ARGV[a])
-  a = a + 1
+if n_events > 0 then
+  redis.call('XADD', log, string.format('%d-0', expected + n_events), 'b', ARGV[11])
 end
+local a = 12
 if ARGV[4] == '' then
   redis.call('ZREM', wake, id)
 else
@@ -318,11 +322,22 @@ fn entry_seq(entry: &StreamEntry) -> Result<u64, StoreError> {
         .ok_or_else(|| StoreError::Internal(format!("unexpected stream id {}", entry.0)))
 }
 
-fn events_from(entries: &[StreamEntry]) -> Result<Vec<ConversationEvent>, StoreError> {
-    entries
-        .iter()
-        .map(|entry| decode(field(entry, "e")?))
-        .collect()
+/// The events of log entries after `after_seq`: a commit's entry (field `b`, its id the
+/// commit's last seq) holds all its events, an entry of an older log (field `e`) one.
+fn events_from(
+    entries: &[StreamEntry],
+    after_seq: u64,
+) -> Result<Vec<ConversationEvent>, StoreError> {
+    let mut events = Vec::new();
+    for entry in entries {
+        if let Ok(batch) = field(entry, "b") {
+            let batch: Vec<ConversationEvent> = decode(batch)?;
+            events.extend(batch.into_iter().filter(|event| event.seq > after_seq));
+        } else {
+            events.push(decode(field(entry, "e")?)?);
+        }
+    }
+    Ok(events)
 }
 
 #[async_trait]
@@ -386,9 +401,7 @@ impl ConversationStore for RedisStore {
             .arg(deliveries.len())
             .arg(parties.len())
             .arg(encode(&parties)?);
-        for event in &events {
-            invocation.arg(encode(event)?);
-        }
+        invocation.arg(encode(&events)?);
         for delivery in &deliveries {
             invocation
                 .arg(&*delivery.agent)
@@ -424,7 +437,7 @@ impl ConversationStore for RedisStore {
             .map_err(store_error)?;
         match version {
             None => Ok(None),
-            Some(_) => events_from(&entries).map(Some),
+            Some(_) => events_from(&entries, 0).map(Some),
         }
     }
 
@@ -435,6 +448,8 @@ impl ConversationStore for RedisStore {
     ) -> Result<Vec<ConversationEvent>, StoreError> {
         let mut connection = self.connection.clone();
         let entries: Vec<StreamEntry> = connection
+            // Entries are keyed by their last seq: the one holding `after_seq + 1` is the
+            // first whose id is at least that.
             .xrange(
                 self.keys.log(id),
                 format!("{}-0", after_seq.saturating_add(1)),
@@ -442,7 +457,7 @@ impl ConversationStore for RedisStore {
             )
             .await
             .map_err(store_error)?;
-        events_from(&entries)
+        events_from(&entries, after_seq)
     }
 
     async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError> {
@@ -605,6 +620,68 @@ mod tests {
                 .expect("claim")
                 .is_empty()
         );
+    }
+
+    #[tokio::test]
+    async fn a_commit_is_one_log_entry_and_logs_of_one_entry_per_event_still_read() {
+        let Some(url) =
+            test_redis("a_commit_is_one_log_entry_and_logs_of_one_entry_per_event_still_read")
+        else {
+            return;
+        };
+        let prefix = unique_prefix("batches");
+        let store = open_store(&url, &prefix).await;
+        // A log as engines before one-entry-per-commit wrote it: an entry per event.
+        let mut connection = store.connection.clone();
+        let old = [started("old"), accepted(2, "m2")];
+        for event in &old {
+            let _: String = connection
+                .xadd(
+                    store.keys.log("old"),
+                    format!("{}-0", event.seq),
+                    &[("e", encode(event).expect("encode"))],
+                )
+                .await
+                .expect("xadd");
+        }
+        let _: i64 = connection
+            .hset(store.keys.conversation("old"), "version", 2)
+            .await
+            .expect("hset");
+        // A new commit of three events lands after them as one entry.
+        let batch = vec![accepted(3, "m3"), accepted(4, "m4"), accepted(5, "m5")];
+        store
+            .commit(commit("old", 2, batch.clone(), None))
+            .await
+            .expect("append");
+        let entries: Vec<StreamEntry> = connection
+            .xrange_all(store.keys.log("old"))
+            .await
+            .expect("xrange");
+        assert_eq!(entries.len(), 3, "two old entries and one for the commit");
+        assert_eq!(entries[2].0, "5-0");
+        let all: Vec<ConversationEvent> = old.iter().cloned().chain(batch.clone()).collect();
+        assert_eq!(store.load("old").await.expect("load"), Some(all));
+        // Reading from inside the commit's entry skips the events before.
+        assert_eq!(
+            store.events_after("old", 3).await.expect("after"),
+            batch[1..].to_vec()
+        );
+        assert_eq!(
+            store.events_after("old", 1).await.expect("after"),
+            [vec![accepted(2, "m2")], batch.clone()].concat()
+        );
+        assert!(
+            store
+                .events_after("old", 5)
+                .await
+                .expect("after")
+                .is_empty()
+        );
+        store
+            .commit(commit("old", 4, vec![accepted(5, "again")], None))
+            .await
+            .expect_err("the version counts every event of the batch");
     }
 
     #[tokio::test]
