@@ -11,7 +11,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P:conv:{id}` | hash | `version`, `parties` (JSON list, for removal) |
-//! | `P:log:{id}` | stream | events; entry id `{seq}-0`, field `e` = event JSON |
+//! | `P:log:{id}` | stream | events, an entry per commit: id `{last seq}-0`, field `b` = JSON array (older logs: an entry per event, field `e`) |
 //! | `P:wake` | sorted set | conversation ids scored by next wake-up (ms) |
 //! | `P:inbox-seq` | hash | agent → last inbox sequence number |
 //! | `P:inbox:{agent}` | stream | entry id `{seq}-0`, fields `c` = conversation, `m` = message JSON |
