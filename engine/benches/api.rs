@@ -19,21 +19,15 @@ use colloquy_policy::{Catalog, TemplateCompiler};
 use http_body_util::BodyExt as _;
 use tower::ServiceExt as _;
 
+mod support;
+use support::arg;
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const REQUEST: &str = r#"{"template":"fipa-request","participants":["bob"],"message":{"performative":"request","content":{"action":"book-room","room":"Lovelace"}}}"#;
 const AGREE: &str = r#"{"performative":"agree","content":{}}"#;
 const INFORM: &str = r#"{"performative":"inform","content":{"done":true,"booking":"LV-0412"}}"#;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
 
 fn colloquy() -> Router {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");

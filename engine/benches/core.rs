@@ -28,6 +28,9 @@ use colloquy_policy::{Catalog, TemplateCompiler};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use mimalloc::MiMalloc;
 
+mod support;
+use support::arg;
+
 /// Counts live heap bytes, for the memory figure, over mimalloc (the allocator the
 /// `colloquy` binary uses).
 struct CountingAllocator;
@@ -68,15 +71,6 @@ const REJECT_2: &str =
     r#"{"performative":"reject-proposal","to":["p2"],"content":{"reason":"price"}}"#;
 const REJECT_3: &str =
     r#"{"performative":"reject-proposal","to":["p3"],"content":{"reason":"price"}}"#;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
 
 fn engine() -> Arc<Engine> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");

@@ -39,21 +39,15 @@ use colloquy_engine::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, TemplateCompiler};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 
+mod support;
+use support::arg;
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const REQUEST: &str = r#"{"performative":"request","content":{"action":"book-room","room":"4.12","from":"2026-12-01T09:00:00Z","minutes":60}}"#;
 const AGREE: &str = r#"{"performative":"agree","content":{"eta_ms":500}}"#;
 const INFORM: &str = r#"{"performative":"inform","content":{"done":true,"booking":"B-1042"}}"#;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
 
 /// CPU time (user + system, in clock ticks of 10 ms) each of this process's threads named
 /// `colloquy-sqlite…` (the SQLite writer and, for `synchronous = FULL`, its WAL syncer) has

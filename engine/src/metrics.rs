@@ -20,9 +20,9 @@ use colloquy_protocol::event::{ConversationEvent, EventKind};
 use colloquy_protocol::performative::{FipaAct, Performative};
 use dashmap::DashMap;
 
+use crate::keyed::Hasher;
 use crate::store::{Commit, ConversationStore, InboxEntry, StoreError};
 
-type Hasher = foldhash::fast::RandomState;
 type Counter<K> = DashMap<K, AtomicU64, Hasher>;
 
 /// Label used when a refused message names no known template or performative, so clients

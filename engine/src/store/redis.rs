@@ -306,12 +306,16 @@ fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
 type StreamEntry = (String, Vec<(String, String)>);
 
 fn field<'a>(entry: &'a StreamEntry, name: &str) -> Result<&'a str, StoreError> {
+    optional_field(entry, name)
+        .ok_or_else(|| StoreError::Internal(format!("stream entry {} has no `{name}`", entry.0)))
+}
+
+fn optional_field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {
     entry
         .1
         .iter()
         .find(|(key, _)| key == name)
         .map(|(_, value)| value.as_str())
-        .ok_or_else(|| StoreError::Internal(format!("stream entry {} has no `{name}`", entry.0)))
 }
 
 fn entry_seq(entry: &StreamEntry) -> Result<u64, StoreError> {
@@ -330,7 +334,7 @@ fn events_from(
 ) -> Result<Vec<ConversationEvent>, StoreError> {
     let mut events = Vec::new();
     for entry in entries {
-        if let Ok(batch) = field(entry, "b") {
+        if let Some(batch) = optional_field(entry, "b") {
             let batch: Vec<ConversationEvent> = decode(batch)?;
             events.extend(batch.into_iter().filter(|event| event.seq > after_seq));
         } else {
