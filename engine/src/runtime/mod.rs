@@ -158,8 +158,8 @@ pub struct HookRuntime {
     linker: wasmtime::Linker<host::HostState>,
     /// Loaded modules by SHA-256; a module that failed to load keeps its failure, so a bad
     /// module is compiled once, not at every message. Looked up at every call, so hashed with
-    /// foldhash (the keys are hashes already, not attacker-chosen strings).
-    modules: RwLock<HashMap<Arc<str>, Loaded, foldhash::fast::RandomState>>,
+    /// the engine's fast keyed hasher.
+    modules: RwLock<HashMap<Arc<str>, Loaded, crate::keyed::Hasher>>,
     config: HookRuntimeConfig,
     ticker: ticker::EpochTicker,
     latency: latency::HookLatency,

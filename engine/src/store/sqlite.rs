@@ -55,7 +55,7 @@ pub const MAX_GROUP_COMMIT: usize = 512;
 const MAX_REMEMBERED: usize = 200_000;
 
 /// What the writer remembers per conversation or inbox.
-type Remembered<K> = HashMap<K, u64, foldhash::fast::RandomState>;
+type Remembered<K> = HashMap<K, u64, crate::keyed::Hasher>;
 
 /// How many rows `inbox_recent` (and, separately, `parties_recent`) collect before the writer
 /// moves them into `inbox` (`parties`). Small enough that the index of recent inbox entries
