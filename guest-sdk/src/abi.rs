@@ -122,17 +122,22 @@ pub unsafe fn call<H: Hook + ?Sized>(
 }
 
 /// The body of `cabi_post_*`: the output has been copied; its buffer is kept for the next
-/// call (unless it grew large).
+/// call (unless it grew large). With the call arena ([`crate::arena`]) the buffer goes too,
+/// and the arena starts over: nothing of the call is left.
+#[allow(unsafe_code)]
 pub fn post_return() {
     RETURN.with(|cell| {
         let mut cell = cell.borrow_mut();
-        if cell.0.capacity() > KEEP_OUTPUT_CAPACITY {
+        if crate::arena::ACTIVE || cell.0.capacity() > KEEP_OUTPUT_CAPACITY {
             cell.0 = Vec::new();
         } else {
             cell.0.clear();
         }
         cell.1 = [0, 0];
     });
+    // Safety: the input was dropped by `call`, the output just now, and the hook value
+    // `export_hook!` made for the call went with the call.
+    unsafe { crate::arena::end_of_call() };
 }
 
 #[cfg(test)]

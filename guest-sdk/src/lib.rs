@@ -45,10 +45,12 @@
 //! - [`action`]: the typed actions ([`Action`]) and the output ([`Output`]).
 //! - [`host`]: `log` and `now_ms`, the host functions.
 //! - [`abi`]: the canonical-ABI glue [`export_hook!`] expands to.
+//! - [`arena`]: the allocator of the `call-arena` feature, emptied after every call.
 #![deny(missing_docs)]
 
 pub mod abi;
 pub mod action;
+pub mod arena;
 pub mod event;
 pub mod host;
 

@@ -148,6 +148,75 @@ async fn rust_credit_assessment_marks_pending_refuses_routes_and_escalates() {
     assert!(view.violations.is_empty(), "{:?}", view.violations);
 }
 
+/// The credit hook allocates from the guest SDK's call arena, which starts over after every
+/// call of a reused instance: each of many calls in a row must answer its own event, never
+/// one built from an earlier call's memory.
+#[tokio::test]
+async fn rust_credit_assessment_answers_each_of_many_calls_on_reused_instances() {
+    let h = harness(vec![example(
+        "credit-assessment",
+        "credit-assessment.yaml",
+        "credit_assessment.wasm",
+    )]);
+    let params = json!({"applicant_id": "A-17", "income_source": "salary"});
+    for round in 0..150u64 {
+        let view = h
+            .start("credit-assessment", "desk", &["risk"], params.clone())
+            .await;
+        assert_eq!(view.vars["status"], "pending", "round {round}");
+        match round % 3 {
+            0 => {
+                let amount = 50_001 + round * 7;
+                let error = expect_error(
+                    h.send(
+                        &view.id,
+                        "desk",
+                        msg("request", json!({"amount": amount, "purpose": "boat"})),
+                    )
+                    .await,
+                    "rejected",
+                    ErrorKind::Unprocessable,
+                );
+                let expected = format!("amount {amount} exceeds the limit of 50000");
+                assert!(
+                    error.to_string().contains(&expected),
+                    "round {round}: {error}"
+                );
+            }
+            1 => {
+                // A long purpose, so the event outgrows the earlier calls' blocks.
+                let purpose = format!("crypto {}", "x".repeat(round as usize % 90));
+                let receipt = h
+                    .ok(
+                        &view.id,
+                        "desk",
+                        msg("request", json!({"amount": round, "purpose": purpose})),
+                    )
+                    .await;
+                let receivers: Vec<&str> = receipt.receivers.iter().map(|r| &**r).collect();
+                assert_eq!(
+                    receivers,
+                    ["risk", "special-risk-assessment"],
+                    "round {round}"
+                );
+                assert_eq!(h.view(&view.id).await.vars["risk_route"], "special");
+            }
+            _ => {
+                let receipt = h
+                    .ok(
+                        &view.id,
+                        "desk",
+                        msg("request", json!({"amount": round, "purpose": "car"})),
+                    )
+                    .await;
+                let receivers: Vec<&str> = receipt.receivers.iter().map(|r| &**r).collect();
+                assert_eq!(receivers, ["risk"], "round {round}");
+                assert_eq!(h.view(&view.id).await.vars["risk_route"], "standard");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn c_amount_guard_refuses_amounts_over_the_limit() {
     let h = harness(vec![example(
