@@ -2,13 +2,14 @@
 //! run. Run with `cargo bench -p colloquy-engine --bench hooks` after
 //! `templates/examples/build.sh` (it uses the C amount guard and the Rust credit policy).
 //!
-//! Four templates share one protocol (the initiator's `request` loops in state `open`), so
+//! Five templates share one protocol (the initiator's `request` loops in state `open`), so
 //! every message is parsed, schema-validated, run through the state machine and stored;
-//! three of them also run an `on_message` hook: a trivial C hook (`trivial_hook.c`, answers
+//! four of them also run an `on_message` hook: a trivial C hook (`trivial_hook.c`, answers
 //! `{}`: the ABI round trip alone), the C amount guard (scans the event, answers `{}`) and the
 //! Rust credit-assessment policy (the guest SDK reads the event, borrowing and parsing only
 //! the fields the hook asks for; the hook reads three of them and answers `set_vars` on every
-//! request).
+//! request), twice: `rust-hook` with the whole event, `rust-reads` with the event cut to the
+//! parts its template's `hooks.reads` lists (`threads`), as the example ships.
 //! One thread; the best of several interleaved rounds is reported.
 //!
 //! A second table times the hook calls alone (`HookRuntime::call` on a fixed event shaped
@@ -27,7 +28,7 @@ use colloquy_engine::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
 use colloquy_protocol::hook::HookInput;
 use colloquy_protocol::message::{SendMessage, StartConversation};
-use colloquy_protocol::template::HookEvent;
+use colloquy_protocol::template::{ConversationPart, HookEvent};
 use serde_json::json;
 
 /// The allocator the `colloquy` binary uses, so the figures are the server's.
@@ -40,7 +41,11 @@ const MESSAGES_PER_CONVERSATION: usize = 20;
 /// Interleaved rounds; the fastest of each variant counts.
 const ROUNDS: usize = 3;
 
-fn template(name: &str, hook: Option<(&str, &str)>) -> CompiledTemplate {
+/// A hook variant: its module (under `templates/examples/`), its `config`, and the extra
+/// `hooks` settings (YAML, inside the flow mapping).
+type Hook = (&'static str, &'static str, &'static str);
+
+fn template(name: &str, hook: Option<Hook>) -> CompiledTemplate {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/examples");
     let dir = std::env::temp_dir().join(format!("colloquy-bench-hooks-{name}"));
     std::fs::create_dir_all(&dir).expect("bench dir");
@@ -64,7 +69,7 @@ spec:
       done: {{ terminal: success }}
 "#
     );
-    if let Some((module, config)) = hook {
+    if let Some((module, config, settings)) = hook {
         let source: PathBuf = examples.join(module);
         assert!(
             source.is_file(),
@@ -74,7 +79,7 @@ spec:
         std::fs::copy(&source, dir.join("hook.wasm")).expect("copy module");
         yaml.push_str(&format!(
             // A generous budget: on a busy machine a descheduled call must not time out.
-            "  hooks: {{ module: hook.wasm, events: [on_message], config: {config}, limits: {{ timeout_ms: 1000 }} }}\n"
+            "  hooks: {{ module: hook.wasm, events: [on_message], config: {config}, limits: {{ timeout_ms: 1000 }}{settings} }}\n"
         ));
     }
     let file = dir.join("template.yaml");
@@ -107,16 +112,17 @@ async fn messages_per_second(engine: &Engine, template: &str, messages: usize) -
     sent as f64 / began.elapsed().as_secs_f64()
 }
 
-/// An `on_message` event like the pipeline's (the conversation after a few messages).
+/// An `on_message` event like the pipeline's (the conversation after a few messages), with
+/// only the parts the template's `hooks.reads` lists.
 fn sample_input(template: &CompiledTemplate) -> HookInput<'static> {
-    serde_json::from_value(json!({
+    let mut input: HookInput<'static> = serde_json::from_value(json!({
         "abi_version": 1, "hook": "on_message", "now": 1767225600000u64,
         "conversation": {
             "id": "0197a5e2-3c4d-7e8f-9a0b-1c2d3e4f5a6b", "template": template.name,
             "revision": template.revision, "status": "active",
             "initiator": "desk", "participants": ["bank"],
             "threads": [{"participant": "bank", "state": "open"}],
-            "vars": {"risk_route": "standard"}, "parameters": {}, "context": null,
+            "vars": {"risk_route": "standard"}, "parameters": {}, "context": {},
             "retry_attempts": 0
         },
         "message": {
@@ -126,7 +132,30 @@ fn sample_input(template: &CompiledTemplate) -> HookInput<'static> {
         },
         "config": template.hooks.as_ref().map(|spec| spec.config.clone())
     }))
-    .expect("sample input")
+    .expect("sample input");
+    let reads = |part| template.hooks.as_ref().is_none_or(|spec| spec.reads(part));
+    let conversation = &mut input.conversation;
+    if !reads(ConversationPart::Template) {
+        conversation.template = None;
+        conversation.revision = None;
+    }
+    if !reads(ConversationPart::Parties) {
+        conversation.initiator = None;
+        conversation.participants = None;
+    }
+    if !reads(ConversationPart::Threads) {
+        conversation.threads = None;
+    }
+    if !reads(ConversationPart::Vars) {
+        conversation.vars = None;
+    }
+    if !reads(ConversationPart::Parameters) {
+        conversation.parameters = None;
+    }
+    if !reads(ConversationPart::Context) {
+        conversation.context = None;
+    }
+    input
 }
 
 /// Hook calls per second on a fixed event, without the engine.
@@ -152,17 +181,31 @@ fn main() {
         ("no-hook", None),
         (
             "c-trivial",
-            Some(("../../target/hooks/trivial_hook.wasm", "{}")),
+            Some(("../../target/hooks/trivial_hook.wasm", "{}", "")),
         ),
         (
             "c-guard",
-            Some(("amount-guard/amount_guard.wasm", "{ max_amount: 100000 }")),
+            Some((
+                "amount-guard/amount_guard.wasm",
+                "{ max_amount: 100000 }",
+                "",
+            )),
         ),
         (
             "rust-hook",
             Some((
                 "credit-assessment/credit_assessment.wasm",
                 "{ max_amount: 100000 }",
+                "",
+            )),
+        ),
+        // The same policy with the event cut to what it reads, as its template ships.
+        (
+            "rust-reads",
+            Some((
+                "credit-assessment/credit_assessment.wasm",
+                "{ max_amount: 100000 }",
+                ", reads: [threads]",
             )),
         ),
     ];
@@ -191,8 +234,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio");
-    let mut best = [0.0f64; 4];
-    let mut best_calls = [0.0f64; 4];
+    let mut best = vec![0.0f64; variants.len()];
+    let mut best_calls = vec![0.0f64; variants.len()];
     let only = std::env::args().skip_while(|arg| arg != "--only").nth(1);
     for _ in 0..ROUNDS {
         for index in 1..variants.len() {

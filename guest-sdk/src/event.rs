@@ -67,11 +67,12 @@ pub struct Conversation<'a> {
     /// Its id.
     #[serde(borrow)]
     pub id: Cow<'a, str>,
-    /// The template's name.
-    #[serde(borrow)]
+    /// The template's name (empty when the template's `hooks.reads` leaves out
+    /// `template`).
+    #[serde(default, borrow)]
     pub template: Cow<'a, str>,
-    /// The template revision it is pinned to.
-    #[serde(borrow)]
+    /// The template revision it is pinned to (as `template`).
+    #[serde(default, borrow)]
     pub revision: Cow<'a, str>,
     /// `active` or `completed`.
     #[serde(borrow)]
@@ -79,17 +80,18 @@ pub struct Conversation<'a> {
     /// The outcome, once completed.
     #[serde(default)]
     pub outcome: Option<Outcome>,
-    /// The initiator.
-    #[serde(borrow)]
+    /// The initiator (empty when `hooks.reads` leaves out `parties`).
+    #[serde(default, borrow)]
     pub initiator: Cow<'a, str>,
-    /// The participants.
-    #[serde(borrow, deserialize_with = "cow_vec")]
+    /// The participants (as `initiator`).
+    #[serde(default, borrow, deserialize_with = "cow_vec")]
     pub participants: Vec<Cow<'a, str>>,
-    /// Each participant's thread.
-    #[serde(borrow)]
+    /// Each participant's thread (empty when `hooks.reads` leaves out `threads`).
+    #[serde(default, borrow)]
     pub threads: Vec<Thread<'a>>,
     /// Variables set by hooks and declarative actions (an object), unparsed: see
-    /// [`Event::var`].
+    /// [`Event::var`]. `None` also when `hooks.reads` leaves out `vars`, and likewise
+    /// for `parameters` and `context`.
     #[serde(default, borrow)]
     pub vars: Option<&'a RawValue>,
     /// The start parameters, unparsed: see [`Event::parameters`].

@@ -58,27 +58,37 @@ pub struct HookInput<'a> {
 pub struct HookConversation<'a> {
     /// The conversation id.
     pub id: Cow<'a, str>,
-    /// The template's name.
-    pub template: Cow<'a, str>,
-    /// The template revision the conversation is pinned to.
-    pub revision: Cow<'a, str>,
+    /// The template's name (unless the template's `hooks.reads` leaves out `template`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<Cow<'a, str>>,
+    /// The template revision the conversation is pinned to (as `template`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<Cow<'a, str>>,
     /// `active` or `completed`.
     pub status: HookStatus,
     /// The outcome, once completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
-    /// The initiator.
-    pub initiator: Cow<'a, str>,
-    /// The participants, one thread each.
-    pub participants: Vec<Cow<'a, str>>,
-    /// Each thread's state.
-    pub threads: Vec<HookThread<'a>>,
-    /// The variables hooks and declarative actions own.
-    pub vars: Cow<'a, Map<String, Value>>,
-    /// The start parameters.
-    pub parameters: Cow<'a, Value>,
-    /// The context snapshot.
-    pub context: Cow<'a, Value>,
+    /// The initiator (unless `hooks.reads` leaves out `parties`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initiator: Option<Cow<'a, str>>,
+    /// The participants, one thread each (as `initiator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<Vec<Cow<'a, str>>>,
+    /// Each thread's state (unless `hooks.reads` leaves out `threads`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<Vec<HookThread<'a>>>,
+    /// The variables hooks and declarative actions own (unless `hooks.reads` leaves out
+    /// `vars`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vars: Option<Cow<'a, Map<String, Value>>>,
+    /// The start parameters (unless `hooks.reads` leaves out `parameters`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Cow<'a, Value>>,
+    /// The context snapshot (unless `hooks.reads` leaves out `context`; `null` reads as
+    /// left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Cow<'a, Value>>,
     /// The conversation deadline (Unix milliseconds), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<u64>,

@@ -430,6 +430,40 @@ pub struct HookSpec {
     /// Free-form configuration passed to every call (e.g. an amount limit).
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub config: Value,
+    /// The optional parts of the conversation the hook reads, and so the only ones its
+    /// event carries; absent, the event carries all of them. A smaller event is quicker to
+    /// write and, above all, to parse inside the hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<Vec<ConversationPart>>,
+}
+
+impl HookSpec {
+    /// Whether the hook's event carries `part`.
+    pub fn reads(&self, part: ConversationPart) -> bool {
+        self.reads
+            .as_ref()
+            .is_none_or(|parts| parts.contains(&part))
+    }
+}
+
+/// An optional part of the conversation in a hook's event (see [`HookSpec::reads`]). The
+/// id, status, outcome, deadline and retry count are always there, as are the message,
+/// the timeout and the config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConversationPart {
+    /// `template` and `revision`.
+    Template,
+    /// `initiator` and `participants`.
+    Parties,
+    /// `threads`.
+    Threads,
+    /// `vars`.
+    Vars,
+    /// `parameters`.
+    Parameters,
+    /// `context`.
+    Context,
 }
 
 /// A lifecycle event a hook can run at.

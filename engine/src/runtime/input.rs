@@ -9,7 +9,7 @@ use colloquy_protocol::hook::{
     HookTimeout,
 };
 use colloquy_protocol::message::{AgentId, Message};
-use colloquy_protocol::template::HookEvent;
+use colloquy_protocol::template::{ConversationPart, HookEvent};
 use serde_json::Value;
 
 use crate::conversation::Conversation;
@@ -36,44 +36,51 @@ pub fn hook_input<'a>(
 ) -> HookInput<'a> {
     let started = &*conversation.started;
     let machine = &conversation.template.machine;
-    let config = conversation
-        .template
-        .hooks
-        .as_ref()
+    let spec = conversation.template.hooks.as_ref();
+    // Every part unless the template's `hooks.reads` lists the ones its hook reads.
+    let reads = |part| spec.is_none_or(|spec| spec.reads(part));
+    let config = spec
         .map(|spec| Cow::Borrowed(&spec.config))
         .unwrap_or(Cow::Owned(Value::Null));
+    let template = reads(ConversationPart::Template);
+    let parties = reads(ConversationPart::Parties);
     HookInput {
         abi_version: HOOKS_ABI_VERSION,
         hook,
         now,
         conversation: HookConversation {
             id: Cow::Borrowed(&started.id),
-            template: Cow::Borrowed(&started.template),
-            revision: Cow::Borrowed(&started.revision),
+            template: template.then_some(Cow::Borrowed(&*started.template)),
+            revision: template.then_some(Cow::Borrowed(&*started.revision)),
             status: match conversation.status {
                 ConversationStatus::Active => HookStatus::Active,
                 _ => HookStatus::Completed,
             },
             outcome: conversation.outcome,
-            initiator: Cow::Borrowed(&started.initiator),
-            participants: started
-                .participants
-                .iter()
-                .map(|p| Cow::Borrowed(&**p))
-                .collect(),
-            threads: conversation
-                .threads
-                .iter()
-                .map(|thread| HookThread {
-                    participant: Cow::Borrowed(&thread.participant),
-                    state: Cow::Borrowed(&machine.state(thread.state).name),
-                    outcome: conversation.thread_outcome(thread),
-                    deadline: thread.deadline,
-                })
-                .collect(),
-            vars: Cow::Borrowed(&conversation.vars),
-            parameters: Cow::Borrowed(&started.parameters),
-            context: Cow::Borrowed(&started.context),
+            initiator: parties.then_some(Cow::Borrowed(&*started.initiator)),
+            participants: parties.then(|| {
+                started
+                    .participants
+                    .iter()
+                    .map(|p| Cow::Borrowed(&**p))
+                    .collect()
+            }),
+            threads: reads(ConversationPart::Threads).then(|| {
+                conversation
+                    .threads
+                    .iter()
+                    .map(|thread| HookThread {
+                        participant: Cow::Borrowed(&thread.participant),
+                        state: Cow::Borrowed(&machine.state(thread.state).name),
+                        outcome: conversation.thread_outcome(thread),
+                        deadline: thread.deadline,
+                    })
+                    .collect()
+            }),
+            vars: reads(ConversationPart::Vars).then_some(Cow::Borrowed(&conversation.vars)),
+            parameters: reads(ConversationPart::Parameters)
+                .then_some(Cow::Borrowed(&started.parameters)),
+            context: reads(ConversationPart::Context).then_some(Cow::Borrowed(&started.context)),
             deadline: conversation.deadline,
             retry_attempts: conversation.retry.attempts,
         },
@@ -115,10 +122,14 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
     let conversation = &input.conversation;
     out.extend_from_slice(b",\"conversation\":{\"id\":");
     string(out, &conversation.id)?;
-    out.extend_from_slice(b",\"template\":");
-    string(out, &conversation.template)?;
-    out.extend_from_slice(b",\"revision\":");
-    string(out, &conversation.revision)?;
+    if let Some(template) = &conversation.template {
+        out.extend_from_slice(b",\"template\":");
+        string(out, template)?;
+    }
+    if let Some(revision) = &conversation.revision {
+        out.extend_from_slice(b",\"revision\":");
+        string(out, revision)?;
+    }
     out.extend_from_slice(match conversation.status {
         HookStatus::Active => b",\"status\":\"active\"",
         HookStatus::Completed => b",\"status\":\"completed\"",
@@ -127,35 +138,48 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
         out.extend_from_slice(b",\"outcome\":");
         serde_json::to_writer(&mut *out, outcome)?;
     }
-    out.extend_from_slice(b",\"initiator\":");
-    string(out, &conversation.initiator)?;
-    out.extend_from_slice(b",\"participants\":");
-    strings(out, &conversation.participants)?;
-    out.extend_from_slice(b",\"threads\":[");
-    for (index, thread) in conversation.threads.iter().enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"participant\":");
-        string(out, &thread.participant)?;
-        out.extend_from_slice(b",\"state\":");
-        string(out, &thread.state)?;
-        if let Some(outcome) = &thread.outcome {
-            out.extend_from_slice(b",\"outcome\":");
-            serde_json::to_writer(&mut *out, outcome)?;
-        }
-        if let Some(deadline) = thread.deadline {
-            out.extend_from_slice(b",\"deadline\":");
-            number(out, deadline);
-        }
-        out.push(b'}');
+    if let Some(initiator) = &conversation.initiator {
+        out.extend_from_slice(b",\"initiator\":");
+        string(out, initiator)?;
     }
-    out.extend_from_slice(b"],\"vars\":");
-    serde_json::to_writer(&mut *out, &*conversation.vars)?;
-    out.extend_from_slice(b",\"parameters\":");
-    value(out, &conversation.parameters)?;
-    out.extend_from_slice(b",\"context\":");
-    value(out, &conversation.context)?;
+    if let Some(participants) = &conversation.participants {
+        out.extend_from_slice(b",\"participants\":");
+        strings(out, participants)?;
+    }
+    if let Some(threads) = &conversation.threads {
+        out.extend_from_slice(b",\"threads\":[");
+        for (index, thread) in threads.iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"participant\":");
+            string(out, &thread.participant)?;
+            out.extend_from_slice(b",\"state\":");
+            string(out, &thread.state)?;
+            if let Some(outcome) = &thread.outcome {
+                out.extend_from_slice(b",\"outcome\":");
+                serde_json::to_writer(&mut *out, outcome)?;
+            }
+            if let Some(deadline) = thread.deadline {
+                out.extend_from_slice(b",\"deadline\":");
+                number(out, deadline);
+            }
+            out.push(b'}');
+        }
+        out.push(b']');
+    }
+    if let Some(vars) = &conversation.vars {
+        out.extend_from_slice(b",\"vars\":");
+        serde_json::to_writer(&mut *out, &**vars)?;
+    }
+    if let Some(parameters) = &conversation.parameters {
+        out.extend_from_slice(b",\"parameters\":");
+        value(out, parameters)?;
+    }
+    if let Some(context) = &conversation.context {
+        out.extend_from_slice(b",\"context\":");
+        value(out, context)?;
+    }
     if let Some(deadline) = conversation.deadline {
         out.extend_from_slice(b",\"deadline\":");
         number(out, deadline);
@@ -311,6 +335,23 @@ mod tests {
             "message": {"id": "m", "performative": "inform", "sender": "b",
                 "receivers": ["a"], "content": null},
             "config": {}
+        }));
+        // Parts a template's `hooks.reads` left out.
+        same_as_serde(json!({
+            "abi_version": 1, "hook": "on_message", "now": 5,
+            "conversation": {"id": "c", "status": "active", "threads": [],
+                "retry_attempts": 0},
+            "message": {"id": "m", "performative": "inform", "sender": "b",
+                "receivers": ["a"], "content": {"x": 1}},
+            "config": null
+        }));
+        same_as_serde(json!({
+            "abi_version": 1, "hook": "on_timeout", "now": 5,
+            "conversation": {"id": "c", "revision": "r", "status": "completed",
+                "outcome": "success", "participants": ["b"], "vars": {"v": 1},
+                "deadline": 9, "retry_attempts": 2},
+            "timeout": {"kind": "conversation", "attempt": 0},
+            "config": null
         }));
     }
 }

@@ -332,6 +332,21 @@ fn module(version: i32, body: &str, output: &str, extra: &str) -> Vec<u8> {
 /// A fipa-request variant named `name` whose hook is `bytes`, compiled from a file so the
 /// compiler reads the module.
 fn hostile(name: &str, bytes: &[u8], policy: &str, limits: &str) -> CompiledTemplate {
+    hooked(
+        name,
+        bytes,
+        &format!("failure_policy: {policy}\n    limits: {limits}"),
+    )
+    .unwrap_or_else(|diagnostics| panic!("{name} does not compile:\n{diagnostics}"))
+}
+
+/// A fipa-request variant named `name` whose `on_message` hook is `bytes`, with `settings`
+/// (YAML lines) added to its `hooks` section.
+fn hooked(
+    name: &str,
+    bytes: &[u8],
+    settings: &str,
+) -> Result<CompiledTemplate, colloquy_policy::Diagnostics> {
     // One directory per call: tests run in parallel and reuse fixture names.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -342,14 +357,11 @@ fn hostile(name: &str, bytes: &[u8], policy: &str, limits: &str) -> CompiledTemp
         .expect("fipa-request.yaml")
         .replace("name: fipa-request", &format!("name: {name}"));
     let yaml = format!(
-        "{yaml}\n  hooks:\n    module: hook.wasm\n    events: [on_message]\n    \
-         failure_policy: {policy}\n    limits: {limits}\n"
+        "{yaml}\n  hooks:\n    module: hook.wasm\n    events: [on_message]\n    {settings}\n"
     );
     let file = dir.join(format!("{name}.yaml"));
     std::fs::write(&file, yaml).expect("write template");
-    TemplateCompiler::new()
-        .compile_file(&file)
-        .unwrap_or_else(|diagnostics| panic!("{name} does not compile:\n{diagnostics}"))
+    TemplateCompiler::new().compile_file(&file)
 }
 
 const DEFAULT_LIMITS: &str = "{ memory_bytes: 1048576, timeout_ms: 20 }";
@@ -577,6 +589,118 @@ async fn restating_a_variable_records_no_event() {
         })
         .count();
     assert_eq!(merges, 1, "three hook answers, one change");
+}
+
+/// A module whose `message` answers `set_vars {"event": <the event it was given>}`.
+fn echo_module() -> Vec<u8> {
+    let prefix = r#"{"actions":[{"set_vars":{"event":"#;
+    let suffix = "}}]}";
+    let escape = |text: &str| -> String { text.bytes().map(|b| format!("\\{b:02x}")).collect() };
+    let text = format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global $heap (mut i32) (i32.const 4096))
+  (data (i32.const 0) "{prefix}")
+  (data (i32.const 64) "{suffix}")
+  (func (export "hooks_abi_version") (result i32) (i32.const 1))
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+    (local $at i32)
+    (local.set $at (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get 3)))
+    (local.get $at))
+  (func (export "message") (param $ptr i32) (param $len i32) (result i32)
+    ;; The answer at 16384: prefix, the event, suffix.
+    (memory.copy (i32.const 16384) (i32.const 0) (i32.const {plen}))
+    (memory.copy (i32.add (i32.const 16384) (i32.const {plen})) (local.get $ptr) (local.get $len))
+    (memory.copy (i32.add (i32.add (i32.const 16384) (i32.const {plen})) (local.get $len))
+      (i32.const 64) (i32.const {slen}))
+    (i32.store (i32.const 2048) (i32.const 16384))
+    (i32.store (i32.const 2052) (i32.add (local.get $len) (i32.const {total})))
+    (i32.const 2048))
+  (func (export "cabi_post_message") (param i32) (global.set $heap (i32.const 4096))))"#,
+        prefix = escape(prefix),
+        suffix = escape(suffix),
+        plen = prefix.len(),
+        slen = suffix.len(),
+        total = prefix.len() + suffix.len(),
+    );
+    wat::parse_str(&text).unwrap_or_else(|error| panic!("echo WAT: {error}\n{text}"))
+}
+
+#[tokio::test]
+async fn hooks_reads_limits_the_event_to_the_parts_listed() {
+    let everything = hooked("echo-all", &echo_module(), "limits: { timeout_ms: 50 }")
+        .expect("echo-all compiles");
+    let threads_only = hooked("echo-threads", &echo_module(), "reads: [threads, vars]")
+        .expect("echo-threads compiles");
+    let h = harness(vec![everything, threads_only]);
+    let keys = |event: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = event["conversation"]
+            .as_object()
+            .expect("conversation")
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    };
+
+    let params = json!({"topic": "rooms"});
+    let view = h.start("echo-all", "alice", &["bob"], params.clone()).await;
+    h.ok(&view.id, "alice", msg("request", json!({"n": 1})))
+        .await;
+    let event = h.view(&view.id).await.vars["event"].clone();
+    assert_eq!(
+        keys(&event),
+        [
+            "context",
+            "deadline",
+            "id",
+            "initiator",
+            "parameters",
+            "participants",
+            "retry_attempts",
+            "revision",
+            "status",
+            "template",
+            "threads",
+            "vars"
+        ],
+        "{event}"
+    );
+    assert_eq!(event["conversation"]["parameters"], params);
+
+    let view = h.start("echo-threads", "alice", &["bob"], params).await;
+    h.ok(&view.id, "alice", msg("request", json!({"n": 2})))
+        .await;
+    let event = h.view(&view.id).await.vars["event"].clone();
+    assert_eq!(
+        keys(&event),
+        [
+            "deadline",
+            "id",
+            "retry_attempts",
+            "status",
+            "threads",
+            "vars"
+        ],
+        "{event}"
+    );
+    assert_eq!(event["conversation"]["threads"][0]["participant"], "bob");
+    assert_eq!(event["message"]["content"], json!({"n": 2}));
+    assert_eq!(event["hook"], "on_message");
+}
+
+#[test]
+fn hooks_reads_with_an_unknown_part_is_a_template_error() {
+    let error = hooked("echo-bad", &echo_module(), "reads: [threads, everything]")
+        .expect_err("an unknown part is refused");
+    let text = error.to_string();
+    assert!(text.contains("everything"), "{text}");
+    assert!(
+        text.contains("threads") && text.contains("parties"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
