@@ -16,7 +16,10 @@
 //! like the pipeline's: encode, copy in, run, parse the answer), without the engine around
 //! them, so the hook's own cost is not lost in the pipeline's noise.
 //! Arguments: `--messages N` per round and variant (default 200 000); `--calls-only` runs
-//! the second table alone, `--only NAME` (with it) one variant.
+//! the second table alone, `--only NAME` (with it) one variant; `--spaced-ms MS` (with
+//! `--calls-only`) waits MS milliseconds before each call and times the calls alone
+//! (1 000 per round), as on a lightly loaded engine where each call finds caches cold and
+//! the epoch ticker possibly parked.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +32,10 @@ use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
 use colloquy_protocol::hook::HookInput;
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use colloquy_protocol::template::{ConversationPart, HookEvent};
+
+mod support;
 use serde_json::json;
+use support::arg;
 
 /// The allocator the `colloquy` binary uses, so the figures are the server's.
 #[global_allocator]
@@ -40,6 +46,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MESSAGES_PER_CONVERSATION: usize = 20;
 /// Interleaved rounds; the fastest of each variant counts.
 const ROUNDS: usize = 3;
+/// Calls per round and variant with `--spaced-ms`.
+const SPACED_CALLS: usize = 1_000;
 
 /// A hook variant: its module (under `templates/examples/`), its `config`, and the extra
 /// `hooks` settings (YAML, inside the flow mapping).
@@ -161,6 +169,22 @@ fn sample_input(template: &CompiledTemplate) -> HookInput<'static> {
 /// Hook calls per second on a fixed event, without the engine.
 fn calls_per_second(runtime: &HookRuntime, template: &CompiledTemplate, calls: usize) -> f64 {
     let input = sample_input(template);
+    let spaced_ms = arg("--spaced-ms", 0) as u64;
+    if spaced_ms > 0 {
+        // Calls far apart, as on a lightly loaded engine: only the calls are timed.
+        let calls = calls.min(SPACED_CALLS);
+        let mut calling = std::time::Duration::ZERO;
+        for _ in 0..calls {
+            std::thread::sleep(std::time::Duration::from_millis(spaced_ms));
+            let began = Instant::now();
+            let output = runtime
+                .call(template, HookEvent::OnMessage, &input)
+                .expect("hook call");
+            calling += began.elapsed();
+            std::hint::black_box(output);
+        }
+        return calls as f64 / calling.as_secs_f64();
+    }
     let began = Instant::now();
     for _ in 0..calls {
         let output = runtime
@@ -172,11 +196,7 @@ fn calls_per_second(runtime: &HookRuntime, template: &CompiledTemplate, calls: u
 }
 
 fn main() {
-    let messages = std::env::args()
-        .skip_while(|arg| arg != "--messages")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200_000);
+    let messages = arg("--messages", 200_000);
     let variants = [
         ("no-hook", None),
         (

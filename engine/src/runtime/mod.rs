@@ -4,8 +4,8 @@
 //!
 //! One [`HookRuntime`] serves every template of an engine:
 //! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread every
-//!   [`EPOCH_TICK`] while wasm runs (`ticker`), so each call gets a deadline of the
-//!   template's `timeout_ms`;
+//!   [`EPOCH_TICK`] while wasm runs and for a tenth of a second after (`ticker`), so each
+//!   call gets a deadline of the template's `timeout_ms`;
 //! - the pooling instance allocator, sized by [`HookRuntimeConfig`];
 //! - one `InstancePre` per module (keyed by the module's SHA-256, so a template revision
 //!   with a rebuilt module gets its own, and running conversations keep the old one: that is

@@ -1,8 +1,16 @@
 //! The epoch ticker: the thread that advances the wasmtime engine's epoch, which is how a
-//! hook call's deadline is enforced. It ticks every [`EPOCH_TICK`] only while some wasm code
-//! runs (a call, or a module being loaded) and sleeps otherwise, so an engine whose
-//! templates use no hooks, or that is between calls, spends no CPU waking up a thousand
-//! times a second.
+//! hook call's deadline is enforced. It ticks every [`EPOCH_TICK`] while some wasm code runs
+//! (a call, or a module being loaded) and for [`IDLE_TICKS_BEFORE_PARKING`] ticks after, then
+//! parks until the next one, so an engine whose templates use no hooks, or whose hooks have
+//! not run for a while, spends no CPU waking up a thousand times a second.
+//!
+//! Why not park as soon as nothing runs: a call lasts microseconds, so an engine whose calls
+//! come a few milliseconds apart would find the ticker parked at every call and wake it on
+//! the call's path (a futex call and a context switch). With calls 3 ms apart, that made
+//! the trivial C hook's call take 8.7–13.6 µs instead of 3.0–3.2 µs
+//! (`--bench hooks -- --calls-only --spaced-ms 3`). While the ticker is awake, starting a
+//! call is one atomic operation; the price is a thousand wake-ups a second of the ticker
+//! thread for a tenth of a second after the last call.
 //!
 //! Deadlines stay exact: a store's epoch deadline counts ticks from the epoch at the moment
 //! it is set, and the ticker is running before any wasm starts.
@@ -12,6 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, Thread};
 
 use super::EPOCH_TICK;
+
+/// Ticks the ticker goes on with after the last wasm execution ended before it parks: a
+/// tenth of a second at one tick per millisecond.
+pub const IDLE_TICKS_BEFORE_PARKING: u32 = 100;
 
 /// Owns the ticker thread; stops it on drop.
 pub struct EpochTicker {
@@ -41,8 +53,9 @@ impl EpochTicker {
         let handle = thread::Builder::new()
             .name("hook-epoch-ticker".to_owned())
             .spawn(move || {
+                let mut idle = IdleTicks::default();
                 while !state.stop.load(Ordering::Acquire) {
-                    if state.running.load(Ordering::Acquire) == 0 {
+                    if idle.park_now(state.running.load(Ordering::Acquire) == 0) {
                         // Woken by the first `ticking` (an unpark before this park makes it
                         // return at once, so no wake-up is lost) or by drop.
                         thread::park();
@@ -72,6 +85,26 @@ impl EpochTicker {
     #[cfg(test)]
     pub fn is_ticking(&self) -> bool {
         self.shared.running.load(Ordering::Acquire) > 0
+    }
+}
+
+/// Counts the ticks during which nothing ran, to tell the ticker when to park.
+#[derive(Debug, Default)]
+struct IdleTicks(u32);
+
+impl IdleTicks {
+    /// Before a tick: whether to park now, given whether nothing runs.
+    fn park_now(&mut self, nothing_runs: bool) -> bool {
+        if !nothing_runs {
+            self.0 = 0;
+            return false;
+        }
+        if self.0 >= IDLE_TICKS_BEFORE_PARKING {
+            self.0 = 0;
+            return true;
+        }
+        self.0 += 1;
+        false
     }
 }
 
@@ -119,5 +152,28 @@ mod tests {
             );
         }
         assert!(!ticker.is_ticking());
+    }
+
+    #[test]
+    fn the_ticker_parks_only_after_a_run_of_idle_ticks() {
+        let mut idle = IdleTicks::default();
+        // Something runs: never park, and the idle count starts over.
+        for _ in 0..1000 {
+            assert!(!idle.park_now(false));
+        }
+        // Idle: tick on for the grace period, then park.
+        for _ in 0..IDLE_TICKS_BEFORE_PARKING {
+            assert!(!idle.park_now(true));
+        }
+        assert!(idle.park_now(true));
+        // A call in the middle of an idle run starts the grace period over.
+        for _ in 0..IDLE_TICKS_BEFORE_PARKING / 2 {
+            assert!(!idle.park_now(true));
+        }
+        assert!(!idle.park_now(false));
+        for _ in 0..IDLE_TICKS_BEFORE_PARKING {
+            assert!(!idle.park_now(true));
+        }
+        assert!(idle.park_now(true));
     }
 }
