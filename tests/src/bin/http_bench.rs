@@ -13,6 +13,10 @@
 //! half that rate, whose latencies count from each request's scheduled time (no coordinated
 //! omission). A request conversation is three messages, each one request: `request` (in the
 //! start call), `agree`, `inform`; the echo server answers one JSON body per request.
+//!
+//! With `--hook`, a third server runs the same conversations with the Rust credit-assessment
+//! policy (`templates/examples/build.sh` builds it) as `fipa-request`'s `on_message` hook,
+//! so every message calls it: the cost of a Rust hook as the HTTP service sees it.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::SocketAddr;
@@ -44,6 +48,8 @@ struct Options {
     echo: PathBuf,
     pin: bool,
     measure: Duration,
+    /// Also measure colloquy with the Rust credit hook on every message.
+    hook: bool,
 }
 
 fn options() -> anyhow::Result<Options> {
@@ -56,11 +62,13 @@ fn options() -> anyhow::Result<Options> {
         echo: dir.join("bench-echo"),
         pin: false,
         measure: MEASURE,
+        hook: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--pin" => options.pin = true,
+            "--hook" => options.hook = true,
             "--colloquy" => options.colloquy = args.next().context("--colloquy PATH")?.into(),
             "--echo" => options.echo = args.next().context("--echo PATH")?.into(),
             "--seconds" => {
@@ -375,18 +383,24 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let agents =
-        std::env::temp_dir().join(format!("colloquy-bench-agents-{}.yaml", std::process::id()));
+    // Everything the servers read or write outside the source tree (the agents file, the
+    // hooked templates, the hook runtime's compile cache), removed at the end.
+    let scratch = std::env::temp_dir().join(format!("colloquy-http-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let agents = scratch.join("agents.yaml");
+    let data = scratch.join("data");
     std::fs::write(
         &agents,
         "agents:\n  - {id: alice, token: alice-token}\n  - {id: bob, token: bob-token}\n",
     )?;
     let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
-    let result = runtime.block_on(async {
-        let echo = spawn(&options.echo, &[], options.pin)?;
-        let echo_figures = measure(&echo, Workload::Echo, &options).await?;
-        drop(echo);
-        let colloquy = spawn(
+    let hooked_templates = if options.hook {
+        Some(hooked_templates(&templates, &scratch.join("hooked"))?)
+    } else {
+        None
+    };
+    let serve = |templates: &Path| {
+        spawn(
             &options.colloquy,
             &[
                 "serve",
@@ -398,14 +412,30 @@ fn main() -> anyhow::Result<()> {
                 &templates.to_string_lossy(),
                 "--agents",
                 &agents.to_string_lossy(),
+                "--data-dir",
+                &data.to_string_lossy(),
             ],
             options.pin,
-        )?;
+        )
+    };
+    let result = runtime.block_on(async {
+        let echo = spawn(&options.echo, &[], options.pin)?;
+        let echo_figures = measure(&echo, Workload::Echo, &options).await?;
+        drop(echo);
+        let colloquy = serve(&templates)?;
         let colloquy_figures = measure(&colloquy, Workload::Conversations, &options).await?;
-        anyhow::Ok((echo_figures, colloquy_figures))
+        drop(colloquy);
+        let hooked_figures = match &hooked_templates {
+            Some(dir) => {
+                let hooked = serve(dir)?;
+                Some(measure(&hooked, Workload::Conversations, &options).await?)
+            }
+            None => None,
+        };
+        anyhow::Ok((echo_figures, colloquy_figures, hooked_figures))
     });
-    let _ = std::fs::remove_file(&agents);
-    let (echo, colloquy) = result?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (echo, colloquy, hooked) = result?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -463,5 +493,41 @@ fn main() -> anyhow::Result<()> {
         "server memory growth per request (full speed): echo {:.0} B, colloquy {:.0} B",
         echo.rss_bytes_per_request, colloquy.rss_bytes_per_request
     )?;
+    if let Some(hooked) = hooked {
+        writeln!(
+            out,
+            "with the Rust credit hook on every message: {:.0} requests/s, p50 {:.2} ms, \
+             p99 {:.2} ms; {:.0}% of colloquy's rate without it; server CPU +{:.1} µs per request",
+            hooked.max.requests_per_s,
+            hooked.max.p50_ms,
+            hooked.max.p99_ms,
+            100.0 * hooked.max.requests_per_s / colloquy.max.requests_per_s,
+            hooked.cpu_us_per_request - colloquy.cpu_us_per_request
+        )?;
+    }
     Ok(())
+}
+
+/// A templates directory for `--hook`: the built-in `fipa-request` with the credit-assessment
+/// policy (`templates/examples/build.sh` builds it) as its `on_message` hook, configured as
+/// the example ships it.
+fn hooked_templates(templates: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    let module = templates.join("examples/credit-assessment/credit_assessment.wasm");
+    if !module.is_file() {
+        bail!(
+            "{} is missing: run templates/examples/build.sh first",
+            module.display()
+        );
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::copy(&module, dir.join("credit_assessment.wasm"))?;
+    let yaml = std::fs::read_to_string(templates.join("fipa-request.yaml"))?;
+    std::fs::write(
+        dir.join("fipa-request.yaml"),
+        format!(
+            "{yaml}\n  hooks:\n    module: credit_assessment.wasm\n    events: [on_message]\n    \
+             reads: [threads]\n    config: {{ max_amount: 50000 }}\n"
+        ),
+    )?;
+    Ok(dir.to_owned())
 }
