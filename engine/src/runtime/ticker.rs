@@ -1,15 +1,16 @@
 //! The epoch ticker: the thread that advances the wasmtime engine's epoch, which is how a
-//! hook call's deadline is enforced. It ticks every [`EPOCH_TICK`] while some wasm code runs
-//! (a call, or a module being loaded) and for [`IDLE_TICKS_BEFORE_PARKING`] ticks after, then
-//! parks until the next one, so an engine whose templates use no hooks, or whose hooks have
-//! not run for a while, spends no CPU waking up a thousand times a second.
+//! hook call's deadline is enforced. It ticks every [`EPOCH_TICK`] while wasm code runs (a
+//! call, or a module being loaded) and on until [`IDLE_TICKS_BEFORE_PARKING`] ticks in a row
+//! pass without any, then parks until the next one. So an engine whose templates use no
+//! hooks, or whose hooks have not run for a while, spends no CPU waking up a thousand times
+//! a second.
 //!
 //! Why not park as soon as nothing runs: a call lasts microseconds, so an engine whose calls
 //! come a few milliseconds apart would find the ticker parked at every call and wake it on
 //! the call's path (a futex call and a context switch). With calls 3 ms apart, that made
-//! the trivial C hook's call take 8.7–13.6 µs instead of 3.0–3.2 µs
-//! (`--bench hooks -- --calls-only --spaced-ms 3`). While the ticker is awake, starting a
-//! call is one atomic operation; the price is a thousand wake-ups a second of the ticker
+//! the trivial C hook's call take 9–20 µs instead of 3–6 µs
+//! (`--bench hooks -- --calls-only --spaced-ms 3`, six runs each). While the ticker is awake, starting a
+//! call costs two atomic operations; the price is a thousand wake-ups a second of the ticker
 //! thread for a tenth of a second after the last call.
 //!
 //! Deadlines stay exact: a store's epoch deadline counts ticks from the epoch at the moment
@@ -34,6 +35,9 @@ pub struct EpochTicker {
 struct Shared {
     /// Wasm executions in progress.
     running: AtomicUsize,
+    /// Wasm executions started so far (wrapping): the ticker tells from it whether any ran
+    /// since its last tick, however short.
+    started: AtomicUsize,
     stop: AtomicBool,
 }
 
@@ -47,6 +51,7 @@ impl EpochTicker {
     pub fn start(engine: wasmtime::Engine) -> std::io::Result<EpochTicker> {
         let shared = Arc::new(Shared {
             running: AtomicUsize::new(0),
+            started: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
         });
         let state = shared.clone();
@@ -54,8 +59,12 @@ impl EpochTicker {
             .name("hook-epoch-ticker".to_owned())
             .spawn(move || {
                 let mut idle = IdleTicks::default();
+                let mut seen = 0;
                 while !state.stop.load(Ordering::Acquire) {
-                    if idle.park_now(state.running.load(Ordering::Acquire) == 0) {
+                    let started = state.started.load(Ordering::Relaxed);
+                    let quiet = started == seen && state.running.load(Ordering::Acquire) == 0;
+                    seen = started;
+                    if idle.park_now(quiet) {
                         // Woken by the first `ticking` (an unpark before this park makes it
                         // return at once, so no wake-up is lost) or by drop.
                         thread::park();
@@ -73,6 +82,7 @@ impl EpochTicker {
 
     /// Ticks until the returned guard is dropped.
     pub fn ticking(&self) -> Ticking<'_> {
+        self.shared.started.fetch_add(1, Ordering::Relaxed);
         if self.shared.running.fetch_add(1, Ordering::AcqRel) == 0 {
             self.thread.unpark();
         }
@@ -88,14 +98,15 @@ impl EpochTicker {
     }
 }
 
-/// Counts the ticks during which nothing ran, to tell the ticker when to park.
+/// Counts the ticks in a row during which no wasm ran, to tell the ticker when to park.
 #[derive(Debug, Default)]
 struct IdleTicks(u32);
 
 impl IdleTicks {
-    /// Before a tick: whether to park now, given whether nothing runs.
-    fn park_now(&mut self, nothing_runs: bool) -> bool {
-        if !nothing_runs {
+    /// Before a tick: whether to park now, given whether the tick was quiet (nothing runs,
+    /// and nothing started since the last tick).
+    fn park_now(&mut self, quiet: bool) -> bool {
+        if !quiet {
             self.0 = 0;
             return false;
         }
