@@ -8,10 +8,10 @@
 //! Why not park as soon as nothing runs: a call lasts microseconds, so an engine whose calls
 //! come a few milliseconds apart would find the ticker parked at every call and wake it on
 //! the call's path (a futex call and a context switch). With calls 3 ms apart, that made
-//! the trivial C hook's call take 9–20 µs instead of 3–6 µs
-//! (`--bench hooks -- --calls-only --spaced-ms 3`, six runs each). While the ticker is awake, starting a
-//! call costs two atomic operations; the price is a thousand wake-ups a second of the ticker
-//! thread for a tenth of a second after the last call.
+//! the trivial C hook's call take 9–20 µs instead of 3–6 µs (`--bench hooks --
+//! --calls-only --spaced-ms 3`, several runs each). While the ticker is awake, starting a
+//! call costs two atomic operations; the price is a thousand wake-ups a second of the
+//! ticker thread for a tenth of a second after the last call.
 //!
 //! Deadlines stay exact: a store's epoch deadline counts ticks from the epoch at the moment
 //! it is set, and the ticker is running before any wasm starts.
