@@ -1,6 +1,6 @@
 //! The call arena: an allocator for hooks that keep nothing between calls. Opt in with the
-//! crate feature `call-arena`; [`crate::export_hook!`] then installs it as the global
-//! allocator and empties it after every call.
+//! crate feature `call-arena`: the SDK then installs it as the global allocator (on wasm),
+//! and the exports [`crate::export_hook!`] writes empty it after every call.
 //!
 //! # Why
 //! A hook call allocates a few dozen small blocks (the event's lists, the actions, the
