@@ -141,7 +141,12 @@ fn sample_input(template: &CompiledTemplate) -> HookInput<'static> {
         "config": template.hooks.as_ref().map(|spec| spec.config.clone())
     }))
     .expect("sample input");
-    let reads = |part| template.hooks.as_ref().is_none_or(|spec| spec.reads(part));
+    let reads = |part| {
+        template
+            .hooks
+            .as_ref()
+            .is_none_or(|spec| spec.event_carries(part))
+    };
     let conversation = &mut input.conversation;
     if !reads(ConversationPart::Template) {
         conversation.template = None;

@@ -438,8 +438,8 @@ pub struct HookSpec {
 }
 
 impl HookSpec {
-    /// Whether the hook's event carries `part`.
-    pub fn reads(&self, part: ConversationPart) -> bool {
+    /// Whether the hook's event carries `part` (see [`HookSpec::reads`]).
+    pub fn event_carries(&self, part: ConversationPart) -> bool {
         self.reads
             .as_ref()
             .is_none_or(|parts| parts.contains(&part))

@@ -38,7 +38,7 @@ pub fn hook_input<'a>(
     let machine = &conversation.template.machine;
     let spec = conversation.template.hooks.as_ref();
     // Every part unless the template's `hooks.reads` lists the ones its hook reads.
-    let reads = |part| spec.is_none_or(|spec| spec.reads(part));
+    let reads = |part| spec.is_none_or(|spec| spec.event_carries(part));
     let config = spec
         .map(|spec| Cow::Borrowed(&spec.config))
         .unwrap_or(Cow::Owned(Value::Null));
@@ -122,14 +122,8 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
     let conversation = &input.conversation;
     out.extend_from_slice(b",\"conversation\":{\"id\":");
     string(out, &conversation.id)?;
-    if let Some(template) = &conversation.template {
-        out.extend_from_slice(b",\"template\":");
-        string(out, template)?;
-    }
-    if let Some(revision) = &conversation.revision {
-        out.extend_from_slice(b",\"revision\":");
-        string(out, revision)?;
-    }
+    optional_string(out, b",\"template\":", conversation.template.as_deref())?;
+    optional_string(out, b",\"revision\":", conversation.revision.as_deref())?;
     out.extend_from_slice(match conversation.status {
         HookStatus::Active => b",\"status\":\"active\"",
         HookStatus::Completed => b",\"status\":\"completed\"",
@@ -138,10 +132,7 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
         out.extend_from_slice(b",\"outcome\":");
         serde_json::to_writer(&mut *out, outcome)?;
     }
-    if let Some(initiator) = &conversation.initiator {
-        out.extend_from_slice(b",\"initiator\":");
-        string(out, initiator)?;
-    }
+    optional_string(out, b",\"initiator\":", conversation.initiator.as_deref())?;
     if let Some(participants) = &conversation.participants {
         out.extend_from_slice(b",\"participants\":");
         strings(out, participants)?;
@@ -160,10 +151,7 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
                 out.extend_from_slice(b",\"outcome\":");
                 serde_json::to_writer(&mut *out, outcome)?;
             }
-            if let Some(deadline) = thread.deadline {
-                out.extend_from_slice(b",\"deadline\":");
-                number(out, deadline);
-            }
+            optional_number(out, b",\"deadline\":", thread.deadline);
             out.push(b'}');
         }
         out.push(b']');
@@ -172,18 +160,9 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
         out.extend_from_slice(b",\"vars\":");
         serde_json::to_writer(&mut *out, &**vars)?;
     }
-    if let Some(parameters) = &conversation.parameters {
-        out.extend_from_slice(b",\"parameters\":");
-        value(out, parameters)?;
-    }
-    if let Some(context) = &conversation.context {
-        out.extend_from_slice(b",\"context\":");
-        value(out, context)?;
-    }
-    if let Some(deadline) = conversation.deadline {
-        out.extend_from_slice(b",\"deadline\":");
-        number(out, deadline);
-    }
+    optional_value(out, b",\"parameters\":", conversation.parameters.as_deref())?;
+    optional_value(out, b",\"context\":", conversation.context.as_deref())?;
+    optional_number(out, b",\"deadline\":", conversation.deadline);
     out.extend_from_slice(b",\"retry_attempts\":");
     number(out, u64::from(conversation.retry_attempts));
     out.push(b'}');
@@ -198,23 +177,14 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
         strings(out, &message.receivers)?;
         out.extend_from_slice(b",\"content\":");
         value(out, &message.content)?;
-        if let Some(in_reply_to) = &message.in_reply_to {
-            out.extend_from_slice(b",\"in_reply_to\":");
-            string(out, in_reply_to)?;
-        }
-        if let Some(reply_by) = message.reply_by {
-            out.extend_from_slice(b",\"reply_by\":");
-            number(out, reply_by);
-        }
+        optional_string(out, b",\"in_reply_to\":", message.in_reply_to.as_deref())?;
+        optional_number(out, b",\"reply_by\":", message.reply_by);
         out.push(b'}');
     }
     if let Some(timeout) = &input.timeout {
         out.extend_from_slice(b",\"timeout\":{\"kind\":");
         string(out, &timeout.kind)?;
-        if let Some(participant) = &timeout.participant {
-            out.extend_from_slice(b",\"participant\":");
-            string(out, participant)?;
-        }
+        optional_string(out, b",\"participant\":", timeout.participant.as_deref())?;
         out.extend_from_slice(b",\"attempt\":");
         number(out, u64::from(timeout.attempt));
         out.push(b'}');
@@ -260,6 +230,40 @@ fn value(out: &mut Vec<u8>, value: &Value) -> Result<(), serde_json::Error> {
         other => serde_json::to_writer(&mut *out, other)?,
     }
     Ok(())
+}
+
+/// `key` (`,"name":`) and the string, when there is one.
+fn optional_string(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    text: Option<&str>,
+) -> Result<(), serde_json::Error> {
+    if let Some(text) = text {
+        out.extend_from_slice(key);
+        string(out, text)?;
+    }
+    Ok(())
+}
+
+/// `key` (`,"name":`) and the value, when there is one.
+fn optional_value(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    json: Option<&Value>,
+) -> Result<(), serde_json::Error> {
+    if let Some(json) = json {
+        out.extend_from_slice(key);
+        value(out, json)?;
+    }
+    Ok(())
+}
+
+/// `key` (`,"name":`) and the number, when there is one.
+fn optional_number(out: &mut Vec<u8>, key: &[u8], n: Option<u64>) {
+    if let Some(n) = n {
+        out.extend_from_slice(key);
+        number(out, n);
+    }
 }
 
 /// A whole number in decimal.

@@ -646,10 +646,14 @@ async fn hooks_reads_limits_the_event_to_the_parts_listed() {
     };
 
     let params = json!({"topic": "rooms"});
-    let view = h.start("echo-all", "alice", &["bob"], params.clone()).await;
-    h.ok(&view.id, "alice", msg("request", json!({"n": 1})))
-        .await;
-    let event = h.view(&view.id).await.vars["event"].clone();
+    // The event the hook of `template` saw for a request with `content`.
+    let echoed = async |template: &str, content: Value| -> Value {
+        let view = h.start(template, "alice", &["bob"], params.clone()).await;
+        h.ok(&view.id, "alice", msg("request", content)).await;
+        h.view(&view.id).await.vars["event"].clone()
+    };
+
+    let event = echoed("echo-all", json!({"n": 1})).await;
     assert_eq!(
         keys(&event),
         [
@@ -670,10 +674,7 @@ async fn hooks_reads_limits_the_event_to_the_parts_listed() {
     );
     assert_eq!(event["conversation"]["parameters"], params);
 
-    let view = h.start("echo-threads", "alice", &["bob"], params).await;
-    h.ok(&view.id, "alice", msg("request", json!({"n": 2})))
-        .await;
-    let event = h.view(&view.id).await.vars["event"].clone();
+    let event = echoed("echo-threads", json!({"n": 2})).await;
     assert_eq!(
         keys(&event),
         [
