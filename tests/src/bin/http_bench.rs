@@ -14,6 +14,12 @@
 //! omission). A request conversation is three messages, each one request: `request` (in the
 //! start call), `agree`, `inform`; the echo server answers one JSON body per request.
 //!
+//! With `--retention S`, colloquy runs with `--retention Ss` and warms up for at least S + 1
+//! seconds, so it is measured in its steady state: removing completed conversations as fast
+//! as it completes them, and reusing their memory. With the default retention (5 minutes),
+//! every conversation of the run stays in memory and the server's heap grows by about 1 KB
+//! per request; on a fresh process the kernel zeroes each new page on first touch.
+//!
 //! With `--hook`, a third server runs the same conversations with the Rust credit-assessment
 //! policy (`templates/examples/build.sh` builds it) as `fipa-request`'s `on_message` hook,
 //! so every message calls it: the cost of a Rust hook as the HTTP service sees it.
@@ -50,6 +56,19 @@ struct Options {
     measure: Duration,
     /// Also measure colloquy with the Rust credit hook on every message.
     hook: bool,
+    /// `colloquy serve --retention`, in whole seconds; `None`: the server's default.
+    retention_s: Option<u64>,
+}
+
+impl Options {
+    /// The warm-up: long enough, with a retention shorter than the default, for the server
+    /// to remove completed conversations as fast as it completes them (its steady state).
+    fn warmup(&self) -> Duration {
+        match self.retention_s {
+            Some(seconds) => WARMUP.max(Duration::from_secs(seconds + 1)),
+            None => WARMUP,
+        }
+    }
 }
 
 fn options() -> anyhow::Result<Options> {
@@ -63,6 +82,7 @@ fn options() -> anyhow::Result<Options> {
         pin: false,
         measure: MEASURE,
         hook: false,
+        retention_s: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -71,6 +91,9 @@ fn options() -> anyhow::Result<Options> {
             "--hook" => options.hook = true,
             "--colloquy" => options.colloquy = args.next().context("--colloquy PATH")?.into(),
             "--echo" => options.echo = args.next().context("--echo PATH")?.into(),
+            "--retention" => {
+                options.retention_s = Some(args.next().context("--retention SECONDS")?.parse()?)
+            }
             "--seconds" => {
                 options.measure = Duration::from_secs(args.next().context("--seconds N")?.parse()?)
             }
@@ -333,7 +356,7 @@ async fn measure(
     options: &Options,
 ) -> anyhow::Result<Measured> {
     let addr = server.addr;
-    run(addr, workload, WARMUP, None).await?;
+    run(addr, workload, options.warmup(), None).await?;
     let pid = server.child.id();
     let cpu_before = cpu_seconds(pid)?;
     let rss_before = resident_bytes(pid)?;
@@ -399,24 +422,27 @@ fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let retention = options.retention_s.map(|seconds| format!("{seconds}s"));
     let serve = |templates: &Path| {
-        spawn(
-            &options.colloquy,
-            &[
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--store",
-                "memory",
-                "--templates",
-                &templates.to_string_lossy(),
-                "--agents",
-                &agents.to_string_lossy(),
-                "--data-dir",
-                &data.to_string_lossy(),
-            ],
-            options.pin,
-        )
+        let templates = templates.to_string_lossy();
+        let (agents, data) = (agents.to_string_lossy(), data.to_string_lossy());
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "memory",
+            "--templates",
+            &templates,
+            "--agents",
+            &agents,
+            "--data-dir",
+            &data,
+        ];
+        if let Some(retention) = &retention {
+            args.extend(["--retention", retention]);
+        }
+        spawn(&options.colloquy, &args, options.pin)
     };
     let result = runtime.block_on(async {
         let echo = spawn(&options.echo, &[], options.pin)?;
@@ -439,13 +465,15 @@ fn main() -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "HTTP benchmark: {CONNECTIONS} keep-alive connections, {}s per phase, servers {}",
+        "HTTP benchmark: {CONNECTIONS} keep-alive connections, {}s per phase, servers {}, \
+         colloquy retention {}",
         options.measure.as_secs(),
         if options.pin {
             "pinned to CPU 0, one thread"
         } else {
             "unpinned"
-        }
+        },
+        retention.as_deref().unwrap_or("default (5m)")
     )?;
     writeln!(
         out,
