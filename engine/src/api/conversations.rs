@@ -1,6 +1,5 @@
 //! Starting, messaging, reading and listing conversations.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +13,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams};
+use super::json::JsonResponse;
 use crate::listing::ConversationFilter;
 
 /// Page size of `GET /v1/conversations` when the caller names none.
@@ -29,7 +29,7 @@ pub async fn start(
     let span = tracing::info_span!(
         "conversation",
         id = request.conversation_id.as_deref().unwrap_or("(new)"),
-        template = %request.template,
+        template = request.template.as_str(),
     );
     let opening = request.message.as_ref().map(|m| m.performative.clone());
     let result = state
@@ -48,7 +48,7 @@ pub async fn start(
         }
     };
     span.in_scope(|| tracing::debug!(conversation = %view.id, "started"));
-    let mut response = (StatusCode::CREATED, Json(&view)).into_response();
+    let mut response = (StatusCode::CREATED, JsonResponse(&view)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/conversations/{}", view.id)) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -61,9 +61,9 @@ pub async fn send(
     caller: Caller,
     Path(id): Path<String>,
     JsonBody(message): JsonBody<SendMessage>,
-) -> Result<(StatusCode, Json<SendReceipt>), ApiError> {
+) -> Result<(StatusCode, JsonResponse<SendReceipt>), ApiError> {
     let agent = caller.agent()?;
-    let span = tracing::info_span!("conversation", id = %id);
+    let span = tracing::info_span!("conversation", id = id.as_str());
     let performative = message.performative.clone();
     match state
         .engine()
@@ -71,7 +71,7 @@ pub async fn send(
         .instrument(span)
         .await
     {
-        Ok(receipt) => Ok((StatusCode::ACCEPTED, Json(receipt))),
+        Ok(receipt) => Ok((StatusCode::ACCEPTED, JsonResponse(receipt))),
         Err(error) => {
             // Only refusals pay for the lookup (a store read when the conversation is not
             // loaded); an unknown conversation is labelled `unknown`.
@@ -89,9 +89,9 @@ pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<ConversationView>, ApiError> {
+) -> Result<JsonResponse<ConversationView>, ApiError> {
     let view = state.engine().view(&id, caller.viewer()).await?;
-    Ok(Json(view))
+    Ok(JsonResponse(view))
 }
 
 /// Query of `GET /v1/conversations`.
@@ -111,7 +111,7 @@ pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(query): QueryParams<ListQuery>,
-) -> Result<Json<ConversationPage>, ApiError> {
+) -> Result<JsonResponse<ConversationPage>, ApiError> {
     let filter = ConversationFilter {
         participant: query.participant,
         status: query.state,
@@ -123,7 +123,7 @@ pub async fn list(
     let next_cursor = more
         .then(|| conversations.last().map(|c| c.id.to_string()))
         .flatten();
-    Ok(Json(ConversationPage {
+    Ok(JsonResponse(ConversationPage {
         conversations,
         next_cursor,
     }))

@@ -4,6 +4,7 @@
 //! - [`router`]: every route, as a function of the shared [`AppState`].
 //! - [`error`]: [`ApiError`], the one error type, mapping failures to status codes.
 //! - [`extract`]: JSON bodies and query strings whose failures say where they are wrong.
+//! - [`json`]: JSON response bodies, serialized into one right-sized buffer.
 //! - [`auth`]: who the caller is (bearer tokens from an agents file, or open mode).
 //! - [`conversations`]: start, send, read and list conversations.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
@@ -21,6 +22,7 @@ pub mod conversations;
 pub mod echo;
 pub mod error;
 pub mod extract;
+pub mod json;
 pub mod ops;
 pub mod policy;
 pub mod server;
