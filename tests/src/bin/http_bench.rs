@@ -8,10 +8,11 @@
 //!
 //! This process is the load generator; each server runs as a child process (with `--pin`,
 //! servers on CPU 0 and the load on the other CPUs, one server thread). Every connection is
-//! a keep-alive HTTP/1.1 connection with one request in flight. Phases per server:
-//! warm-up, a closed-loop run at full speed (the maximum rate), then an open-loop run paced at
-//! half that rate, whose latencies count from each request's scheduled time (no coordinated
-//! omission). A request conversation is three messages, each one request: `request` (in the
+//! a keep-alive HTTP/1.1 connection with one request in flight. All servers run at once;
+//! each is warmed up, then they take turns at full speed (closed loop; four slices each,
+//! interleaved, so the shared machine's changing load weighs on every server alike), then
+//! each runs alone open-loop, paced at half its full-speed rate, with latencies counted from
+//! each request's scheduled time (no coordinated omission). A request conversation is three messages, each one request: `request` (in the
 //! start call), `agree`, `inform`; the echo server answers one JSON body per request.
 //!
 //! With `--retention S`, colloquy runs with `--retention Ss` and warms up for at least S + 1
@@ -254,6 +255,36 @@ struct Figures {
     p99_ms: f64,
 }
 
+/// What one or more runs recorded: every request's latency, and how long they ran.
+#[derive(Default)]
+struct Sample {
+    latencies_us: Vec<u32>,
+    seconds: f64,
+}
+
+impl Sample {
+    fn add(&mut self, other: Sample) {
+        self.latencies_us.extend(other.latencies_us);
+        self.seconds += other.seconds;
+    }
+
+    fn figures(mut self) -> Figures {
+        let all = &mut self.latencies_us;
+        all.sort_unstable();
+        let at = |q: f64| {
+            all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0) as f64
+                / 1000.0
+        };
+        Figures {
+            requests_per_s: all.len() as f64 / self.seconds.max(f64::MIN_POSITIVE),
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+        }
+    }
+}
+
 /// Runs `workload` on every connection for `duration`; paced at `rate` requests/s in
 /// total when given (open loop), as fast as possible otherwise.
 async fn run(
@@ -261,7 +292,7 @@ async fn run(
     workload: Workload,
     duration: Duration,
     rate: Option<f64>,
-) -> anyhow::Result<Figures> {
+) -> anyhow::Result<Sample> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     let begin = Instant::now();
@@ -295,18 +326,9 @@ async fn run(
     for worker in workers {
         all.extend(worker.await??);
     }
-    let elapsed = begin.elapsed().as_secs_f64();
-    all.sort_unstable();
-    let at = |q: f64| {
-        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0) as f64
-            / 1000.0
-    };
-    Ok(Figures {
-        requests_per_s: all.len() as f64 / elapsed,
-        p50_ms: at(0.50),
-        p99_ms: at(0.99),
+    Ok(Sample {
+        latencies_us: all,
+        seconds: begin.elapsed().as_secs_f64(),
     })
 }
 
@@ -350,35 +372,72 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<(f64, f64)> {
     Ok((user / per_second, system / per_second))
 }
 
-async fn measure(
-    server: &Server,
+/// Full-speed slices per server: the servers take turns, so a change in the machine's
+/// other load (these machines are shared) weighs on all of them alike instead of on
+/// whichever ran at the time.
+const SLICES: u32 = 4;
+
+/// A server under measurement and what it has recorded so far.
+struct Target<'a> {
+    server: &'a Server,
     workload: Workload,
+    full_speed: Sample,
+    cpu: (f64, f64),
+    rss_growth: f64,
+}
+
+/// Warms every server up, measures them at full speed in interleaved slices (`SLICES` per
+/// server, `options.measure` in total each), then each alone at half its full-speed rate.
+async fn measure(
+    servers: &[(&Server, Workload)],
     options: &Options,
-) -> anyhow::Result<Measured> {
-    let addr = server.addr;
-    run(addr, workload, options.warmup(), None).await?;
-    let pid = server.child.id();
-    let cpu_before = cpu_seconds(pid)?;
-    let rss_before = resident_bytes(pid)?;
-    let max = run(addr, workload, options.measure, None).await?;
-    let cpu_after = cpu_seconds(pid)?;
-    let (user, system) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
-    let rss = resident_bytes(pid)? - rss_before;
-    let requests = max.requests_per_s * options.measure.as_secs_f64();
-    let half = run(
-        addr,
-        workload,
-        options.measure,
-        Some(max.requests_per_s / 2.0),
-    )
-    .await?;
-    Ok(Measured {
-        max,
-        half,
-        cpu_us_per_request: (user + system) * 1e6 / requests.max(1.0),
-        system_us_per_request: system * 1e6 / requests.max(1.0),
-        rss_bytes_per_request: rss / requests.max(1.0),
-    })
+) -> anyhow::Result<Vec<Measured>> {
+    let mut targets = Vec::new();
+    for &(server, workload) in servers {
+        run(server.addr, workload, options.warmup(), None).await?;
+        targets.push(Target {
+            server,
+            workload,
+            full_speed: Sample::default(),
+            cpu: (0.0, 0.0),
+            rss_growth: 0.0,
+        });
+    }
+    let slice = options.measure / SLICES;
+    for _ in 0..SLICES {
+        for target in &mut targets {
+            let pid = target.server.child.id();
+            let (cpu_before, rss_before) = (cpu_seconds(pid)?, resident_bytes(pid)?);
+            let sample = run(target.server.addr, target.workload, slice, None).await?;
+            let cpu_after = cpu_seconds(pid)?;
+            target.cpu.0 += cpu_after.0 - cpu_before.0;
+            target.cpu.1 += cpu_after.1 - cpu_before.1;
+            target.rss_growth += resident_bytes(pid)? - rss_before;
+            target.full_speed.add(sample);
+        }
+    }
+    let mut measured = Vec::new();
+    for target in targets {
+        let requests = (target.full_speed.latencies_us.len() as f64).max(1.0);
+        let (user, system) = target.cpu;
+        let max = target.full_speed.figures();
+        let half = run(
+            target.server.addr,
+            target.workload,
+            options.measure,
+            Some(max.requests_per_s / 2.0),
+        )
+        .await?
+        .figures();
+        measured.push(Measured {
+            max,
+            half,
+            cpu_us_per_request: (user + system) * 1e6 / requests,
+            system_us_per_request: system * 1e6 / requests,
+            rss_bytes_per_request: target.rss_growth / requests,
+        });
+    }
+    Ok(measured)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -446,19 +505,23 @@ fn main() -> anyhow::Result<()> {
     };
     let result = runtime.block_on(async {
         let echo = spawn(&options.echo, &[], options.pin)?;
-        let echo_figures = measure(&echo, Workload::Echo, &options).await?;
-        drop(echo);
         let colloquy = serve(&templates)?;
-        let colloquy_figures = measure(&colloquy, Workload::Conversations, &options).await?;
-        drop(colloquy);
-        let hooked_figures = match &hooked_templates {
-            Some(dir) => {
-                let hooked = serve(dir)?;
-                Some(measure(&hooked, Workload::Conversations, &options).await?)
-            }
+        let hooked = match &hooked_templates {
+            Some(dir) => Some(serve(dir)?),
             None => None,
         };
-        anyhow::Ok((echo_figures, colloquy_figures, hooked_figures))
+        let mut servers = vec![
+            (&echo, Workload::Echo),
+            (&colloquy, Workload::Conversations),
+        ];
+        if let Some(hooked) = &hooked {
+            servers.push((hooked, Workload::Conversations));
+        }
+        let mut figures = measure(&servers, &options).await?.into_iter();
+        let (Some(echo), Some(colloquy)) = (figures.next(), figures.next()) else {
+            bail!("a server was not measured");
+        };
+        anyhow::Ok((echo, colloquy, figures.next()))
     });
     let _ = std::fs::remove_dir_all(&scratch);
     let (echo, colloquy, hooked) = result?;
