@@ -370,7 +370,7 @@ impl Engine {
         let now = self.now();
         let due = self.store.claim_due(now, SCHEDULER_BATCH).await?;
         for id in &due {
-            let span = tracing::info_span!("conversation", id = &**id);
+            let span = tracing::info_span!("conversation", id = %id);
             if let Err(error) = tracing::Instrument::instrument(self.wake(id, now), span).await {
                 tracing::warn!(conversation = %id, %error, "scheduled wake-up failed");
             }

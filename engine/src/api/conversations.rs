@@ -29,7 +29,7 @@ pub async fn start(
     let span = tracing::info_span!(
         "conversation",
         id = request.conversation_id.as_deref().unwrap_or("(new)"),
-        template = request.template.as_str(),
+        template = %request.template,
     );
     let opening = request.message.as_ref().map(|m| m.performative.clone());
     let result = state
@@ -63,7 +63,7 @@ pub async fn send(
     JsonBody(message): JsonBody<SendMessage>,
 ) -> Result<(StatusCode, JsonResponse<SendReceipt>), ApiError> {
     let agent = caller.agent()?;
-    let span = tracing::info_span!("conversation", id = id.as_str());
+    let span = tracing::info_span!("conversation", id = %id);
     let performative = message.performative.clone();
     match state
         .engine()

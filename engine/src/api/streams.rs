@@ -123,7 +123,7 @@ pub async fn events(
     if first.is_empty() && state.engine().is_completed(&id).await? {
         return Ok(sse(rx));
     }
-    let span = tracing::info_span!("conversation", id = id.as_str());
+    let span = tracing::info_span!("conversation", id = %id);
     let task = async move {
         let mut batch = first;
         loop {
@@ -243,7 +243,7 @@ pub async fn inbox(
     check_inbox_reader(&caller, &agent)?;
     let mut after = position(&headers, &query)?;
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    let span = tracing::info_span!("inbox", agent = agent.as_str());
+    let span = tracing::info_span!("inbox", agent = %agent);
     let task = async move {
         let mut notices = state.engine().subscribe();
         let mut labeller = Labeller::new();

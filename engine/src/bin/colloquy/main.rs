@@ -11,11 +11,9 @@
 //!
 //! Layout: `serve` (the service), `policy_manager` (the policy manager and the template
 //! set-up of `serve`), `demo` (the scenarios), `transcript` (sequence diagrams
-//! of a conversation's event log), `templates` (the `templates` subcommands), `log_fields`
-//! (how log lines write their fields).
+//! of a conversation's event log), `templates` (the `templates` subcommands).
 
 mod demo;
-mod log_fields;
 mod policy_manager;
 mod serve;
 mod templates;
@@ -104,7 +102,6 @@ fn main() -> ExitCode {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     tracing_subscriber::fmt()
-        .fmt_fields(log_fields::LogFields)
         .with_env_filter(filter)
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal())
