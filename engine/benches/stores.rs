@@ -1,5 +1,7 @@
 //! Messages per second of request conversations per store backend, as ratios to the memory
-//! store measured in the same run. Run with `cargo bench -p colloquy-engine --bench stores`.
+//! store measured in the same run, just before each backend (the machines are shared, and
+//! their other load drifts over a run). Run with
+//! `cargo bench -p colloquy-engine --bench stores`.
 //!
 //! A request conversation is three messages: `request` (sent with the start call), `agree`,
 //! `inform`. Two workloads per backend, both with `--clients` (default 64) concurrent
@@ -324,6 +326,28 @@ async fn set_appendfsync(url: &str, policy: &str) {
     }
 }
 
+/// One backend's figures (in-process, HTTP) and those of the memory-store run made just
+/// before it, its reference.
+struct Row {
+    name: &'static str,
+    reference: (Measured, Measured),
+    measured: (Measured, Measured),
+}
+
+/// The memory store in process and over HTTP. The in-process run takes five times as many
+/// conversations as the other backends': at its rate their count takes a fraction of a
+/// second, and so short a run moves with every hiccup of a shared machine.
+async fn memory_reference(
+    conversations: usize,
+    seconds: u64,
+    clients: usize,
+) -> (Measured, Measured) {
+    (
+        in_process(Arc::new(MemoryStore::new()), conversations * 5, clients).await,
+        over_http(Arc::new(MemoryStore::new()), seconds, clients).await,
+    )
+}
+
 fn main() {
     let conversations = arg("--conversations", 20_000);
     let seconds = arg("--seconds", 5) as u64;
@@ -348,20 +372,13 @@ fn main() {
     let rows = runtime.block_on(async {
         // Warm-up: code paths and allocator.
         in_process(Arc::new(MemoryStore::new()), 2_000, clients).await;
-        let mut rows: Vec<(&str, Measured, Measured)> = Vec::new();
-        // The reference runs five times as many conversations: at its rate the other
-        // backends' count takes a fraction of a second, and so short a run moves with
-        // every hiccup of a shared machine.
-        let memory = (
-            in_process(Arc::new(MemoryStore::new()), conversations * 5, clients).await,
-            over_http(Arc::new(MemoryStore::new()), seconds, clients).await,
-        );
-        rows.push(("memory", memory.0, memory.1));
+        let mut rows: Vec<Row> = Vec::new();
         let sqlite_runs = [
             ("sqlite (synchronous=FULL)", Synchronous::Full),
             ("sqlite (synchronous=NORMAL)", Synchronous::Normal),
         ];
         for (name, synchronous) in sqlite_runs.into_iter().filter(|_| wanted("sqlite")) {
+            let reference = memory_reference(conversations, seconds, clients).await;
             let run = format!("{synchronous:?}");
             let sqlite = (
                 in_process(
@@ -377,7 +394,11 @@ fn main() {
                 )
                 .await,
             );
-            rows.push((name, sqlite.0, sqlite.1));
+            rows.push(Row {
+                name,
+                reference,
+                measured: sqlite,
+            });
         }
         if let Some(url) = &redis_url {
             for (name, fsync) in [
@@ -392,11 +413,16 @@ fn main() {
                     redis_store(url, "http").await,
                 ) {
                     (Some(a), Some(b)) => {
+                        let reference = memory_reference(conversations, seconds, clients).await;
                         let redis = (
                             in_process(a, conversations, clients).await,
                             over_http(b, seconds, clients).await,
                         );
-                        rows.push((name, redis.0, redis.1));
+                        rows.push(Row {
+                            name,
+                            reference,
+                            measured: redis,
+                        });
                     }
                     _ => println!("redis at {url} unreachable: left out"),
                 }
@@ -417,13 +443,28 @@ fn main() {
          in-process/HTTP)"
     );
     println!(
-        "{:<28} {:>14} {:>8} {:>14} {:>8} {:>15}",
-        "backend", "in-process/s", "ratio", "HTTP msg/s", "ratio", "writer µs/msg"
+        "(each backend's ratios are to a memory-store run made just before it: the machine's \
+         other load drifts over a run)"
     );
-    let (memory_in, memory_http) = (rows[0].1.0, rows[0].2.0);
-    for (name, (inside, inside_writer), (http, http_writer)) in &rows {
+    println!(
+        "{:<28} {:>14} {:>14} {:>8} {:>14} {:>14} {:>8} {:>15}",
+        "backend",
+        "in-process/s",
+        "memory",
+        "ratio",
+        "HTTP msg/s",
+        "memory",
+        "ratio",
+        "writer µs/msg"
+    );
+    for Row {
+        name,
+        reference: ((memory_in, _), (memory_http, _)),
+        measured: ((inside, inside_writer), (http, http_writer)),
+    } in &rows
+    {
         println!(
-            "{name:<28} {inside:>14.0} {:>7.2}x {http:>14.0} {:>7.2}x {inside_writer:>7.1}/{http_writer:<7.1}",
+            "{name:<28} {inside:>14.0} {memory_in:>14.0} {:>7.2}x {http:>14.0} {memory_http:>14.0} {:>7.2}x {inside_writer:>7.1}/{http_writer:<7.1}",
             inside / memory_in,
             http / memory_http
         );
