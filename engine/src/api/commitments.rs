@@ -1,7 +1,7 @@
 //! Commitments: who owes what to whom, and the two ways out of one (the creditor releases,
 //! the debtor cancels).
 
-use axum::Json;
+use super::json::JsonResponse;
 use axum::extract::{Path, State};
 use colloquy_protocol::api::CommitmentList;
 use colloquy_protocol::conversation::{CommitmentState, CommitmentView};
@@ -37,7 +37,7 @@ pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     QueryParams(query): QueryParams<CommitmentQuery>,
-) -> Result<Json<CommitmentList>, ApiError> {
+) -> Result<JsonResponse<CommitmentList>, ApiError> {
     let agent = match (&caller, query.agent) {
         (Caller::Agent(me), Some(agent)) if **me != *agent => {
             return Err(ApiError::Forbidden(format!(
@@ -65,7 +65,7 @@ pub async fn list(
         role && query.state.is_none_or(|s| c.state == s)
     });
     commitments.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(Json(CommitmentList { commitments }))
+    Ok(JsonResponse(CommitmentList { commitments }))
 }
 
 /// `POST /v1/commitments/{id}/release`: the creditor waives it. The id contains a `/`, so
@@ -74,9 +74,11 @@ pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<CommitmentView>, ApiError> {
+) -> Result<JsonResponse<CommitmentView>, ApiError> {
     let agent = caller.agent()?;
-    Ok(Json(state.engine().release_commitment(&id, agent).await?))
+    Ok(JsonResponse(
+        state.engine().release_commitment(&id, agent).await?,
+    ))
 }
 
 /// `POST /v1/commitments/{id}/cancel`: the debtor withdraws from it.
@@ -84,7 +86,9 @@ pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<CommitmentView>, ApiError> {
+) -> Result<JsonResponse<CommitmentView>, ApiError> {
     let agent = caller.agent()?;
-    Ok(Json(state.engine().cancel_commitment(&id, agent).await?))
+    Ok(JsonResponse(
+        state.engine().cancel_commitment(&id, agent).await?,
+    ))
 }

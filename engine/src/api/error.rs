@@ -6,6 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use colloquy_protocol::ErrorBody;
 
+use super::json::JsonResponse;
 use crate::error::{EngineError, ErrorKind};
 
 /// `Retry-After` of a 503: store outages (a Redis restart, a failover) last seconds, and
@@ -100,7 +101,7 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(error = %self, debug = ?self, "request failed");
         }
-        let mut response = (status, axum::Json(self.body())).into_response();
+        let mut response = (status, JsonResponse(self.body())).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -1,4 +1,6 @@
-//! JSON response bodies, serialized into one buffer sized for the common response.
+//! JSON response bodies, serialized into one buffer sized for the common response. Every
+//! JSON answer of the API goes through [`JsonResponse`]; only the echo server, the HTTP
+//! benchmark's baseline, keeps `axum::Json`.
 //!
 //! `axum::Json` serializes through a `BytesMut` writer that starts at 128 bytes: a
 //! conversation view (about 700 bytes) or a send receipt (about 300) grows it two or three

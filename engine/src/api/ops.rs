@@ -1,7 +1,7 @@
 //! Operations endpoints: liveness, readiness, Prometheus metrics, the OpenAPI document, and
 //! the JSON answers for unknown routes and methods.
 
-use axum::Json;
+use super::json::JsonResponse;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -16,15 +16,15 @@ use super::error::ApiError;
 pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// `GET /healthz`: the process is up.
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+pub async fn healthz() -> JsonResponse<serde_json::Value> {
+    JsonResponse(json!({"status": "ok"}))
 }
 
 /// `GET /readyz`: ready for traffic (templates loaded, not shutting down); 503 otherwise.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if *state.closing().borrow() {
         let body = ErrorBody::new("shutting_down", "the server is shutting down", None);
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+        return (StatusCode::SERVICE_UNAVAILABLE, JsonResponse(body)).into_response();
     }
     // The live catalog, so a reload (or a remote engine's first sync) shows here.
     let templates: Vec<String> = state
@@ -35,9 +35,9 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         .collect();
     if templates.is_empty() {
         let body = ErrorBody::new("no_templates", "no templates are loaded yet", None);
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+        return (StatusCode::SERVICE_UNAVAILABLE, JsonResponse(body)).into_response();
     }
-    Json(Readiness {
+    JsonResponse(Readiness {
         status: "ready".into(),
         templates,
     })

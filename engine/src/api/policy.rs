@@ -45,6 +45,7 @@ use tower_http::trace::TraceLayer;
 
 use super::error::ApiError;
 use super::extract::unreadable;
+use super::json::JsonResponse;
 use super::ops;
 
 /// Largest template upload: templates are a few KiB; a megabyte is a mistake, not a policy.
@@ -170,7 +171,7 @@ impl IntoResponse for PolicyError {
                     },
                     diagnostics: diagnostic_bodies(&diagnostics),
                 };
-                (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response()
+                (StatusCode::UNPROCESSABLE_ENTITY, JsonResponse(body)).into_response()
             }
         }
     }
@@ -181,9 +182,9 @@ fn unknown(name: &str) -> String {
 }
 
 /// `GET /v1/templates`.
-async fn list(State(state): State<PolicyState>) -> axum::Json<TemplateList> {
+async fn list(State(state): State<PolicyState>) -> JsonResponse<TemplateList> {
     let snapshot = state.0.live.snapshot();
-    axum::Json(TemplateList {
+    JsonResponse(TemplateList {
         revision: snapshot.revision.to_string(),
         templates: snapshot.summaries(),
     })
@@ -252,7 +253,7 @@ async fn show(
             }),
             template: serde_json::to_value(&template.source).unwrap_or_default(),
         };
-        return Ok(([(header::ETAG, tag), vary], axum::Json(document)).into_response());
+        return Ok(([(header::ETAG, tag), vary], JsonResponse(document)).into_response());
     }
     Ok((
         [
@@ -272,7 +273,7 @@ async fn show(
 async fn revisions(
     State(state): State<PolicyState>,
     Path(name): Path<String>,
-) -> Result<axum::Json<RevisionList>, PolicyError> {
+) -> Result<JsonResponse<RevisionList>, PolicyError> {
     let snapshot = state.0.live.snapshot();
     let current = snapshot.catalog.latest(&name).map(|t| t.revision.clone());
     let mut revisions: Vec<RevisionInfo> = snapshot
@@ -293,7 +294,7 @@ async fn revisions(
     revisions.sort_by(|a, b| {
         (b.current, b.loaded_at, &b.revision).cmp(&(a.current, a.loaded_at, &a.revision))
     });
-    Ok(axum::Json(RevisionList { name, revisions }))
+    Ok(JsonResponse(RevisionList { name, revisions }))
 }
 
 /// `GET /v1/templates/{name}/modules/{sha256}`: the bytes of a hook module of any loaded
@@ -395,7 +396,7 @@ async fn upload(
     Ok((
         status,
         [(header::ETAG, etag(&revision))],
-        axum::Json(TemplateSummary { name, revision }),
+        JsonResponse(TemplateSummary { name, revision }),
     )
         .into_response())
 }
@@ -446,10 +447,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// `GET /v1/status`.
-async fn status(State(state): State<PolicyState>) -> axum::Json<PolicyStatus> {
+async fn status(State(state): State<PolicyState>) -> JsonResponse<PolicyStatus> {
     let live = &state.0.live;
     let snapshot = live.snapshot();
-    axum::Json(PolicyStatus {
+    JsonResponse(PolicyStatus {
         revision: snapshot.revision.to_string(),
         loaded_at: snapshot.loaded_at,
         generation: snapshot.generation,

@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
+use super::json::JsonResponse;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
@@ -306,7 +306,7 @@ pub async fn poll(
     caller: Caller,
     Path(agent): Path<String>,
     QueryParams(query): QueryParams<PollQuery>,
-) -> Result<Json<InboxPage>, ApiError> {
+) -> Result<JsonResponse<InboxPage>, ApiError> {
     check_inbox_reader(&caller, &agent)?;
     let after = query.after.unwrap_or(0);
     let limit = query.limit.unwrap_or(INBOX_BATCH).clamp(1, INBOX_BATCH);
@@ -342,5 +342,5 @@ pub async fn poll(
     for entry in entries {
         items.push(labeller.item(state.engine(), entry).await);
     }
-    Ok(Json(InboxPage { items, next_after }))
+    Ok(JsonResponse(InboxPage { items, next_after }))
 }
