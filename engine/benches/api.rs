@@ -3,8 +3,13 @@
 //! benchmark, next to the JSON echo router measured in the same run. What is left of the
 //! loopback benchmark's gap is the kernel and hyper. Run with
 //! `cargo bench -p colloquy-engine --bench api` (release mode); `--conversations N`.
+//!
+//! With `--hook` (after `templates/examples/build.sh`), a third router runs the same
+//! conversations with the Rust credit-assessment policy as `fipa-request`'s `on_message`
+//! hook, configured as `http-bench --hook` configures it: the hook's cost on the router
+//! path, next to the hook calls alone in `--bench hooks`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,6 +18,7 @@ use axum::body::Body;
 use axum::http::Request;
 use colloquy_engine::api::{AppState, Identity, router};
 use colloquy_engine::metrics::{MeteredStore, Metrics};
+use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use colloquy_engine::store::MemoryStore;
 use colloquy_engine::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, TemplateCompiler};
@@ -29,8 +35,15 @@ const REQUEST: &str = r#"{"template":"fipa-request","participants":["bob"],"mess
 const AGREE: &str = r#"{"performative":"agree","content":{}}"#;
 const INFORM: &str = r#"{"performative":"inform","content":{"done":true,"booking":"LV-0412"}}"#;
 
-fn colloquy() -> Router {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+/// The built-in templates, or with `hooked` the same with the credit-assessment policy as
+/// `fipa-request`'s `on_message` hook (and a hook runtime to run it).
+fn colloquy(hooked: bool) -> Router {
+    let builtin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let dir = if hooked {
+        hooked_templates(&builtin)
+    } else {
+        builtin
+    };
     let templates = TemplateCompiler::new()
         .compile_dir(&dir)
         .expect("built-in templates compile");
@@ -40,12 +53,21 @@ fn colloquy() -> Router {
         Arc::new(MemoryStore::new()),
         metrics.clone(),
     ));
-    let engine = Arc::new(Engine::new(
+    let mut engine = Engine::new(
         Arc::new(catalog),
         store,
         Arc::new(SystemClock),
         EngineConfig::default(),
-    ));
+    );
+    if hooked {
+        let runtime = HookRuntime::new(HookRuntimeConfig {
+            cache_dir: None,
+            ..HookRuntimeConfig::default()
+        })
+        .expect("hook runtime");
+        engine = engine.with_hooks(Arc::new(runtime));
+    }
+    let engine = Arc::new(engine);
     let identity = Identity::from_yaml(
         "agents:\n  - {id: alice, token: alice-token}\n  - {id: bob, token: bob-token}\n",
         "bench",
@@ -53,6 +75,34 @@ fn colloquy() -> Router {
     .expect("agents");
     let (_, closing) = tokio::sync::watch::channel(false);
     router(AppState::new(engine, identity, metrics, closing))
+}
+
+/// `fipa-request` alone, with the credit hook as `http-bench --hook` sets it up, in a
+/// scratch directory.
+fn hooked_templates(builtin: &Path) -> PathBuf {
+    let module = builtin.join("examples/credit-assessment/credit_assessment.wasm");
+    assert!(
+        module.is_file(),
+        "{} is missing: run templates/examples/build.sh first",
+        module.display()
+    );
+    let dir = scratch_dir();
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    std::fs::copy(&module, dir.join("credit_assessment.wasm")).expect("copy the module");
+    let yaml = std::fs::read_to_string(builtin.join("fipa-request.yaml")).expect("template");
+    std::fs::write(
+        dir.join("fipa-request.yaml"),
+        format!(
+            "{yaml}\n  hooks:\n    module: credit_assessment.wasm\n    events: [on_message]\n    \
+             reads: [threads]\n    config: {{ max_amount: 50000 }}\n"
+        ),
+    )
+    .expect("hooked template");
+    dir
+}
+
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("colloquy-bench-api-{}", std::process::id()))
 }
 
 async fn post(app: &Router, path: &str, token: Option<&str>, body: &'static str) -> bytes::Bytes {
@@ -114,13 +164,30 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let hook = std::env::args().any(|arg| arg == "--hook");
     runtime.block_on(async {
         let echo = colloquy_engine::api::echo::router();
-        let app = colloquy();
+        let app = colloquy(false);
+        let hooked = hook.then(|| colloquy(true));
         echoes(&echo, n / 10).await;
         conversations(&app, n / 10).await;
+        if let Some(hooked) = &hooked {
+            conversations(hooked, n / 10).await;
+        }
         let echo_us = echoes(&echo, n).await;
         let colloquy_us = conversations(&app, n).await;
         println!("in-process router, µs per request: echo {echo_us:.2}, colloquy {colloquy_us:.2} ({:.2}x echo)", colloquy_us / echo_us);
+        if let Some(hooked) = &hooked {
+            let hooked_us = conversations(hooked, n).await;
+            println!(
+                "with the Rust credit hook on every message: {hooked_us:.2} µs per request \
+                 (+{:.2} µs, {:.0}% of colloquy's rate without it)",
+                hooked_us - colloquy_us,
+                100.0 * colloquy_us / hooked_us
+            );
+        }
     });
+    if hook {
+        let _ = std::fs::remove_dir_all(scratch_dir());
+    }
 }
