@@ -335,6 +335,14 @@ pub fn on_message(
             agent: sender.to_owned(),
             conversation: conversation.id().to_string(),
         })?;
+    if let Some(answered) = request.in_reply_to.as_deref()
+        && conversation.accepted_seq(answered).is_none()
+    {
+        return Err(EngineError::Invalid {
+            pointer: Some("/in_reply_to".to_owned()),
+            message: format!("`in_reply_to`: no message `{answered}` in this conversation"),
+        });
+    }
     if let Some(schema) = template.content_schemas.get(&performative) {
         validate(schema, &request.content, "/content")?;
     }

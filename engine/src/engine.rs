@@ -86,6 +86,9 @@ pub struct Engine {
     /// Runs templates' wasm hooks; set by [`Engine::with_hooks`].
     pub(crate) hooks: Option<Arc<crate::runtime::HookRuntime>>,
     pub(crate) notices: broadcast::Sender<Notice>,
+    /// Whether other engine nodes write to the store too (Redis), so a cached copy may be
+    /// behind it.
+    shared_store: bool,
 }
 
 /// Published after every commit the store accepted: which conversation moved to which
@@ -114,6 +117,7 @@ impl Engine {
     ) -> Engine {
         Engine {
             templates,
+            shared_store: store.remote_changes().is_some(),
             store,
             clock,
             config,
@@ -523,7 +527,9 @@ impl Engine {
     }
 
     /// Runs `work` on the loaded conversation after firing its due timers, and commits the
-    /// result. Lost races with other writers are retried from a fresh load.
+    /// result. Lost races with other writers are retried from a fresh load. So is a refusal
+    /// decided on a cached copy that another node's commits have left behind: the version
+    /// check catches a stale copy only when the work gets as far as a commit.
     async fn with_conversation<R>(
         &self,
         id: &str,
@@ -555,6 +561,7 @@ impl Engine {
             let Some(conversation) = guard.as_mut() else {
                 continue;
             };
+            let version = conversation.version;
             let mut step = self.step(conversation, now);
             let result = work(&mut step);
             let emitted = !step.is_empty();
@@ -566,6 +573,13 @@ impl Engine {
                         // Contract broken (emitted, then failed): never trust this copy.
                         tracing::error!(conversation = %id, %error, "step failed after emitting events; reloading");
                         *guard = None;
+                    } else if self.shared_store
+                        && decided_by_state(&error)
+                        && attempt < MAX_COMMIT_ATTEMPTS
+                        && !self.store.events_after(id, version).await?.is_empty()
+                    {
+                        *guard = None;
+                        continue;
                     }
                     return Err(error);
                 }
@@ -615,6 +629,15 @@ fn check_id(id: &str, pointer: &str) -> Result<(), EngineError> {
             format!("ids are 1 to {MAX_ID_LEN} characters of A-Z a-z 0-9 - _ . :"),
         ))
     }
+}
+
+/// Whether `error` was decided from the conversation's state, which another node may have
+/// moved on, rather than from the request and the template alone.
+fn decided_by_state(error: &EngineError) -> bool {
+    !matches!(
+        error,
+        EngineError::UnknownPerformative { .. } | EngineError::SchemaViolation { .. }
+    )
 }
 
 /// A fresh UUIDv7, formatted straight into its shared string.

@@ -568,6 +568,90 @@ impl Drop for RedisServer {
     }
 }
 
+/// An engine node over its own connection to `prefix` in `url`'s Redis, with the built-in
+/// templates; it does not follow the other nodes' commits, so what it has cached stays as it
+/// was until it reloads.
+async fn library_node(url: &str, prefix: &str, templates: &Path) -> colloquy_engine::Engine {
+    let compiled = colloquy_policy::TemplateCompiler::new()
+        .compile_dir(templates)
+        .expect("built-in templates compile");
+    let store = RedisStore::connect_with_prefix(url, prefix)
+        .await
+        .expect("connect");
+    colloquy_engine::Engine::new(
+        Arc::new(colloquy_policy::Catalog::new(
+            compiled.into_iter().map(Arc::new),
+        )),
+        Arc::new(store),
+        Arc::new(colloquy_engine::SystemClock),
+        colloquy_engine::EngineConfig::default(),
+    )
+}
+
+/// A refusal decided on a cached copy that another node's commit has left behind would be
+/// wrong: before refusing, a node on a shared store checks that its copy is current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_another_does_not_refuse_what_the_store_allows() {
+    let Some(url) = test_redis("a_node_behind_another_does_not_refuse_what_the_store_allows")
+    else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("stale-copy");
+        let templates = templates(&dir);
+        let prefix = format!("colloquy-test-stale-{}", uuid::Uuid::now_v7());
+        let node_a = library_node(&url, &prefix, &templates).await;
+        let node_b = library_node(&url, &prefix, &templates).await;
+
+        node_a
+            .start("alice", request("behind", "bob", None))
+            .await
+            .expect("start on A");
+        // B caches the conversation as it is now: requested.
+        let seen = node_b.view("behind", None).await.expect("view on B");
+        assert_eq!(seen.messages.len(), 1);
+        node_a
+            .send(
+                "behind",
+                "bob",
+                SendMessage::new("agree", json!({})).with_id("behind.agree"),
+            )
+            .await
+            .expect("agree on A");
+
+        // A real refusal stays one: A's copy is current, and no such message exists.
+        let error = node_a
+            .send(
+                "behind",
+                "bob",
+                SendMessage::new("inform", json!({})).in_reply_to("behind.nowhere"),
+            )
+            .await
+            .expect_err("unknown in_reply_to");
+        assert_eq!(error.code(), "invalid");
+        // B has not heard of the agree; it answers from the store's state, not its copy's.
+        let receipt = node_b
+            .send(
+                "behind",
+                "bob",
+                SendMessage::new("inform", json!({"done": true})).in_reply_to("behind.agree"),
+            )
+            .await
+            .expect("inform on B, in reply to the agree B had not seen");
+        assert_eq!(receipt.status, ConversationStatus::Completed);
+        let view = node_a.view("behind", None).await.expect("view on A");
+        let ids: Vec<&str> = view.messages.iter().map(|m| &*m.id).collect();
+        assert_eq!(ids[..2], ["behind.request", "behind.agree"]);
+        assert_eq!(
+            view.messages[2].in_reply_to.as_deref(),
+            Some("behind.agree")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
 async fn wait_for_redis(url: &str) {
     let client = ::redis::Client::open(url).expect("redis url");
     eventually("redis accepts connections", || async {

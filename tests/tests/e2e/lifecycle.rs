@@ -70,6 +70,17 @@ async fn start_with_an_invalid_opening_message_creates_nothing() {
         ErrorKind::Unprocessable,
     );
     assert_eq!(error.pointer(), Some("/message/performative"));
+    // A new conversation has no message yet for the opening one to answer.
+    let mut request = start_request("fipa-request", &["bob"]);
+    request.conversation_id = Some("c-bad-opening".to_owned());
+    request.message = Some(msg("request", json!({"action": "book"})).in_reply_to("m-elsewhere"));
+    let error = expect_error(
+        h.engine.start("alice", request).await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/message/in_reply_to"));
+    assert_eq!(h.engine.live_count(), live);
     expect_error(
         h.engine.view("c-bad-opening", None).await,
         "unknown_conversation",

@@ -332,6 +332,32 @@ async fn request_from_a_non_party_is_refused() {
 }
 
 #[tokio::test]
+async fn request_reply_to_an_unknown_message_is_refused_and_a_known_one_is_kept() {
+    let h = Harness::new();
+    let id = requested(&h).await;
+    let before = h.view(&id).await;
+    let error = expect_error(
+        h.send(&id, "bob", msg("agree", json!({})).in_reply_to("m-nowhere"))
+            .await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/in_reply_to"));
+    assert!(error.to_string().contains("m-nowhere"), "{error}");
+    assert_unchanged(&h, &before).await;
+    // The request itself is a message of the conversation: answering it is fine.
+    let request = before.messages[0].id.to_string();
+    h.ok(
+        &id,
+        "bob",
+        msg("agree", json!({})).in_reply_to(request.clone()),
+    )
+    .await;
+    let view = h.view(&id).await;
+    assert_eq!(view.messages[1].in_reply_to.as_deref(), Some(&*request));
+}
+
+#[tokio::test]
 async fn request_unknown_performative_is_refused_at_performative() {
     let h = Harness::new();
     let id = requested(&h).await;
