@@ -568,6 +568,94 @@ impl Drop for RedisServer {
     }
 }
 
+/// One administrator per server: the agents file's `admin_token` also uploads templates,
+/// `--admin-token` alone also reads everything, and two different tokens stop the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_token_of_the_agents_file_or_the_flag_is_one_administrator() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("admin-token");
+        let templates = templates(&dir);
+        let agents = dir.join("agents.yaml");
+        std::fs::write(
+            &agents,
+            "admin_token: admin-secret\nagents:\n  - {id: alice, token: alice-secret}\n",
+        )
+        .expect("agents file");
+        let agents_arg = agents.to_str().expect("utf-8 path");
+        let upload = std::fs::read_to_string(templates.join("fipa-request.yaml"))
+            .expect("template")
+            .replace("name: fipa-request", "name: fipa-request-copy");
+        let http = reqwest::Client::new();
+        let put = |url: &str, token: &str| {
+            http.put(format!("{url}/v1/templates/fipa-request-copy"))
+                .bearer_auth(token)
+                .body(upload.clone())
+                .send()
+        };
+
+        let server = Server::start_with(
+            &dir,
+            &templates,
+            "memory",
+            "file",
+            &["--agents", agents_arg],
+        );
+        let agent = put(&server.url, "alice-secret")
+            .await
+            .expect("put as alice");
+        assert_eq!(agent.status(), 401, "an agent's token changes no template");
+        let admin = put(&server.url, "admin-secret")
+            .await
+            .expect("put as admin");
+        assert_eq!(
+            admin.status(),
+            201,
+            "{}",
+            admin.text().await.unwrap_or_default()
+        );
+        drop(server);
+
+        let plain = dir.join("plain.yaml");
+        std::fs::write(&plain, "agents:\n  - {id: alice, token: alice-secret}\n")
+            .expect("agents file");
+        let plain_arg = plain.to_str().expect("utf-8 path");
+        let server = Server::start_with(
+            &dir,
+            &templates,
+            "memory",
+            "flag",
+            &["--agents", plain_arg, "--admin-token", "flag-secret"],
+        );
+        let listed = http
+            .get(format!("{}/v1/conversations", server.url))
+            .bearer_auth("flag-secret")
+            .send()
+            .await
+            .expect("list as admin");
+        assert_eq!(listed.status(), 200, "the flag's token reads as the admin");
+        drop(server);
+
+        let refused = Command::new(env!("CARGO_BIN_EXE_colloquy"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
+            .arg("--templates")
+            .arg(&templates)
+            .args(["--agents", agents_arg, "--admin-token", "another-secret"])
+            .env_remove("COLLOQUY_ADMIN_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run colloquy serve");
+        assert!(
+            !refused.status.success(),
+            "two admin tokens must stop the start"
+        );
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("admin_token differ"), "{stderr}");
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// An engine node over its own connection to `prefix` in `url`'s Redis, with the built-in
 /// templates; it does not follow the other nodes' commits, so what it has cached stays as it
 /// was until it reloads.

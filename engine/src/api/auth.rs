@@ -45,6 +45,26 @@ pub struct AgentsFile {
     pub agents: Vec<AgentEntry>,
 }
 
+impl AgentsFile {
+    /// Reads and parses an agents file (its consistency is [`Identity::from_agents`]'s).
+    pub fn read(path: &Path) -> Result<AgentsFile, AgentsFileError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| AgentsFileError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        AgentsFile::parse(&text, &shown)
+    }
+
+    /// Parses the text of an agents file; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<AgentsFile, AgentsFileError> {
+        serde_norway::from_str(text).map_err(|source| AgentsFileError::Parse {
+            path: origin.to_owned(),
+            source,
+        })
+    }
+}
+
 /// One agent of the agents file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,21 +159,16 @@ pub enum Identity {
 impl Identity {
     /// Reads an agents file.
     pub fn from_file(path: &Path) -> Result<Identity, AgentsFileError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| AgentsFileError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        Identity::from_yaml(&text, &shown)
+        Identity::from_checked(AgentsFile::read(path)?, &path.display().to_string())
     }
 
     /// Reads the text of an agents file; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Identity, AgentsFileError> {
-        let file: AgentsFile =
-            serde_norway::from_str(text).map_err(|source| AgentsFileError::Parse {
-                path: origin.to_owned(),
-                source,
-            })?;
+        Identity::from_checked(AgentsFile::parse(text, origin)?, origin)
+    }
+
+    /// [`Identity::from_agents`], its error naming the file `origin`.
+    pub fn from_checked(file: AgentsFile, origin: &str) -> Result<Identity, AgentsFileError> {
         Identity::from_agents(file).map_err(|message| AgentsFileError::Invalid {
             path: origin.to_owned(),
             message,

@@ -144,7 +144,7 @@ impl Drop for ServeTemplates {
 pub fn serve_templates(
     dir: Option<PathBuf>,
     remote: Option<String>,
-    admin_token_flag: Option<String>,
+    admin_token: Option<String>,
     data_dir: &Path,
     hooks: Option<Arc<colloquy_engine::runtime::HookRuntime>>,
     out: &mut dyn Write,
@@ -169,7 +169,7 @@ pub fn serve_templates(
             }
             let watcher = watch_dir(&live)?;
             list(out, &dir.display(), &live)?;
-            let writes = admin_token(admin_token_flag).map_or(Writes::Disabled, Writes::AdminToken);
+            let writes = admin_token.map_or(Writes::Disabled, Writes::AdminToken);
             let routes = policy::router(PolicyState::new(live.clone(), writes, closing_rx));
             Ok(ServeTemplates {
                 live,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use colloquy_engine::EngineConfig;
+use colloquy_engine::api::auth::AgentsFile;
 use colloquy_engine::api::{self, Identity, ServiceOptions};
 use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use tokio::net::TcpListener;
@@ -42,8 +43,9 @@ pub struct ServeArgs {
     /// directory; its templates are mirrored under DATA_DIR/policy-mirror.
     #[arg(long, value_name = "URL", conflicts_with = "templates")]
     policy_manager: Option<String>,
-    /// Bearer token allowing template uploads and deletions through the embedded policy
-    /// manager [default: $COLLOQUY_ADMIN_TOKEN; without either, uploads are disabled].
+    /// The administrator's bearer token: template uploads and deletions through the embedded
+    /// policy manager, and reading everything [default: $COLLOQUY_ADMIN_TOKEN, or the agents
+    /// file's `admin_token`; without any, uploads are disabled].
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
     /// How long a completed conversation stays readable before it is removed with its
@@ -106,11 +108,37 @@ fn store_spec(store: Option<String>, data_dir: &std::path::Path) -> (String, Str
     (spec, description)
 }
 
+/// The one admin token of the server: `--admin-token` (or `$COLLOQUY_ADMIN_TOKEN`) and the
+/// agents file's `admin_token` name the same administrator, who reads everything (with an
+/// agents file) and changes templates. Either may be given alone; two different ones are
+/// refused rather than one of them silently ignored.
+fn one_admin_token(
+    flag: Option<String>,
+    agents_file: Option<String>,
+) -> anyhow::Result<Option<String>> {
+    match (flag, agents_file) {
+        (Some(flag), Some(file)) if flag != file => anyhow::bail!(
+            "--admin-token (or ${}) and the agents file's admin_token differ: give one, \
+             or the same token in both",
+            crate::policy_manager::ADMIN_TOKEN_ENV
+        ),
+        (flag, file) => Ok(flag.or(file)),
+    }
+}
+
 /// Runs the service until Ctrl-C, then lets requests in flight finish.
 pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let identity = match &args.agents {
-        Some(path) => Identity::from_file(path)?,
-        None => Identity::Open,
+    let agents = args.agents.as_deref().map(AgentsFile::read).transpose()?;
+    let admin_token = one_admin_token(
+        crate::policy_manager::admin_token(args.admin_token),
+        agents.as_ref().and_then(|file| file.admin_token.clone()),
+    )?;
+    let identity = match (agents, args.agents.as_deref()) {
+        (Some(mut file), Some(path)) => {
+            file.admin_token.clone_from(&admin_token);
+            Identity::from_checked(file, &path.display().to_string())?
+        }
+        _ => Identity::Open,
     };
     let (spec, store_description) = store_spec(args.store, &args.data_dir);
     let store = colloquy_engine::store::open(&spec)
@@ -131,7 +159,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let templates = crate::policy_manager::serve_templates(
         args.templates,
         args.policy_manager,
-        args.admin_token,
+        admin_token,
         &args.data_dir,
         Some(hooks.clone()),
         out,
@@ -171,6 +199,17 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flag_and_the_agents_file_name_one_admin_token() {
+        let token = |text: &str| Some(text.to_owned());
+        assert_eq!(one_admin_token(None, None).unwrap(), None);
+        assert_eq!(one_admin_token(token("f"), None).unwrap(), token("f"));
+        assert_eq!(one_admin_token(None, token("a")).unwrap(), token("a"));
+        assert_eq!(one_admin_token(token("s"), token("s")).unwrap(), token("s"));
+        let error = one_admin_token(token("f"), token("a")).unwrap_err();
+        assert!(error.to_string().contains("differ"), "{error}");
+    }
 
     #[test]
     fn durations_take_a_whole_number_and_a_unit() {
