@@ -49,6 +49,14 @@ pub fn prepare_start(
         validate(schema, &parameters, "/parameters")?;
     }
     let context = cap_context(template, &request.context)?;
+    if request.deadline_ms == Some(0) {
+        return Err(EngineError::Invalid {
+            pointer: Some("/deadline_ms".to_owned()),
+            message: "`deadline_ms` is 0: the conversation would be over as it starts; it is \
+                      the time it may run, in milliseconds"
+                .to_owned(),
+        });
+    }
     let deadline = request
         .deadline_ms
         .or(template.conversation_deadline_ms)
@@ -335,6 +343,17 @@ pub fn on_message(
             agent: sender.to_owned(),
             conversation: conversation.id().to_string(),
         })?;
+    if let Some(at) = request.reply_by
+        && at <= now
+    {
+        return Err(EngineError::Invalid {
+            pointer: Some("/reply_by".to_owned()),
+            message: format!(
+                "`reply_by` {at} is not in the future (the engine's clock reads {now}): it is \
+                 a time in Unix milliseconds, not a duration"
+            ),
+        });
+    }
     if let Some(answered) = request.in_reply_to.as_deref()
         && conversation.accepted_seq(answered).is_none()
     {

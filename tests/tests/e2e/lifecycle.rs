@@ -89,6 +89,29 @@ async fn start_with_an_invalid_opening_message_creates_nothing() {
 }
 
 #[tokio::test]
+async fn start_with_a_zero_deadline_is_refused() {
+    let h = Harness::new();
+    let live = h.engine.live_count();
+    let mut request = start_request("fipa-request", &["bob"]);
+    request.deadline_ms = Some(0);
+    let error = expect_error(
+        h.engine.start("alice", request).await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/deadline_ms"));
+    assert_eq!(h.engine.live_count(), live);
+    let mut request = start_request("fipa-request", &["bob"]);
+    request.deadline_ms = Some(1);
+    let view = h
+        .engine
+        .start("alice", request)
+        .await
+        .expect("1 ms is a deadline");
+    assert_eq!(view.deadline, Some(colloquy_tests::T0 + 1));
+}
+
+#[tokio::test]
 async fn start_with_the_wrong_number_of_participants_is_refused() {
     let h = Harness::new();
     for participants in [&[][..], &["bob", "carol"][..]] {

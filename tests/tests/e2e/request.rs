@@ -358,6 +358,29 @@ async fn request_reply_to_an_unknown_message_is_refused_and_a_known_one_is_kept(
 }
 
 #[tokio::test]
+async fn request_with_a_reply_by_that_has_passed_is_refused() {
+    let h = Harness::new();
+    let c = h.start("fipa-request", "alice", &["bob"], json!({})).await;
+    let before = h.view(&c.id).await;
+    let book = || msg("request", json!({"action": "book"}));
+    // A duration where a time belongs (30 s after 1970) and "now" itself are both past.
+    for reply_by in [30_000, colloquy_tests::T0] {
+        let error = expect_error(
+            h.send(&c.id, "alice", book().reply_by(reply_by)).await,
+            "invalid",
+            ErrorKind::Unprocessable,
+        );
+        assert_eq!(error.pointer(), Some("/reply_by"));
+        assert!(error.to_string().contains("Unix milliseconds"), "{error}");
+    }
+    assert_unchanged(&h, &before).await;
+    let r = h
+        .ok(&c.id, "alice", book().reply_by(colloquy_tests::T0 + 1))
+        .await;
+    assert_eq!(r.threads[0].deadline, Some(colloquy_tests::T0 + 1));
+}
+
+#[tokio::test]
 async fn request_unknown_performative_is_refused_at_performative() {
     let h = Harness::new();
     let id = requested(&h).await;
