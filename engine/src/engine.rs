@@ -22,6 +22,7 @@ use crate::conversation::Conversation;
 use crate::dispatch;
 use crate::error::EngineError;
 use crate::keyed::{self, ConversationMap};
+use crate::sight::Sight;
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
 
@@ -214,8 +215,9 @@ impl Engine {
         message: SendMessage,
     ) -> Result<SendReceipt, EngineError> {
         let id = message_id(&message)?;
-        let (summary, handled) = self
+        let (summary, (sight, handled)) = self
             .with_conversation(conversation_id, |step| {
+                let sight = Sight::of_sender(step.conversation, sender);
                 if let Some(seq) = step.conversation.accepted_seq(&id) {
                     if step.conversation.role_of(sender).is_none() {
                         return Err(EngineError::NotAParty {
@@ -223,10 +225,10 @@ impl Engine {
                             conversation: conversation_id.to_owned(),
                         });
                     }
-                    return Ok(Handled::Duplicate(seq));
+                    return Ok((sight, Handled::Duplicate(seq)));
                 }
                 dispatch::on_message(step, sender, &message, id.clone())?;
-                Ok(Handled::Fresh(receipt_parts(&id, step.events())))
+                Ok((sight, Handled::Fresh(receipt_parts(&id, step.events()))))
             })
             .await?;
         let (duplicate, parts) = match handled {
@@ -236,7 +238,7 @@ impl Engine {
                 (true, receipt_parts(&id, &events))
             }
         };
-        Ok(SendReceipt {
+        Ok(sight.receipt(SendReceipt {
             message_id: id,
             duplicate,
             receivers: parts.receivers,
@@ -245,7 +247,7 @@ impl Engine {
             status: summary.status,
             outcome: summary.outcome,
             threads: summary.threads,
-        })
+        }))
     }
 
     /// The conversation as `viewer` sees it; `None` reads as an administrator.
@@ -268,7 +270,7 @@ impl Engine {
             });
         }
         let messages = self.messages(conversation).await?;
-        Ok(conversation.view(messages))
+        Ok(Sight::of(conversation, viewer).view(conversation.view(messages)))
     }
 
     /// The conversation's events after `after_seq`, for readers that may see it.
@@ -278,15 +280,20 @@ impl Engine {
         viewer: Option<&str>,
         after_seq: u64,
     ) -> Result<Vec<ConversationEvent>, EngineError> {
-        self.view_check(conversation_id, viewer).await?;
-        Ok(self.store.events_after(conversation_id, after_seq).await?)
+        let mut sight = self.sight(conversation_id, viewer).await?;
+        let events = self.store.events_after(conversation_id, after_seq).await?;
+        Ok(events
+            .into_iter()
+            .filter_map(|event| sight.event(event))
+            .collect())
     }
 
-    async fn view_check(
+    /// What `viewer` may see of the conversation, once it is known to be a reader.
+    async fn sight(
         &self,
         conversation_id: &str,
         viewer: Option<&str>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Sight, EngineError> {
         let slot = self.loaded_slot(conversation_id).await?;
         let guard = slot.lock().await;
         match (guard.as_ref(), viewer) {
@@ -297,7 +304,7 @@ impl Engine {
                     conversation: conversation_id.to_owned(),
                 })
             }
-            _ => Ok(()),
+            (Some(conversation), viewer) => Ok(Sight::of(conversation, viewer)),
         }
     }
 

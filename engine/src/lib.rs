@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod policy;
 pub mod rules;
 pub mod runtime;
+pub mod sight;
 pub mod step;
 pub mod store;
 

@@ -508,3 +508,64 @@ async fn contract_net_broadcast_reaches_ended_threads_as_after_end() {
     // One refusal, two cancellations: neither rule for "all" holds.
     assert_eq!(view.outcome, Some(Outcome::Failure));
 }
+
+/// Proposals are sealed: a bidder reads the call, its own thread, its own commitment and the
+/// conversation-wide facts, never a rival's proposal or thread. The manager reads it all.
+#[tokio::test]
+async fn contract_net_bidders_do_not_see_each_others_proposals() {
+    let h = Harness::new();
+    let id = called(&h, &BIDDERS).await;
+    propose(&h, &id, "p1", 100).await;
+    propose(&h, &id, "p2", 80).await;
+    let r = h.ok(&id, "p3", msg("refuse", json!({}))).await;
+    assert_eq!(
+        r.threads.len(),
+        1,
+        "a receipt shows the sender's thread only"
+    );
+    accept(&h, &id, &["p2"]).await;
+
+    let p1 = h.engine.view(&id, Some("p1")).await.expect("p1 reads");
+    assert_eq!(performatives(&p1), ["cfp", "propose"]);
+    assert!(p1.messages.iter().all(|m| m.sender.as_ref() != "p2"));
+    assert_eq!(p1.threads.len(), 1);
+    assert_eq!(&*p1.threads[0].participant, "p1");
+    assert!(
+        p1.commitments.iter().all(|c| &*c.debtor == "p1"),
+        "{:?}",
+        p1.commitments
+    );
+    assert_eq!(p1.participants.len(), 3, "who was called is no secret");
+
+    let events = h
+        .engine
+        .events(&id, Some("p1"), 0)
+        .await
+        .expect("p1 events");
+    let text = serde_json::to_string(&events).expect("json");
+    assert!(
+        !text.contains("\"p2\",\"from\""),
+        "no move of p2's thread: {text}"
+    );
+    assert!(
+        !text.contains("\"price\":80"),
+        "no sight of p2's price: {text}"
+    );
+    assert!(text.contains("\"price\":100"), "p1's own proposal: {text}");
+
+    let manager = h
+        .engine
+        .view(&id, Some("manager"))
+        .await
+        .expect("manager reads");
+    assert_eq!(
+        performatives(&manager),
+        ["cfp", "propose", "propose", "refuse", "accept-proposal"]
+    );
+    assert_eq!(manager.threads.len(), 3);
+    assert_eq!(
+        manager,
+        h.view(&id).await,
+        "the initiator sees what the admin sees"
+    );
+}
