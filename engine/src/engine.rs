@@ -273,19 +273,36 @@ impl Engine {
         Ok(Sight::of(conversation, viewer).view(conversation.view(messages)))
     }
 
-    /// The conversation's events after `after_seq`, for readers that may see it.
+    /// The conversation's events after `after_seq` that `viewer` may see (`None`: all of
+    /// them, for an administrator); see [`Sight`].
     pub async fn events(
         &self,
         conversation_id: &str,
         viewer: Option<&str>,
         after_seq: u64,
     ) -> Result<Vec<ConversationEvent>, EngineError> {
+        Ok(self
+            .events_read(conversation_id, viewer, after_seq)
+            .await?
+            .0)
+    }
+
+    /// [`Engine::events`], with the seq of the last event read, seen or not: where the next
+    /// read of a stream resumes, so it does not read again what it was not shown.
+    pub async fn events_read(
+        &self,
+        conversation_id: &str,
+        viewer: Option<&str>,
+        after_seq: u64,
+    ) -> Result<(Vec<ConversationEvent>, u64), EngineError> {
         let mut sight = self.sight(conversation_id, viewer).await?;
         let events = self.store.events_after(conversation_id, after_seq).await?;
-        Ok(events
+        let read_to = events.last().map_or(after_seq, |event| event.seq);
+        let seen = events
             .into_iter()
             .filter_map(|event| sight.event(event))
-            .collect())
+            .collect();
+        Ok((seen, read_to))
     }
 
     /// What `viewer` may see of the conversation, once it is known to be a reader.

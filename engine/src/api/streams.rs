@@ -113,11 +113,14 @@ pub async fn events(
     headers: HeaderMap,
     QueryParams(query): QueryParams<After>,
 ) -> Result<SseStream, ApiError> {
-    let mut after = position(&headers, &query)?;
+    let after = position(&headers, &query)?;
     let viewer = caller.viewer().map(str::to_owned);
     let mut notices = state.engine().subscribe();
     // Read once before answering, so an unknown conversation or a stranger gets a status code.
-    let first = state.engine().events(&id, viewer.as_deref(), after).await?;
+    let (first, mut read_to) = state
+        .engine()
+        .events_read(&id, viewer.as_deref(), after)
+        .await?;
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     // Resuming after the end of an ended conversation: nothing will come, close at once.
     if first.is_empty() && state.engine().is_completed(&id).await? {
@@ -129,7 +132,6 @@ pub async fn events(
         loop {
             let mut ended = false;
             for event in batch {
-                after = event.seq;
                 ended |= matches!(event.kind, EventKind::Completed { .. });
                 let sse = match Event::default()
                     .id(event.seq.to_string())
@@ -156,8 +158,12 @@ pub async fn events(
             if matches!(wake, Wake::Stop) {
                 return;
             }
-            batch = match state.engine().events(&id, viewer.as_deref(), after).await {
-                Ok(batch) => batch,
+            (batch, read_to) = match state
+                .engine()
+                .events_read(&id, viewer.as_deref(), read_to)
+                .await
+            {
+                Ok(read) => read,
                 // Removed by retention or unreadable now: the stream is over.
                 Err(error) => {
                     tracing::debug!(%error, "event stream ends");

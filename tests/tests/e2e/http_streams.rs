@@ -191,3 +191,62 @@ async fn the_event_stream_ends_with_the_conversation_and_resumes() {
     .await;
     assert_eq!(status, 400);
 }
+
+/// A bidder's event stream of a Contract-Net follows its own thread live, passes over a
+/// rival's proposal, and still ends with the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bidders_event_stream_shows_its_own_thread_to_the_end() {
+    let server = Server::start().await;
+    let manager = server.client("buyer").await;
+    let reply_by = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+        + 60_000;
+    let view = bounded(manager.start(&StartConversation {
+        template: "fipa-contract-net".into(),
+        participants: vec!["acme".into(), "globex".into()],
+        message: Some(SendMessage::new("cfp", json!({"task": "paint"})).reply_by(reply_by)),
+        ..StartConversation::default()
+    }))
+    .await
+    .expect("started");
+    let id = view.id.to_string();
+    let acme = server.client("acme").await;
+    let globex = server.client("globex").await;
+    let mut events = acme.events(&id, 0);
+    let reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(event) = events.next().await.expect("stream") {
+            seen.push(serde_json::to_value(&event).expect("json"));
+        }
+        seen
+    });
+    for (bidder, price) in [(&globex, 70), (&acme, 90)] {
+        bounded(bidder.send(&id, &SendMessage::new("propose", json!({"price": price}))))
+            .await
+            .expect("proposed");
+    }
+    for bidder in ["acme", "globex"] {
+        bounded(manager.send(
+            &id,
+            &SendMessage::new("reject-proposal", json!({})).to([bidder]),
+        ))
+        .await
+        .expect("rejected");
+    }
+    let seen = bounded(reader).await.expect("reader");
+    let text = serde_json::to_string(&seen).expect("json");
+    assert!(text.contains("\"price\":90"), "acme's own proposal: {text}");
+    assert!(!text.contains("\"price\":70"), "not globex's: {text}");
+    assert!(
+        !text.contains("\"participant\":\"globex\""),
+        "not globex's thread: {text}"
+    );
+    assert_eq!(seen.last().expect("events")["type"], "completed");
+    let seqs: Vec<u64> = seen.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert!(
+        seqs.windows(2).all(|pair| pair[0] < pair[1]),
+        "in order: {seqs:?}"
+    );
+}
