@@ -56,17 +56,18 @@ impl Sight {
         }
     }
 
-    /// What the sender of a message may see of the receipt: [`Sight::of`] without the
-    /// commitments, which a receipt does not show.
+    /// What the sender of a message may see of its receipt: [`Sight::of`] without the
+    /// commitments, which a receipt does not show. With one thread there is nothing to cut.
     pub fn of_sender(conversation: &Conversation, sender: &str) -> Sight {
+        if conversation.threads.len() < 2 || *conversation.started.initiator == *sender {
+            return Sight::All;
+        }
         match conversation.thread_index(sender) {
-            Some(thread) if conversation.role_of(sender) == Some(Role::Participant) => {
-                Sight::Thread {
-                    participant: conversation.threads[thread].participant.clone(),
-                    commitments: HashSet::new(),
-                }
-            }
-            _ => Sight::All,
+            Some(thread) => Sight::Thread {
+                participant: conversation.threads[thread].participant.clone(),
+                commitments: HashSet::new(),
+            },
+            None => Sight::All,
         }
     }
 
@@ -109,7 +110,7 @@ impl Sight {
 
     /// `view` cut to what the reader may see.
     pub fn view(&self, mut view: ConversationView) -> ConversationView {
-        if *self != Sight::All {
+        if let Sight::Thread { .. } = self {
             view.messages.retain(|message| self.message(message));
             view.threads
                 .retain(|thread| self.thread(&thread.participant));
@@ -123,7 +124,7 @@ impl Sight {
 
     /// `receipt` cut to what the reader (its sender) may see.
     pub fn receipt(&self, mut receipt: SendReceipt) -> SendReceipt {
-        if *self != Sight::All {
+        if let Sight::Thread { .. } = self {
             receipt
                 .threads
                 .retain(|thread| self.thread(&thread.participant));
