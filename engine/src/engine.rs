@@ -664,8 +664,9 @@ fn decided_by_state(error: &EngineError) -> bool {
     )
 }
 
-/// A fresh UUIDv7, formatted straight into its shared string.
-fn new_id() -> Arc<str> {
+/// A fresh UUIDv7, formatted straight into its shared string: the id of a conversation or
+/// message whose sender names none.
+pub fn new_id() -> Arc<str> {
     let mut buffer = uuid::Uuid::encode_buffer();
     Arc::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buffer))
 }

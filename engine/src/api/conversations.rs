@@ -23,14 +23,15 @@ pub const DEFAULT_PAGE: usize = 50;
 pub async fn start(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(request): JsonBody<StartConversation>,
+    JsonBody(mut request): JsonBody<StartConversation>,
 ) -> Result<Response, ApiError> {
     let agent = caller.agent()?;
-    let span = tracing::info_span!(
-        "conversation",
-        id = request.conversation_id.as_deref().unwrap_or("(new)"),
-        template = %request.template,
-    );
+    // The id is chosen here, not in the engine, so that the span (and every log line of the
+    // start, the opening message's included) carries it.
+    let id = request
+        .conversation_id
+        .get_or_insert_with(|| crate::engine::new_id().to_string());
+    let span = tracing::info_span!("conversation", id = %id, template = %request.template);
     let opening = request.message.as_ref().map(|m| m.performative.clone());
     let result = state
         .engine()

@@ -207,3 +207,111 @@ async fn webhooks_receive_every_message_in_order_after_retries() {
         "{metrics}"
     );
 }
+
+/// A log sink the test reads back.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// The service logs as `colloquy serve` does (the fmt subscriber at `info`), and every line a
+/// conversation's work writes names the conversation: a template's own `log` action, a
+/// condition that fails, a message refused by a rule.
+#[tokio::test]
+async fn every_log_line_of_a_conversations_work_names_it() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test's runtime has one thread, which runs the service too.
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let logged = colloquy_tests::variant(
+        "fipa-request.yaml",
+        &[
+            ("name: fipa-request", "name: logged-request"),
+            (
+                "  commitments:",
+                "  actions:
+    on_message:
+      - name: note-every-message
+        then:
+          - log: { level: info, message: a message passed }
+      - name: a-broken-condition
+        when: \"content.no.such.field > 1\"
+        then:
+          - log: { level: warn, message: never }
+      - name: no-cancel
+        performatives: [cancel]
+        then:
+          - reject: { reason: cancelling is off }
+  commitments:",
+            ),
+        ],
+    );
+    let server = Server::with(identity(&[]), vec![logged]).await;
+    let alice = server.client("alice").await;
+    let bob = server.client("bob").await;
+    let before = captured.text().len();
+    let view = bounded(alice.start(&StartConversation {
+        template: "logged-request".into(),
+        participants: vec!["bob".into()],
+        message: Some(SendMessage::new("request", json!({"action": "book"}))),
+        ..StartConversation::default()
+    }))
+    .await
+    .expect("started");
+    let id = view.id.to_string();
+    bounded(alice.send(&id, &SendMessage::new("cancel", json!({}))))
+        .await
+        .expect_err("a rule refuses cancel");
+    for performative in ["agree", "inform"] {
+        bounded(bob.send(&id, &SendMessage::new(performative, json!({}))))
+            .await
+            .expect("answered");
+    }
+    let text = captured.text();
+    let lines: Vec<&str> = text[before..].lines().collect();
+    assert!(
+        lines
+            .iter()
+            .filter(|line| line.contains("a message passed"))
+            .count()
+            >= 3,
+        "the template's log action ran for each message: {lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|line| line.contains("WARN")),
+        "the broken condition warned: {lines:#?}"
+    );
+    for line in &lines {
+        assert!(
+            line.contains(&id),
+            "a line without the conversation id: {line}"
+        );
+    }
+}
