@@ -8,6 +8,9 @@
 //! conversations with the Rust credit-assessment policy as `fipa-request`'s `on_message`
 //! hook, configured as `http-bench --hook` configures it: the hook's cost on the router
 //! path, next to the hook calls alone in `--bench hooks`.
+//!
+//! With `--log`, the process logs as `colloquy serve` does by default (the fmt subscriber
+//! at `info`, here into a sink): what the conversation spans cost when nothing is logged.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -165,6 +168,12 @@ fn main() {
         .build()
         .expect("runtime");
     let hook = std::env::args().any(|arg| arg == "--hook");
+    if std::env::args().any(|arg| arg == "--log") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(std::io::sink)
+            .init();
+    }
     runtime.block_on(async {
         let echo = colloquy_engine::api::echo::router();
         let app = colloquy(false);
