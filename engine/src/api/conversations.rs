@@ -14,6 +14,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams};
 use super::json::JsonResponse;
+use super::log_safe::LogSafe;
 use crate::listing::ConversationFilter;
 
 /// Page size of `GET /v1/conversations` when the caller names none.
@@ -31,7 +32,11 @@ pub async fn start(
     let id = request
         .conversation_id
         .get_or_insert_with(|| crate::engine::new_id().to_string());
-    let span = tracing::info_span!("conversation", id = %id, template = %request.template);
+    let span = tracing::info_span!(
+        "conversation",
+        id = %LogSafe(id),
+        template = %LogSafe(&request.template)
+    );
     let opening = request.message.as_ref().map(|m| m.performative.clone());
     let result = state
         .engine()
@@ -64,7 +69,7 @@ pub async fn send(
     JsonBody(message): JsonBody<SendMessage>,
 ) -> Result<(StatusCode, JsonResponse<SendReceipt>), ApiError> {
     let agent = caller.agent()?;
-    let span = tracing::info_span!("conversation", id = %id);
+    let span = tracing::info_span!("conversation", id = %LogSafe(&id));
     let performative = message.performative.clone();
     match state
         .engine()

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::json::JsonResponse;
+use super::log_safe::LogSafe;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
@@ -126,7 +127,7 @@ pub async fn events(
     if first.is_empty() && state.engine().is_completed(&id).await? {
         return Ok(sse(rx));
     }
-    let span = tracing::info_span!("conversation", id = %id);
+    let span = tracing::info_span!("conversation", id = %LogSafe(&id));
     let task = async move {
         let mut batch = first;
         loop {
@@ -249,7 +250,7 @@ pub async fn inbox(
     check_inbox_reader(&caller, &agent)?;
     let mut after = position(&headers, &query)?;
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    let span = tracing::info_span!("inbox", agent = %agent);
+    let span = tracing::info_span!("inbox", agent = %LogSafe(&agent));
     let task = async move {
         let mut notices = state.engine().subscribe();
         let mut labeller = Labeller::new();

@@ -250,6 +250,9 @@ async fn every_log_line_of_a_conversations_work_names_it() {
         .finish();
     // The test's runtime has one thread, which runs the service too.
     let _logging = tracing::subscriber::set_default(subscriber);
+    // Other tests may have met these spans and events before there was a subscriber to want
+    // them (in this process, on other threads); have their interest asked again.
+    tracing::callsite::rebuild_interest_cache();
     let logged = colloquy_tests::variant(
         "fipa-request.yaml",
         &[
