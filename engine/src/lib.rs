@@ -32,6 +32,7 @@ pub mod engine;
 pub mod error;
 pub mod keyed;
 pub mod listing;
+pub mod log_safe;
 pub mod metrics;
 pub mod policy;
 pub mod rules;

@@ -317,8 +317,10 @@ impl Effects {
     }
 }
 
+/// A `log` action's line. Hooks write these too, so the message is kept on one line.
 fn log_line(origin: &str, level: colloquy_protocol::action::LogLevel, message: &str) {
     use colloquy_protocol::action::LogLevel;
+    let message = crate::log_safe::OneLine(message);
     match level {
         LogLevel::Debug => tracing::debug!(origin, "{message}"),
         LogLevel::Info => tracing::info!(origin, "{message}"),

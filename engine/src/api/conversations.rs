@@ -14,8 +14,8 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams};
 use super::json::JsonResponse;
-use super::log_safe::LogSafe;
 use crate::listing::ConversationFilter;
+use crate::log_safe::LogSafe;
 
 /// Page size of `GET /v1/conversations` when the caller names none.
 pub const DEFAULT_PAGE: usize = 50;

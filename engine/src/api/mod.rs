@@ -23,7 +23,6 @@ pub mod echo;
 pub mod error;
 pub mod extract;
 pub mod json;
-pub mod log_safe;
 pub mod ops;
 pub mod policy;
 pub mod server;

@@ -8,6 +8,7 @@ use colloquy_protocol::hook::HOST_MODULE;
 use wasmtime::{Caller, Engine, Linker, ResourceLimiter};
 
 use super::MAX_TABLE_ELEMENTS;
+use crate::log_safe::OneLine;
 
 /// Longest line a hook may log through `log`; longer lines are cut (not refused: logging
 /// must never fail a hook).
@@ -122,6 +123,7 @@ fn log(mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32) -> was
         return Ok(());
     }
     let conversation = &state.conversation;
+    let line = OneLine(&line);
     match level {
         0 => tracing::debug!(target: "colloquy::hook", conversation = %conversation, "{line}"),
         2 => tracing::warn!(target: "colloquy::hook", conversation = %conversation, "{line}"),

@@ -265,6 +265,7 @@ impl HookRuntime {
         }
         if let Ok(output) = &result {
             for line in &output.log {
+                let line = crate::log_safe::OneLine(line);
                 tracing::info!(conversation = %input.conversation.id, hook, "{line}");
             }
         }
