@@ -348,6 +348,10 @@ impl ConversationStore for MeteredStore {
         self.inner.inbox(agent, after_seq, limit).await
     }
 
+    async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
+        self.inner.inbox_head(agent).await
+    }
+
     async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
         self.inner.conversations_of(agent).await
     }

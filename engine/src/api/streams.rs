@@ -249,6 +249,9 @@ pub async fn inbox(
 ) -> Result<SseStream, ApiError> {
     check_inbox_reader(&caller, &agent)?;
     let mut after = position(&headers, &query)?;
+    if after_the_end(&state, &agent, after).await? {
+        after = 0;
+    }
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let span = tracing::info_span!("inbox", agent = %LogSafe(&agent));
     let task = async move {
@@ -297,6 +300,25 @@ pub async fn inbox(
     Ok(sse(rx))
 }
 
+/// Whether `after` is past the newest entry of `agent`'s inbox. A position comes from an entry
+/// the client was served, so that happens only when the store was reset while the client
+/// kept its position (a `--store memory` server restarted, say). Every entry in the inbox is
+/// then new to the client, and reading starts over from the beginning: entries are
+/// delivered at least once, so reading from 0 loses nothing, where waiting past the end would
+/// hide every message until the new sequence caught up with the old.
+async fn after_the_end(state: &AppState, agent: &str, after: u64) -> Result<bool, ApiError> {
+    if after == 0 {
+        return Ok(false);
+    }
+    let head = state
+        .engine()
+        .store
+        .inbox_head(agent)
+        .await
+        .map_err(crate::EngineError::from)?;
+    Ok(after > head)
+}
+
 /// Query of the long-poll inbox.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -315,7 +337,7 @@ pub async fn poll(
     QueryParams(query): QueryParams<PollQuery>,
 ) -> Result<JsonResponse<InboxPage>, ApiError> {
     check_inbox_reader(&caller, &agent)?;
-    let after = query.after.unwrap_or(0);
+    let mut after = query.after.unwrap_or(0);
     let limit = query.limit.unwrap_or(INBOX_BATCH).clamp(1, INBOX_BATCH);
     let wait_for = Duration::from_millis(query.wait_ms.unwrap_or(0).min(MAX_POLL_WAIT_MS));
     let mut notices = state.engine().subscribe();
@@ -324,6 +346,14 @@ pub async fn poll(
         .inbox(&agent, after, limit)
         .await
         .map_err(crate::EngineError::from)?;
+    // Only an empty page can be past the end; a page with entries needs no second look.
+    if entries.is_empty() && after_the_end(&state, &agent, after).await? {
+        after = 0;
+        entries = store
+            .inbox(&agent, after, limit)
+            .await
+            .map_err(crate::EngineError::from)?;
+    }
     if entries.is_empty() && !wait_for.is_zero() {
         let arrived = async {
             loop {

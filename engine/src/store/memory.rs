@@ -148,6 +148,10 @@ impl ConversationStore for MemoryStore {
         Ok(())
     }
 
+    async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
+        Ok(self.inboxes().get(agent).map_or(0, |inbox| inbox.next_seq))
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
         Ok(self
             .conversations

@@ -184,6 +184,9 @@ pub trait ConversationStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError>;
 
+    /// The sequence number of `agent`'s newest inbox entry; 0 when it has none.
+    async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError>;
+
     /// The ids of the conversations `agent` is a party of (initiator or participant), in id
     /// order, or `None` when the store keeps no such index. Durable stores keep one, because
     /// after a restart (or on another node) the engine has not loaded those conversations;

@@ -522,6 +522,15 @@ impl ConversationStore for RedisStore {
             .collect()
     }
 
+    async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
+        let mut connection = self.connection.clone();
+        let head: Option<u64> = connection
+            .hget(self.keys.inbox_heads(), agent)
+            .await
+            .map_err(store_error)?;
+        Ok(head.unwrap_or(0))
+    }
+
     async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
         let mut connection = self.connection.clone();
         let mut ids: Vec<String> = connection
@@ -607,6 +616,8 @@ mod tests {
         assert_eq!(&*inbox[1].conversation_id, "c1");
         assert_eq!(other.inbox("bob", 1, 10).await.expect("inbox").len(), 1);
         assert_eq!(other.inbox("bob", 0, 1).await.expect("inbox").len(), 1);
+        assert_eq!(other.inbox_head("bob").await.expect("head"), 2);
+        assert_eq!(other.inbox_head("nobody").await.expect("head"), 0);
         assert_eq!(
             other.conversations_of("bob").await.expect("parties"),
             Some(vec![Arc::from("c1")])

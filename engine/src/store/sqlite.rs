@@ -835,6 +835,12 @@ impl ConversationStore for SqliteStore {
         self.submit(|reply| Job::Remove(id, reply)).await
     }
 
+    async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
+        let agent = agent.to_owned();
+        self.read(move |connection| inbox_head(connection, &agent).map_err(internal))
+            .await
+    }
+
     async fn inbox(
         &self,
         agent: &str,
@@ -1199,6 +1205,8 @@ mod tests {
                 (3, "m4".to_owned())
             ]
         );
+        assert_eq!(store.inbox_head("bob").await.expect("head"), 3);
+        assert_eq!(store.inbox_head("nobody").await.expect("head"), 0);
         assert_eq!(
             store.load("c1").await.expect("load").expect("exists").len(),
             4

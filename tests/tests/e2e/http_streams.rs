@@ -250,3 +250,26 @@ async fn a_bidders_event_stream_shows_its_own_thread_to_the_end() {
         "in order: {seqs:?}"
     );
 }
+
+/// A position past the end of an inbox, which only a store reset can leave a client with,
+/// starts over from the beginning, for the long poll and the stream alike; a position at the
+/// end waits as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_past_the_end_of_the_inbox_starts_over() {
+    let server = Server::start().await;
+    let carol = server.client("carol").await;
+    bounded(carol.start(&query("dave", 1)))
+        .await
+        .expect("started");
+    let dave = server.client("dave").await;
+    let page = bounded(dave.poll_inbox(5_000, 0)).await.expect("poll");
+    let seqs: Vec<u64> = page.items.iter().map(|item| item.seq).collect();
+    assert_eq!(seqs, [1]);
+    assert_eq!(page.next_after, 1);
+    let page = bounded(dave.poll_inbox(1, 0)).await.expect("poll");
+    assert!(page.items.is_empty());
+    assert_eq!(page.next_after, 1);
+    let mut inbox = dave.inbox(5_000);
+    let item = bounded(inbox.next()).await.expect("an item");
+    assert_eq!(item.seq, 1);
+}
