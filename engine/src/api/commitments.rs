@@ -68,8 +68,9 @@ pub async fn list(
     Ok(JsonResponse(CommitmentList { commitments }))
 }
 
-/// `POST /v1/commitments/{id}/release`: the creditor waives it. The id contains a `/`, so
-/// clients percent-encode it (`%2F`).
+/// `POST /v1/commitments/{id}/release`: the creditor waives it. The id contains a `/`:
+/// percent-encoded (`%2F`) it is one path segment here, and written as it is it reaches
+/// [`release_unencoded`].
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
@@ -79,6 +80,26 @@ pub async fn release(
     Ok(JsonResponse(
         state.engine().release_commitment(&id, agent).await?,
     ))
+}
+
+/// `POST /v1/commitments/{conversation}/{n}/release`: [`release`] with the commitment id as
+/// it is written (`<conversation id>/<n>`), its slash not encoded.
+pub async fn release_unencoded(
+    state: State<AppState>,
+    caller: Caller,
+    Path((conversation, n)): Path<(String, String)>,
+) -> Result<JsonResponse<CommitmentView>, ApiError> {
+    release(state, caller, Path(format!("{conversation}/{n}"))).await
+}
+
+/// `POST /v1/commitments/{conversation}/{n}/cancel`: [`cancel`] with the commitment id as it
+/// is written, its slash not encoded.
+pub async fn cancel_unencoded(
+    state: State<AppState>,
+    caller: Caller,
+    Path((conversation, n)): Path<(String, String)>,
+) -> Result<JsonResponse<CommitmentView>, ApiError> {
+    cancel(state, caller, Path(format!("{conversation}/{n}"))).await
 }
 
 /// `POST /v1/commitments/{id}/cancel`: the debtor withdraws from it.

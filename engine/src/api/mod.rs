@@ -147,6 +147,16 @@ pub fn routes() -> Vec<Route> {
             "/v1/commitments/{id}/cancel",
             post(commitments::cancel),
         ),
+        route(
+            "post",
+            "/v1/commitments/{conversation}/{n}/release",
+            post(commitments::release_unencoded),
+        ),
+        route(
+            "post",
+            "/v1/commitments/{conversation}/{n}/cancel",
+            post(commitments::cancel_unencoded),
+        ),
         route("get", "/v1/openapi.json", get(ops::openapi)),
         route("get", "/healthz", get(ops::healthz)),
         route("get", "/readyz", get(ops::readyz)),

@@ -25,6 +25,23 @@ fn documented() -> BTreeSet<(String, String)> {
     found
 }
 
+/// The document is valid OpenAPI 3.1: it passes the OpenAPI Initiative's schema of 3.1
+/// documents (`tests/fixtures/openapi-3.1.schema.json`, the 2022-10-07 edition published at
+/// spec.openapis.org, Apache-2.0), so code generators and viewers can read it.
+#[test]
+fn the_openapi_document_is_valid_openapi_3_1() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../fixtures/openapi-3.1.schema.json"))
+            .expect("the OpenAPI 3.1 schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let document: Value = serde_json::from_str(OPENAPI).expect("the document is JSON");
+    let errors: Vec<String> = validator
+        .iter_errors(&document)
+        .map(|error| format!("{}: {error}", error.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
 #[test]
 fn the_openapi_document_lists_exactly_the_routes_of_the_router() {
     let served: BTreeSet<(String, String)> = api::routes()

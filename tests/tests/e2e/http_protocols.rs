@@ -7,7 +7,8 @@ use colloquy_protocol::conversation::{CommitmentState, ConversationStatus, Outco
 use colloquy_sdk::ask::now_ms;
 use colloquy_sdk::client::ConversationQuery;
 use colloquy_sdk::{AskOptions, Client, Handlers, SdkError};
-use colloquy_tests::http::{Server, bounded};
+use colloquy_tests::http::{Server, bounded, call};
+use reqwest::Method;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -184,8 +185,8 @@ async fn sdk_contract_net_collects_proposals_refusals_and_silence_then_awards() 
     agents.iter().for_each(JoinHandle::abort);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commitments_are_listed_by_role_and_released_by_their_creditor() {
+/// A token-mode server where alice asked bob for something and bob agreed: bob owes alice.
+async fn agreed_request() -> (Server, Client, Client) {
     let server = Server::start().await;
     let alice = server.client("alice").await;
     let bob = server.client("bob").await;
@@ -206,6 +207,12 @@ async fn commitments_are_listed_by_role_and_released_by_their_creditor() {
     ))
     .await
     .expect("agreed");
+    (server, alice, bob)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commitments_are_listed_by_role_and_released_by_their_creditor() {
+    let (_server, alice, bob) = agreed_request().await;
     let owed = bounded(bob.commitments(Some("debtor"), Some("active")))
         .await
         .expect("listed");
@@ -271,4 +278,25 @@ async fn conversations_are_listed_by_filter_a_page_at_a_time() {
     query.cursor = None;
     let none = bounded(alice.conversations(&query)).await.expect("page");
     assert!(none.conversations.is_empty());
+}
+
+/// A commitment id written as it is (`<conversation id>/<n>`, slash not encoded) reaches the
+/// same release and cancel as the encoded one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commitment_id_works_in_the_path_with_its_slash_unencoded() {
+    let (server, _alice, bob) = agreed_request().await;
+    let owed = bounded(bob.commitments(Some("debtor"), None))
+        .await
+        .expect("listed");
+    let id = owed[0].id.to_string();
+    assert!(id.contains('/'), "{id}");
+    let path = |action: &str| format!("/v1/commitments/{id}/{action}");
+    let (status, _) = call(server.as_agent(Method::POST, &path("release"), "bob")).await;
+    assert_eq!(status, 403, "only the creditor releases");
+    let (status, body) = call(server.as_agent(Method::POST, &path("release"), "alice")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], id.as_str());
+    assert_eq!(body["state"], "released");
+    let (status, _) = call(server.as_agent(Method::POST, &path("cancel"), "bob")).await;
+    assert_eq!(status, 409, "released already");
 }
