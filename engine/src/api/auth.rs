@@ -22,7 +22,7 @@ use std::path::Path;
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
-use colloquy_protocol::message::AgentId;
+use colloquy_protocol::message::{AgentId, ENGINE_PARTY};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -195,6 +195,12 @@ impl Identity {
             if agent.token.is_empty() {
                 return Err(format!("agents[{index}].token is empty"));
             }
+            if agent.id == ENGINE_PARTY {
+                return Err(format!(
+                    "agents[{index}].id `{ENGINE_PARTY}` is reserved for the messages the engine \
+                     sends itself"
+                ));
+            }
             let id = AgentId::from(agent.id.as_str());
             if callers
                 .insert(digest(&agent.token), Caller::Agent(id.clone()))
@@ -241,6 +247,11 @@ impl Identity {
                             "X-Agent-Id is not 1 to {MAX_AGENT_ID_LEN} characters of A-Z a-z 0-9 - _ . :"
                         ))
                     })?;
+                if agent == ENGINE_PARTY {
+                    return Err(ApiError::Unauthenticated(format!(
+                        "X-Agent-Id `{ENGINE_PARTY}` is reserved for the engine's own messages"
+                    )));
+                }
                 Ok(Caller::Agent(AgentId::from(agent)))
             }
             Identity::Tokens { callers, .. } => {
@@ -300,6 +311,11 @@ mod tests {
                 .contains("used twice")
         );
         assert!(file("agents: [{id: 'a b', token: t}]").is_err());
+        assert!(
+            file("agents: [{id: 'colloquy:engine', token: t}]")
+                .unwrap_err()
+                .contains("reserved")
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tracing::Instrument as _;
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::{Caller, MAX_AGENT_ID_LEN, valid_agent_id};
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams};
 use super::json::JsonResponse;
@@ -27,6 +27,20 @@ pub async fn start(
     JsonBody(mut request): JsonBody<StartConversation>,
 ) -> Result<Response, ApiError> {
     let agent = caller.agent()?;
+    // The engine takes any printable name; over HTTP a participant must be able to sign in.
+    if let Some((index, name)) =
+        (request.participants.iter().enumerate()).find(|(_, name)| !valid_agent_id(name))
+    {
+        return Err(crate::EngineError::invalid(
+            &format!("/participants/{index}"),
+            format!(
+                "participant {:?} could never sign in: agent ids are 1 to {MAX_AGENT_ID_LEN} \
+                 characters of A-Z a-z 0-9 - _ . :",
+                name
+            ),
+        )
+        .into());
+    }
     // The id is chosen here, not in the engine, so that the span (and every log line of the
     // start, the opening message's included) carries it.
     let id = request

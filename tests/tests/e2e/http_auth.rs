@@ -134,6 +134,19 @@ async fn open_mode_names_the_caller_by_header() {
     )
     .await;
     assert_eq!(status, 401);
+    // Nobody speaks as the engine, whose own messages carry that name.
+    let (status, body) = call(
+        server
+            .anonymous(Method::GET, "/v1/agents/colloquy:engine/inbox/poll")
+            .header("x-agent-id", "colloquy:engine"),
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("reserved"))
+    );
     let id = start_as(&server, "carol", "dave").await;
     let (status, body) =
         call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "carol")).await;

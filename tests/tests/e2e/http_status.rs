@@ -224,6 +224,16 @@ async fn unprocessable_for_unknown_performatives_and_schema_violations() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(code(&body), "unknown_performative");
     assert_eq!(pointer(&body), Some("/performative"));
+    // A participant whose name no agent can sign in with would leave its thread unanswered.
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({"template": "fipa-contract-net", "participants": ["bob", "bob smith"]})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(code(&body), "invalid");
+    assert_eq!(pointer(&body), Some("/participants/1"));
     let (status, body) = call(
         server
             .as_agent(Method::POST, "/v1/conversations", "alice")
