@@ -17,6 +17,8 @@
 //! - [`error`]: [`EngineError`] and its classification.
 //! - [`keyed`]: the finely sharded maps keyed by conversation id.
 //! - [`listing`]: listing conversations and finding their template.
+//! - [`sight`]: what each reader may see of a conversation (a participant: its own thread).
+//! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
 //! - [`delivery`]: webhook push delivery of inbox messages.
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
