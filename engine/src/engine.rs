@@ -639,13 +639,18 @@ impl Engine {
     }
 }
 
+/// Whether `text` is an id: 1 to [`MAX_ID_LEN`] characters of `A-Z a-z 0-9 - _ . :`, the
+/// alphabet of conversation, message and agent ids, safe in paths and logs.
+pub fn is_id(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= MAX_ID_LEN
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
 fn check_id(id: &str, pointer: &str) -> Result<(), EngineError> {
-    let valid = !id.is_empty()
-        && id.len() <= MAX_ID_LEN
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    if valid {
+    if is_id(id) {
         Ok(())
     } else {
         Err(EngineError::invalid(

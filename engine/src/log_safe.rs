@@ -3,30 +3,20 @@
 //!
 //! - [`LogSafe`], for ids from a request. A conversation id from a URL path or a start body,
 //!   a template name or an agent id from a path goes into the request's span before anything
-//!   has checked it, and tracing-subscriber writes span fields as they are. An id-shaped
-//!   string (`A-Z a-z 0-9 - _ . :`, as every valid id is) is written unchanged, anything
-//!   else quoted and escaped.
+//!   has checked it, and tracing-subscriber writes span fields as they are. A valid id
+//!   ([`crate::engine::is_id`]) is written unchanged, anything else quoted and escaped.
 //! - [`OneLine`], for prose from a hook (its `log` lines). tracing-subscriber escapes ESC and
 //!   a few other control characters in a message, but not line breaks; this escapes every
 //!   control character.
 
 use std::fmt;
 
-/// Longest string written unquoted: the longest valid agent id.
-const MAX_PLAIN: usize = 256;
-
 /// A request-supplied string, written safely by `Display`; see the module docs.
 pub struct LogSafe<'a>(pub &'a str);
 
 impl fmt::Display for LogSafe<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let plain = !self.0.is_empty()
-            && self.0.len() <= MAX_PLAIN
-            && self
-                .0
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
-        if plain {
+        if crate::engine::is_id(self.0) {
             f.write_str(self.0)
         } else {
             write!(f, "{:?}", self.0)

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use colloquy_protocol::conversation::{ConversationView, SendReceipt, Violation};
 use colloquy_protocol::event::{ConversationEvent, EventKind, ThreadTransition};
 use colloquy_protocol::message::{AgentId, Message};
-use colloquy_protocol::template::Role;
 
 use crate::conversation::Conversation;
 
@@ -34,16 +33,11 @@ pub enum Sight {
 
 impl Sight {
     /// What `viewer` may see of `conversation` (`None`: an administrator). The caller has
-    /// checked that the viewer may read it at all ([`Conversation::can_read`]).
+    /// checked that the viewer may read it at all ([`Conversation::can_read`]). Only a
+    /// participant has a thread (the initiator is never one of them).
     pub fn of(conversation: &Conversation, viewer: Option<&str>) -> Sight {
-        let Some(viewer) = viewer else {
-            return Sight::All;
-        };
-        match (
-            conversation.role_of(viewer),
-            conversation.thread_index(viewer),
-        ) {
-            (Some(Role::Participant), Some(thread)) => Sight::Thread {
+        match viewer.and_then(|viewer| conversation.thread_index(viewer)) {
+            Some(thread) => Sight::Thread {
                 participant: conversation.threads[thread].participant.clone(),
                 commitments: conversation
                     .commitments
@@ -52,7 +46,7 @@ impl Sight {
                     .map(|commitment| commitment.id.clone())
                     .collect(),
             },
-            _ => Sight::All,
+            None => Sight::All,
         }
     }
 

@@ -31,8 +31,8 @@ use super::error::ApiError;
 
 /// The header naming the caller in open development mode.
 pub const AGENT_HEADER: &str = "x-agent-id";
-/// Longest agent id accepted from a header or the agents file.
-pub const MAX_AGENT_ID_LEN: usize = 128;
+/// Longest agent id accepted from a header or the agents file: that of every id.
+pub const MAX_AGENT_ID_LEN: usize = crate::engine::MAX_ID_LEN;
 
 /// The agents file.
 #[derive(Clone, Debug, Deserialize)]
@@ -274,11 +274,7 @@ impl Identity {
 
 /// Agent ids follow the conversation id alphabet, so they are safe in paths and logs.
 pub fn valid_agent_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_AGENT_ID_LEN
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    crate::engine::is_id(id)
 }
 
 impl FromRequestParts<AppState> for Caller {

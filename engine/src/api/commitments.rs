@@ -68,47 +68,32 @@ pub async fn list(
     Ok(JsonResponse(CommitmentList { commitments }))
 }
 
-/// `POST /v1/commitments/{id}/release`: the creditor waives it. The id contains a `/`:
-/// percent-encoded (`%2F`) it is one path segment here, and written as it is it reaches
-/// [`release_unencoded`].
+/// `POST /v1/commitments/{id}/release`: the creditor waives it.
+///
+/// Commitment ids are `<conversation id>/<n>`. Routed twice: `{id}` takes the id with its
+/// slash percent-encoded (`%2F`), `{conversation}/{n}` the id written as it is; the path's
+/// segments joined with `/` give the id either way.
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(segments): Path<Vec<String>>,
 ) -> Result<JsonResponse<CommitmentView>, ApiError> {
     let agent = caller.agent()?;
+    let id = segments.join("/");
     Ok(JsonResponse(
         state.engine().release_commitment(&id, agent).await?,
     ))
 }
 
-/// `POST /v1/commitments/{conversation}/{n}/release`: [`release`] with the commitment id as
-/// it is written (`<conversation id>/<n>`), its slash not encoded.
-pub async fn release_unencoded(
-    state: State<AppState>,
-    caller: Caller,
-    Path((conversation, n)): Path<(String, String)>,
-) -> Result<JsonResponse<CommitmentView>, ApiError> {
-    release(state, caller, Path(format!("{conversation}/{n}"))).await
-}
-
-/// `POST /v1/commitments/{conversation}/{n}/cancel`: [`cancel`] with the commitment id as it
-/// is written, its slash not encoded.
-pub async fn cancel_unencoded(
-    state: State<AppState>,
-    caller: Caller,
-    Path((conversation, n)): Path<(String, String)>,
-) -> Result<JsonResponse<CommitmentView>, ApiError> {
-    cancel(state, caller, Path(format!("{conversation}/{n}"))).await
-}
-
-/// `POST /v1/commitments/{id}/cancel`: the debtor withdraws from it.
+/// `POST /v1/commitments/{id}/cancel`: the debtor withdraws from it. Routed like
+/// [`release`].
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(segments): Path<Vec<String>>,
 ) -> Result<JsonResponse<CommitmentView>, ApiError> {
     let agent = caller.agent()?;
+    let id = segments.join("/");
     Ok(JsonResponse(
         state.engine().cancel_commitment(&id, agent).await?,
     ))

@@ -150,12 +150,12 @@ pub fn routes() -> Vec<Route> {
         route(
             "post",
             "/v1/commitments/{conversation}/{n}/release",
-            post(commitments::release_unencoded),
+            post(commitments::release),
         ),
         route(
             "post",
             "/v1/commitments/{conversation}/{n}/cancel",
-            post(commitments::cancel_unencoded),
+            post(commitments::cancel),
         ),
         route("get", "/v1/openapi.json", get(ops::openapi)),
         route("get", "/healthz", get(ops::healthz)),
