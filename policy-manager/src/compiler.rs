@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 use self::diagnostic::closest;
 pub use self::diagnostic::{Diagnostic, Diagnostics};
 use self::fields::{Segment, allowed_fields, render_path, segments};
+pub(crate) use self::resolve::module_path_inside;
 use crate::compiled::CompiledTemplate;
 use crate::locations::Locations;
 

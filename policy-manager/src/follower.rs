@@ -14,7 +14,7 @@
 //! keep-alive comment more often than that).
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use futures_util::StreamExt as _;
 use sha2::{Digest, Sha256};
 
 use crate::client::{ClientError, Fetched, PolicyClient};
+use crate::compiler::module_path_inside;
 use crate::live::{LiveCatalog, check_name, write_atomically};
 
 /// First wait before reconnecting.
@@ -174,7 +175,7 @@ impl Follower {
     /// Writes a template and its module into the mirror.
     async fn write(&self, document: &TemplateDocument) -> Result<(), FollowError> {
         if let Some(module) = &document.hook_module {
-            let relative = safe_relative(&module.module).ok_or_else(|| {
+            let relative = module_path_inside(&module.module).ok_or_else(|| {
                 FollowError::Refused(format!(
                     "template `{}`: hook module path `{}` leaves the template directory; a remote engine cannot mirror it",
                     document.name, module.module
@@ -209,15 +210,6 @@ impl Follower {
     }
 }
 
-/// `path` if it is relative and stays inside the directory it is relative to.
-fn safe_relative(path: &str) -> Option<&Path> {
-    let path = Path::new(path);
-    let inside = path
-        .components()
-        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    (inside && path.components().next().is_some()).then_some(path)
-}
-
 fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
@@ -231,10 +223,10 @@ mod tests {
 
     #[test]
     fn module_paths_must_stay_inside_the_mirror() {
-        assert!(safe_relative("guard.wasm").is_some());
-        assert!(safe_relative("hooks/guard.wasm").is_some());
-        assert!(safe_relative("../guard.wasm").is_none());
-        assert!(safe_relative("/etc/guard.wasm").is_none());
-        assert!(safe_relative("").is_none());
+        assert!(module_path_inside("guard.wasm").is_some());
+        assert!(module_path_inside("hooks/guard.wasm").is_some());
+        assert!(module_path_inside("../guard.wasm").is_none());
+        assert!(module_path_inside("/etc/guard.wasm").is_none());
+        assert!(module_path_inside("").is_none());
     }
 }

@@ -6,7 +6,7 @@
 //! walk goes on with what it could resolve, so one run shows the author everything.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use colloquy_protocol::action::Action;
@@ -52,6 +52,18 @@ const MAX_LISTED_STATES: usize = 8;
 const MAX_SYNTAX_ERRORS_PER_EXPRESSION: usize = 3;
 /// Characters of an expression quoted in a hint.
 const MAX_EXCERPT_CHARS: usize = 80;
+
+/// `path` if it is relative and stays inside the directory it is relative to: only normal
+/// components (and `.`), no `..`, no root. A hook module must live with its template, since
+/// the policy manager serves, uploads and mirrors the two together; and a template must not
+/// make the manager read (and serve the bytes of) any file elsewhere on its machine.
+pub(crate) fn module_path_inside(path: &str) -> Option<&Path> {
+    let path = Path::new(path);
+    let inside = path
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    (inside && path.components().any(|c| matches!(c, Component::Normal(_)))).then_some(path)
+}
 
 /// Builds a diagnostic at a template path (the compiler supplies file and position).
 pub(super) type At<'a> = dyn Fn(String, String, Option<String>) -> Diagnostic + Sync + 'a;
@@ -920,8 +932,23 @@ impl Resolver<'_> {
                 Some("point `module` at a core wasm module (`*.wasm`)".into()),
             );
         }
-        let module = self.origin.and_then(|origin| {
-            let resolved = origin.parent().unwrap_or(Path::new("")).join(&hooks.module);
+        let inside = module_path_inside(&hooks.module);
+        if inside.is_none() {
+            self.error(
+                "spec.hooks.module",
+                format!(
+                    "hook module `{}` is outside the template's directory",
+                    hooks.module
+                ),
+                Some(
+                    "name a file in the template's directory or below it, without `..` and \
+                     not absolute: a template is served, uploaded and mirrored with its module"
+                        .into(),
+                ),
+            );
+        }
+        let module = self.origin.zip(inside).and_then(|(origin, inside)| {
+            let resolved = origin.parent().unwrap_or(Path::new("")).join(inside);
             self.hook_module(&hooks.module, resolved)
         });
         if hooks.events.is_empty() {

@@ -196,6 +196,10 @@ const BROKEN: &[(&str, &str)] = &[
         "hook-issues",
         "hook module `hooks/policy.wat` is not a .wasm file",
     ),
+    (
+        "hook-outside-directory",
+        "hook module `../valid/hooks/noop.wasm` is outside the template's directory",
+    ),
     ("invalid-cel-syntax", "invalid CEL expression"),
     ("invalid-json-schema", "invalid JSON Schema"),
     (
@@ -273,6 +277,7 @@ broken_fixture_tests! {
     broken_dead_end_state => "dead-end-state",
     broken_duplicate_keys => "duplicate-keys",
     broken_hook_issues => "hook-issues",
+    broken_hook_outside_directory => "hook-outside-directory",
     broken_invalid_cel_syntax => "invalid-cel-syntax",
     broken_invalid_json_schema => "invalid-json-schema",
     broken_late_misuse => "late-misuse",
