@@ -235,6 +235,7 @@ impl Engine {
             Handled::Fresh(parts) => (false, parts),
             Handled::Duplicate(seq) => {
                 let events = self.store.events_after(conversation_id, seq - 1).await?;
+                check_retry(&id, &events, sender, &message)?;
                 (true, receipt_parts(&id, &events))
             }
         };
@@ -710,6 +711,45 @@ struct ReceiptParts {
 }
 
 /// Reads what happened to message `id` from the events from its `message_accepted` on.
+/// A message sent again under an accepted id must be a retry: the same sender, performative,
+/// content, `in_reply_to` and `reply_by` as the message the id names (the first of
+/// `events`). Receivers are not compared: routing may have changed them. Anything else is a
+/// different message under a taken id, refused rather than answered with the first
+/// message's receipt (which would tell its sender it was accepted, and lose it).
+fn check_retry(
+    id: &Arc<str>,
+    events: &[ConversationEvent],
+    sender: &str,
+    retry: &SendMessage,
+) -> Result<(), EngineError> {
+    let Some(first) = events.iter().find_map(|event| match &event.kind {
+        EventKind::MessageAccepted { message, .. } if message.id == *id => Some(message),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let differs = if *first.sender != *sender {
+        Some("sender")
+    } else if first.performative.name() != retry.performative {
+        Some("performative")
+    } else if first.content.value() != retry.content {
+        Some("content")
+    } else if first.in_reply_to.as_deref() != retry.in_reply_to.as_deref() {
+        Some("in_reply_to")
+    } else if first.reply_by != retry.reply_by {
+        Some("reply_by")
+    } else {
+        None
+    };
+    match differs {
+        None => Ok(()),
+        Some(field) => Err(EngineError::MessageIdTaken {
+            id: id.to_string(),
+            field,
+        }),
+    }
+}
+
 fn receipt_parts(id: &Arc<str>, events: &[ConversationEvent]) -> ReceiptParts {
     let mut parts = ReceiptParts::default();
     let mut iter = events.iter();

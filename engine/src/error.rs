@@ -125,6 +125,18 @@ pub enum EngineError {
         /// What went wrong (a timeout, a trap, bad output, ...).
         cause: String,
     },
+    /// A message id already names another message of the conversation: a retry that does not
+    /// repeat the first request, or another sender's id.
+    #[error(
+        "message id `{id}` already names another message of this conversation (its {field} \
+         differs): a retry must repeat the first request, and a new message needs a new id"
+    )]
+    MessageIdTaken {
+        /// The id sent.
+        id: String,
+        /// The first field that differs from the message the id names.
+        field: &'static str,
+    },
     /// The commitment has already reached a terminal state.
     #[error("commitment `{0}` is already {1}")]
     CommitmentClosed(String, &'static str),
@@ -148,6 +160,7 @@ impl EngineError {
             EngineError::UnknownPerformative { .. }
             | EngineError::SchemaViolation { .. }
             | EngineError::Invalid { .. }
+            | EngineError::MessageIdTaken { .. }
             | EngineError::Rejected { .. }
             | EngineError::HookFailed { .. } => ErrorKind::Unprocessable,
             EngineError::ContextTooLarge { .. } => ErrorKind::TooLarge,
@@ -180,6 +193,7 @@ impl EngineError {
             EngineError::Rejected { .. } => "rejected",
             EngineError::HookFailed { .. } => "hook_failed",
             EngineError::CommitmentClosed(..) => "commitment_closed",
+            EngineError::MessageIdTaken { .. } => "message_id_taken",
             EngineError::Store(StoreError::Unavailable(_)) => "store_unavailable",
             EngineError::Store(_) => "internal",
         }
@@ -192,6 +206,7 @@ impl EngineError {
             EngineError::SchemaViolation { pointer, .. } => Some(pointer),
             EngineError::Invalid { pointer, .. } => pointer.as_deref(),
             EngineError::ContextTooLarge { .. } => Some("/context"),
+            EngineError::MessageIdTaken { .. } => Some("/message_id"),
             _ => None,
         }
     }

@@ -22,7 +22,13 @@ async fn start_with_an_opening_message() {
     let h = Harness::new();
     let opening = msg("request", json!({"action": "book"})).with_id("open-1");
     let view = h
-        .try_start("fipa-request", "alice", &["bob"], json!({}), Some(opening))
+        .try_start(
+            "fipa-request",
+            "alice",
+            &["bob"],
+            json!({}),
+            Some(opening.clone()),
+        )
         .await
         .expect("start");
     assert_eq!(view.status, ConversationStatus::Active);
@@ -33,13 +39,7 @@ async fn start_with_an_opening_message() {
     assert_eq!(commitment_states(&view), [CommitmentState::Pending]);
     assert_eq!(view.deadline, Some(T0 + 3_600_000));
     // The opening message counts for idempotency like any other.
-    let again = h
-        .ok(
-            &view.id,
-            "alice",
-            msg("request", json!({})).with_id("open-1"),
-        )
-        .await;
+    let again = h.ok(&view.id, "alice", opening).await;
     assert!(again.duplicate);
     assert_eq!(h.view(&view.id).await.version, view.version);
 }

@@ -252,12 +252,17 @@ async fn request_duplicate_message_id_returns_the_first_result_and_adds_nothing(
     assert_eq!(again.transitions, first.transitions);
     assert_eq!(again.receivers, first.receivers);
     assert_unchanged(&h, &before).await;
-    // The same id with another performative is still the same message.
-    let other = h
-        .ok(&id, "bob", msg("inform", json!({})).with_id("bob-1"))
-        .await;
-    assert!(other.duplicate);
-    assert_eq!(state(&other.threads, "bob"), "agreed");
+    // The same id on another message is refused, not answered as if it were accepted:
+    // another performative, other content, or another sender's id.
+    for (sender, message) in [
+        ("bob", msg("inform", json!({})).with_id("bob-1")),
+        ("bob", msg("agree", json!({"eta_ms": 5})).with_id("bob-1")),
+        ("alice", msg("agree", json!({})).with_id("bob-1")),
+    ] {
+        let result = h.send(&id, sender, message).await;
+        let error = expect_error(result, "message_id_taken", ErrorKind::Unprocessable);
+        assert_eq!(error.pointer(), Some("/message_id"));
+    }
     assert_unchanged(&h, &before).await;
     // A non-party cannot learn anything by replaying an id.
     let result = h
