@@ -9,6 +9,8 @@ use futures_util::{Stream, StreamExt as _};
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, ETAG, IF_NONE_MATCH};
 
+/// How long an idle pooled connection is kept: under the manager's 30 s idle cut-off.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long connecting to the policy manager may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one fetch (a template, a module, a listing) may take.
@@ -64,6 +66,9 @@ impl PolicyClient {
     pub fn new(base_url: &str) -> Result<PolicyClient, ClientError> {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            // Under the manager's 30 s idle cut-off, so no request goes out on a pooled
+            // connection the manager is closing.
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()?;
         Ok(PolicyClient {
             http,

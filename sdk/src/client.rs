@@ -12,6 +12,9 @@ use serde::de::DeserializeOwned;
 use crate::error::SdkError;
 use crate::stream::{EventStream, InboxStream};
 
+/// How long an idle pooled connection is kept: under the server's 30 s idle cut-off.
+const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The header naming the caller when the server runs without an agents file.
 pub const AGENT_HEADER: &str = "x-agent-id";
 
@@ -57,7 +60,12 @@ impl Client {
 
     /// Like [`Client::connect`], without contacting the server.
     pub fn new(url: &str, agent: &str, token: Option<&str>) -> Result<Client, SdkError> {
-        let http = reqwest::Client::builder().build()?;
+        // Idle pooled connections are dropped before the server closes them (it closes a
+        // connection that has been idle for 30 s), so a request never goes out on a
+        // connection the server is closing at that moment.
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .build()?;
         Ok(Client {
             inner: Arc::new(Inner {
                 http,

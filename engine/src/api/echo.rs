@@ -13,14 +13,8 @@ pub fn router() -> Router {
     )
 }
 
-/// Serves [`router`] on `listener` until the process ends.
+/// Serves [`router`] on `listener` until the process ends, with the service's accept loop
+/// (so the comparison is fair).
 pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
-    // Same socket setting as the real service, so the comparison is fair.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "TCP_NODELAY not set");
-        }
-    });
-    axum::serve(listener, router()).await
+    super::listen::serve(listener, router(), std::future::pending()).await
 }

@@ -14,6 +14,8 @@
 //! - [`policy`]: the policy manager's API (templates, uploads, change feed, status), served
 //!   alone or merged into this service.
 //! - [`server`]: putting it together: engine, scheduler, webhooks, listener.
+//! - [`listen`]: the accept loop of every server here (HTTP/1.1, a deadline for request
+//!   heads, graceful shutdown).
 //! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
 
 pub mod auth;
@@ -23,6 +25,7 @@ pub mod echo;
 pub mod error;
 pub mod extract;
 pub mod json;
+pub mod listen;
 pub mod ops;
 pub mod policy;
 pub mod server;

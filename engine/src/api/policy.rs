@@ -585,14 +585,10 @@ pub fn launch(
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(TraceLayer::new_for_http());
     let mut shutdown = closing_rx;
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                // An error means the sender is gone: shut down as well.
-                let _ = shutdown.wait_for(|closing| *closing).await;
-            })
-            .await
-    });
+    let server = tokio::spawn(super::listen::serve(listener, app, async move {
+        // An error means the sender is gone: shut down as well.
+        let _ = shutdown.wait_for(|closing| *closing).await;
+    }));
     Ok(RunningPolicyManager {
         addr,
         live,

@@ -6,14 +6,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt as _;
 use colloquy_policy::Catalog;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tower_http::trace::TraceLayer;
 
-use super::{AppState, Identity, router};
+use super::{AppState, Identity, listen, router};
 use crate::clock::{Clock, SystemClock};
 use crate::delivery;
 use crate::engine::{Engine, EngineConfig, TemplateSource};
@@ -166,20 +165,10 @@ pub fn launch(
     }
     let app = app.layer(TraceLayer::new_for_http());
     let mut shutdown = closing_rx;
-    let server = tokio::spawn(async move {
-        // Small request-reply exchanges: send each answer at once rather than batch it.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "TCP_NODELAY not set");
-            }
-        });
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                // An error means the sender is gone: shut down as well.
-                let _ = shutdown.wait_for(|closing| *closing).await;
-            })
-            .await
-    });
+    let server = tokio::spawn(listen::serve(listener, app, async move {
+        // An error means the sender is gone: shut down as well.
+        let _ = shutdown.wait_for(|closing| *closing).await;
+    }));
     Ok(RunningService {
         addr,
         engine,
