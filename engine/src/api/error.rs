@@ -44,6 +44,9 @@ pub enum ApiError {
     /// The body is over the limit.
     #[error("request body is over the limit of {0} bytes")]
     TooLarge(usize),
+    /// The body did not arrive in time.
+    #[error("the request body did not arrive within {0} s")]
+    BodyTimeout(u64),
 }
 
 impl ApiError {
@@ -67,6 +70,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -80,6 +84,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::TooLarge(_) => "body_too_large",
+            ApiError::BodyTimeout(_) => "body_timeout",
         }
     }
 

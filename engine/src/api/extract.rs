@@ -1,12 +1,14 @@
 //! Request extractors whose failures are [`ApiError`]s: JSON bodies that name where they
-//! are wrong, query strings, and the body size limit.
+//! are wrong, query strings, and the body's size limit and deadline.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
+use futures_util::FutureExt as _;
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 
 use super::error::ApiError;
 
@@ -29,24 +31,61 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| unreadable(rejection, MAX_BODY_BYTES))?;
+        let RawBody(bytes) = RawBody::from_request(request, state).await?;
+        let bytes = bytes.map_err(|error| unreadable(error, MAX_BODY_BYTES))?;
         parse(&bytes).map(JsonBody)
     }
 }
 
+/// How long a request body may take to arrive, in full. Bodies are small (1 MiB at most,
+/// except module uploads); without a deadline, a client that announces a body and sends it a
+/// byte at a time, or never, holds a connection and a task for as long as it likes.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A request body read in full within [`BODY_READ_TIMEOUT`]. A failure is kept rather than
+/// rejected, so a handler can check who calls before it says what was wrong with the body.
+#[derive(Debug)]
+pub struct RawBody(pub Result<Bytes, BodyError>);
+
+/// Why a body could not be read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Over the route's limit, or the connection failed.
+    Rejected(BytesRejection),
+    /// Not in full within [`BODY_READ_TIMEOUT`].
+    TimedOut,
+}
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let mut read = std::pin::pin!(Bytes::from_request(request, state));
+        // Nearly every body has arrived with its headers: read it without arming a timer.
+        let read = match read.as_mut().now_or_never() {
+            Some(read) => read.map_err(BodyError::Rejected),
+            None => match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+                Ok(read) => read.map_err(BodyError::Rejected),
+                Err(_) => Err(BodyError::TimedOut),
+            },
+        };
+        Ok(RawBody(read))
+    }
+}
+
 /// The error for a body that could not be read: 413 when it is over `limit` (the route's
-/// body limit), else 400 `unreadable_body`.
-pub fn unreadable(rejection: BytesRejection, limit: usize) -> ApiError {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::TooLarge(limit)
-    } else {
-        ApiError::BadRequest {
+/// body limit), 408 when it was too slow, else 400 `unreadable_body`.
+pub fn unreadable(error: BodyError, limit: usize) -> ApiError {
+    match error {
+        BodyError::Rejected(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::TooLarge(limit)
+        }
+        BodyError::Rejected(rejection) => ApiError::BadRequest {
             code: "unreadable_body",
             message: rejection.body_text(),
             pointer: None,
-        }
+        },
+        BodyError::TimedOut => ApiError::BodyTimeout(BODY_READ_TIMEOUT.as_secs()),
     }
 }
 
@@ -136,9 +175,41 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::io;
+
     use colloquy_protocol::message::StartConversation;
 
     use super::*;
+
+    /// A body that never arrives is answered 408 at the deadline; one that has arrived is read
+    /// at once. (Paused time: the deadline passes as soon as nothing else can run.)
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_arrives_is_a_timeout() {
+        use axum::body::Body;
+
+        async fn read(body: Body) -> Result<serde_json::Value, ApiError> {
+            let request = Request::builder()
+                .method("POST")
+                .uri("/")
+                .body(body)
+                .expect("request");
+            JsonBody::from_request(request, &())
+                .await
+                .map(|JsonBody(value)| value)
+        }
+        let never = Body::from_stream(futures_util::stream::pending::<Result<Bytes, io::Error>>());
+        let started = tokio::time::Instant::now();
+        match read(never).await {
+            Err(error) => {
+                assert_eq!(error.status(), StatusCode::REQUEST_TIMEOUT);
+                assert_eq!(error.code(), "body_timeout");
+            }
+            Ok(value) => panic!("read {value}"),
+        }
+        assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
+        let value = read(Body::from(r#"{"a": 1}"#)).await.expect("read");
+        assert_eq!(value["a"], 1);
+    }
 
     fn bad(body: &str) -> (String, Option<String>) {
         match parse::<StartConversation>(body.as_bytes()) {

@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -44,7 +43,7 @@ use tokio::task::JoinHandle;
 use tower_http::trace::TraceLayer;
 
 use super::error::ApiError;
-use super::extract::unreadable;
+use super::extract::{RawBody, unreadable};
 use super::json::JsonResponse;
 use super::ops;
 
@@ -371,10 +370,10 @@ async fn upload(
     State(state): State<PolicyState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    RawBody(body): RawBody,
 ) -> Result<Response, PolicyError> {
     authorize(&state, &headers)?;
-    let body = body.map_err(|rejection| unreadable(rejection, MAX_TEMPLATE_BYTES))?;
+    let body = body.map_err(|error| unreadable(error, MAX_TEMPLATE_BYTES))?;
     let yaml = String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
         code: "invalid_body",
         message: "a template is UTF-8 YAML text".into(),
@@ -409,10 +408,10 @@ async fn upload_module(
     State(state): State<PolicyState>,
     Path(file): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    RawBody(body): RawBody,
 ) -> Result<Response, PolicyError> {
     authorize(&state, &headers)?;
-    let body = body.map_err(|rejection| unreadable(rejection, MAX_MODULE_BYTES))?;
+    let body = body.map_err(|error| unreadable(error, MAX_MODULE_BYTES))?;
     let live = state.0.live.clone();
     let (_, created) = blocking(move || live.put_module(&file, &body)).await?;
     Ok(if created {
