@@ -123,6 +123,27 @@ impl Server {
         Client::new(&self.url, agent, None).expect("client")
     }
 
+    /// `kill -TERM`, as a service manager stops a process; waits for the exit (bounded) and
+    /// returns how it ended.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM failed");
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the server") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "colloquy serve still running {WAIT:?} after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// `kill -9`.
     fn kill(mut self) {
         self.child.kill().expect("kill");
@@ -253,6 +274,43 @@ async fn completed_conversations_are_removed_after_the_retention_given_to_serve(
             .await
             .expect_err("still removed after a restart");
         assert_eq!(error.status(), Some(404), "{error}");
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// SIGTERM, how systemd, Docker and Kubernetes stop a process, shuts the server down
+/// gracefully: it exits with success (not killed by the signal), and what it acknowledged is
+/// there after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_server_gracefully() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("sigterm");
+        let templates = templates(&dir);
+        let store = format!("sqlite:{}", dir.join("data/colloquy.db").display());
+        let first = Server::start(&dir, &templates, &store, "first");
+        first
+            .client("alice")
+            .start(&request("before-sigterm", "bob", None))
+            .await
+            .expect("start");
+        // An open event stream must not hold the shutdown up.
+        let mut stream = first.client("bob").inbox(0);
+        stream.next().await.expect("bob's inbox stream is open");
+        let status = tokio::task::spawn_blocking(move || first.terminate())
+            .await
+            .expect("joined");
+        assert!(
+            status.success(),
+            "colloquy serve ended with {status} on SIGTERM"
+        );
+        let second = Server::start(&dir, &templates, &store, "second");
+        let view = second
+            .client("alice")
+            .conversation("before-sigterm")
+            .await
+            .expect("still there after a restart");
+        assert_eq!(view.messages.len(), 1);
     })
     .await
     .expect("test timed out");

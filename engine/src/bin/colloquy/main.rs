@@ -156,6 +156,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Waits for the signal to stop a server: Ctrl-C (SIGINT) from a terminal, or SIGTERM, which
+/// is how service managers and container runtimes (systemd, Docker, Kubernetes) ask a process
+/// to stop. Either way the server shuts down gracefully: it stops accepting, finishes the
+/// requests in progress and closes its store.
+pub(crate) async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.map(|()| "SIGINT").map_err(Into::into),
+        _ = terminate.recv() => Ok("SIGTERM"),
+    }
+}
+
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause

@@ -75,10 +75,10 @@ pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::
         tracing::warn!("no --admin-token: template uploads and deletions are disabled");
     }
     out.flush()?;
-    tokio::signal::ctrl_c()
+    let signal = crate::shutdown_signal()
         .await
-        .context("waiting for Ctrl-C")?;
-    tracing::info!("shutting down");
+        .context("waiting for SIGINT or SIGTERM")?;
+    tracing::info!(signal, "shutting down");
     manager.shutdown().await?;
     Ok(())
 }

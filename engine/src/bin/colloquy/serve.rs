@@ -186,10 +186,10 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let catalog = templates.catalog();
     let service = api::launch(catalog, listener, options)?;
-    tokio::signal::ctrl_c()
+    let signal = crate::shutdown_signal()
         .await
-        .context("waiting for Ctrl-C")?;
-    tracing::info!("shutting down");
+        .context("waiting for SIGINT or SIGTERM")?;
+    tracing::info!(signal, "shutting down");
     // Ends the template change feeds, which would otherwise hold the shutdown open.
     let _ = templates.closing.send(true);
     service.shutdown().await?;
