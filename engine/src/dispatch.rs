@@ -16,7 +16,8 @@ use colloquy_protocol::message::{
     AgentId, Content, ENGINE_PARTY, Message, SendMessage, StartConversation,
 };
 use colloquy_protocol::template::{
-    CompleteWhen, ContextOverflow, Enforcement, FailurePolicy, HookEvent, LateAction, Role,
+    CompleteWhen, ContextOverflow, Enforcement, FailurePolicy, HookEvent, LateAction,
+    MAX_PARTICIPANTS, Role,
 };
 use serde_json::{Map, Value, json};
 
@@ -186,15 +187,13 @@ fn check_participants(
 ) -> Result<Vec<AgentId>, EngineError> {
     let count = participants.len();
     let min = template.min_participants as usize;
-    if count < min
-        || template
-            .max_participants
-            .is_some_and(|max| count > max as usize)
-    {
-        let range = match template.max_participants {
-            Some(max) if max as usize == min => format!("exactly {min}"),
-            Some(max) => format!("{min} to {max}"),
-            None => format!("at least {min}"),
+    // The compiler keeps a template's max within the engine's cap.
+    let max = template.max_participants.unwrap_or(MAX_PARTICIPANTS) as usize;
+    if count < min || count > max {
+        let range = if max == min {
+            format!("exactly {min}")
+        } else {
+            format!("{min} to {max}")
         };
         return Err(EngineError::invalid(
             "/participants",

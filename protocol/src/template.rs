@@ -119,6 +119,11 @@ pub struct RoleSpec {
     pub description: Option<String>,
 }
 
+/// Most participants any conversation may have, whatever its template says: each one is a
+/// thread, and a message to all of them is a delivery each, so without a cap one start or
+/// one call for proposals could hold the engine for seconds.
+pub const MAX_PARTICIPANTS: u32 = 1_000;
+
 /// How many participants a conversation has.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
@@ -126,7 +131,8 @@ pub struct ParticipantsSpec {
     /// At least this many (default 1).
     #[serde(default = "one")]
     pub min: u32,
-    /// At most this many (no cap when absent).
+    /// At most this many (when absent, [`MAX_PARTICIPANTS`], which is also the highest
+    /// allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u32>,
     /// What this role does.

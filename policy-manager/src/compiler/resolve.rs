@@ -13,8 +13,8 @@ use colloquy_protocol::action::Action;
 use colloquy_protocol::conversation::CommitmentState;
 use colloquy_protocol::performative::{FipaAct, Performative, is_intent_name};
 use colloquy_protocol::template::{
-    API_VERSION_V1, CommitmentSpec, HookEvent, HookSpec, KIND, LateAction, Rule, SchemaSpec,
-    StateSpec, Template, ThreadSpec,
+    API_VERSION_V1, CommitmentSpec, HookEvent, HookSpec, KIND, LateAction, MAX_PARTICIPANTS, Rule,
+    SchemaSpec, StateSpec, Template, ThreadSpec,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -261,6 +261,19 @@ impl Resolver<'_> {
                 format!("max ({max}) is less than min ({})", participants.min),
                 None,
             );
+        }
+        for (field, value) in [("min", Some(participants.min)), ("max", participants.max)] {
+            if let Some(value) = value
+                && value > MAX_PARTICIPANTS
+            {
+                self.error(
+                    format!("spec.roles.participants.{field}"),
+                    format!("{field} ({value}) is over the engine's cap of {MAX_PARTICIPANTS}"),
+                    Some(format!(
+                        "a conversation has at most {MAX_PARTICIPANTS} participants"
+                    )),
+                );
+            }
         }
     }
 

@@ -208,6 +208,10 @@ const BROKEN: &[(&str, &str)] = &[
     ),
     ("malformed-yaml", "did not find expected"),
     ("many-errors", "unknown field `owner`"),
+    (
+        "participants-over-cap",
+        "max (50000) is over the engine's cap of 1000",
+    ),
     ("shadowed-transition", "this transition can never fire"),
     ("unknown-fields", "unknown field `code`"),
     ("unknown-performative", "unknown performative `requets`"),
@@ -283,6 +287,7 @@ broken_fixture_tests! {
     broken_late_misuse => "late-misuse",
     broken_malformed_yaml => "malformed-yaml",
     broken_many_errors => "many-errors",
+    broken_participants_over_cap => "participants-over-cap",
     broken_shadowed_transition => "shadowed-transition",
     broken_unknown_fields => "unknown-fields",
     broken_unknown_performative => "unknown-performative",

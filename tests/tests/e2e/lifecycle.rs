@@ -4,6 +4,7 @@
 use colloquy_engine::ErrorKind;
 use colloquy_protocol::conversation::{CommitmentState, ConversationStatus, Outcome};
 use colloquy_protocol::message::StartConversation;
+use colloquy_protocol::template::MAX_PARTICIPANTS;
 use colloquy_tests::{Harness, T0, msg};
 use serde_json::json;
 
@@ -109,6 +110,36 @@ async fn start_with_a_zero_deadline_is_refused() {
         .await
         .expect("1 ms is a deadline");
     assert_eq!(view.deadline, Some(colloquy_tests::T0 + 1));
+}
+
+/// A template without a `max` still has one: the engine's cap. Before it, one start with
+/// tens of thousands of participants held the engine for seconds.
+#[tokio::test]
+async fn no_conversation_has_more_participants_than_the_engine_cap() {
+    let h = Harness::new();
+    let names: Vec<String> = (0..=MAX_PARTICIPANTS)
+        .map(|i| format!("bidder-{i}"))
+        .collect();
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let error = expect_error(
+        h.try_start("fipa-contract-net", "alice", &all, json!({}), None)
+            .await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/participants"));
+    assert!(error.to_string().contains("1 to 1000"), "{error}");
+    let view = h
+        .try_start(
+            "fipa-contract-net",
+            "alice",
+            &all[..MAX_PARTICIPANTS as usize],
+            json!({}),
+            None,
+        )
+        .await
+        .expect("as many as the cap");
+    assert_eq!(view.threads.len(), MAX_PARTICIPANTS as usize);
 }
 
 #[tokio::test]
