@@ -117,3 +117,58 @@ pub async fn assert_refuses_stale_writes(store: &dyn ConversationStore, id: &str
         "{unknown:?}"
     );
 }
+
+/// Commits conversation `id` with a message from alice to bob, carol and dave (one message,
+/// three deliveries) and then one to bob alone, and checks that every inbox reads what was
+/// sent, in order. A durable store keeps the shared message once; its own test checks how.
+pub async fn assert_a_message_to_several_reaches_each(store: &dyn ConversationStore, id: &str) {
+    let receivers = ["bob", "carol", "dave"];
+    let shared = Arc::new(Message {
+        receivers: receivers.iter().map(|agent| Arc::from(*agent)).collect(),
+        ..(*message("to-all")).clone()
+    });
+    let alone = message("to-bob");
+    let mut deliveries: Vec<Delivery> = receivers
+        .iter()
+        .map(|agent| Delivery {
+            agent: Arc::from(*agent),
+            conversation_id: Arc::from(id),
+            message: shared.clone(),
+        })
+        .collect();
+    deliveries.push(Delivery {
+        agent: Arc::from("bob"),
+        conversation_id: Arc::from(id),
+        message: alone.clone(),
+    });
+    let accepted = |seq, message: &Arc<Message>| ConversationEvent {
+        seq,
+        at: 11,
+        kind: EventKind::MessageAccepted {
+            message: message.clone(),
+            transitions: Vec::new(),
+        },
+    };
+    store
+        .commit(Commit {
+            conversation_id: Arc::from(id),
+            template: Arc::from("fixture"),
+            expected_version: 0,
+            events: vec![started(id), accepted(2, &shared), accepted(3, &alone)],
+            deliveries,
+            wake_at: None,
+        })
+        .await
+        .expect("commit");
+    for agent in receivers {
+        let inbox = store.inbox(agent, 0, 10).await.expect("inbox");
+        let expected: Vec<&Message> = if agent == "bob" {
+            vec![&*shared, &*alone]
+        } else {
+            vec![&*shared]
+        };
+        let read: Vec<&Message> = inbox.iter().map(|entry| &*entry.message).collect();
+        assert_eq!(read, expected, "{agent}'s inbox");
+        assert!(inbox.iter().all(|entry| &*entry.conversation_id == id));
+    }
+}

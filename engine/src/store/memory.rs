@@ -228,3 +228,14 @@ impl ConversationStore for MemoryStore {
             .unwrap_or_default())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::fixtures::assert_a_message_to_several_reaches_each;
+
+    #[tokio::test]
+    async fn a_message_to_several_agents_reaches_each_inbox() {
+        assert_a_message_to_several_reaches_each(&MemoryStore::new(), "c1").await;
+    }
+}

@@ -73,6 +73,24 @@ pub struct Delivery {
     pub message: Arc<Message>,
 }
 
+/// A commit's deliveries grouped by message, in order: each message once, with the
+/// deliveries that carry it. A durable store writes a message sent to several agents once
+/// and has their inbox entries name it, so a message to a thousand participants is not
+/// stored (and encoded) a thousand times.
+pub(crate) fn by_message(deliveries: &[Delivery]) -> Vec<(&Arc<Message>, &[Delivery])> {
+    let mut groups: Vec<(&Arc<Message>, &[Delivery])> = Vec::new();
+    let mut start = 0;
+    for end in 1..=deliveries.len() {
+        if end == deliveries.len()
+            || !Arc::ptr_eq(&deliveries[end].message, &deliveries[start].message)
+        {
+            groups.push((&deliveries[start].message, &deliveries[start..end]));
+            start = end;
+        }
+    }
+    groups
+}
+
 /// A message in an agent's inbox, numbered by a per-agent sequence.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InboxEntry {

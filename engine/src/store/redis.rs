@@ -14,7 +14,8 @@
 //! | `P:log:{id}` | stream | events, an entry per commit: id `{last seq}-0`, field `b` = JSON array (older logs: an entry per event, field `e`) |
 //! | `P:wake` | sorted set | conversation ids scored by next wake-up (ms) |
 //! | `P:inbox-seq` | hash | agent → last inbox sequence number |
-//! | `P:inbox:{agent}` | stream | entry id `{seq}-0`, fields `c` = conversation, `m` = message JSON |
+//! | `P:inbox:{agent}` | stream | entry id `{seq}-0`, fields `c` = conversation, and `m` = message JSON, or `r` = the key of a message sent to several agents |
+//! | `P:msg:{conversation}:{message}` | string | the JSON of a message sent to several agents, stored once |
 //! | `P:parties:{agent}` | set | ids of the conversations the agent is a party of |
 //! | `P:changes` | pub/sub channel | one JSON notice per commit that added events |
 //!
@@ -54,10 +55,14 @@ pub const CHANGE_BUFFER: usize = 4096;
 
 /// Applies a commit (see the module docs). KEYS: conversation hash, log stream, wake set,
 /// inbox sequence hash, one inbox stream per delivery, one party set per party (creation
-/// only). ARGV: id, expected version, new version, wake-up or '', channel, notice or '',
-/// event count, delivery count, party count, parties JSON, the events as one JSON array,
-/// then (agent, message JSON) per delivery. Returns {1} done, {2, v} duplicate, {3, v}
-/// conflict.
+/// only), one message key per message delivered to several agents. ARGV: id, expected
+/// version, new version, wake-up or '', channel, notice or '', event count, delivery count,
+/// party count, parties JSON, the events as one JSON array, the shared message count, their
+/// JSON, then (agent, message JSON or '', shared message number or 0) per delivery. Returns
+/// {1} done, {2, v} duplicate, {3, v} conflict.
+///
+/// A message for one agent is written into its inbox entry (field `m`); a message for
+/// several is written once, under its own key, and their entries name that key (field `r`).
 ///
 /// The log gets one entry per commit, its id the commit's last seq and its field `b` the
 /// events (one XADD, not one per event). Logs written before kept one entry per event,
@@ -80,16 +85,27 @@ if expected == 0 then redis.call('HSET', conv, 'parties', ARGV[10]) end
 if n_events > 0 then
   redis.call('XADD', log, string.format('%d-0', expected + n_events), 'b', ARGV[11])
 end
-local a = 12
 if ARGV[4] == '' then
   redis.call('ZREM', wake, id)
 else
   redis.call('ZADD', wake, ARGV[4], id)
 end
+local n_shared = tonumber(ARGV[12])
+local shared_keys = 4 + n_deliveries + n_parties
+for s = 1, n_shared do
+  redis.call('SET', KEYS[shared_keys + s], ARGV[12 + s])
+end
+local a = 13 + n_shared
 for j = 1, n_deliveries do
   local seq = redis.call('HINCRBY', heads, ARGV[a], 1)
-  redis.call('XADD', KEYS[4 + j], string.format('%d-0', seq), 'c', id, 'm', ARGV[a + 1])
-  a = a + 2
+  local entry = string.format('%d-0', seq)
+  local shared = tonumber(ARGV[a + 2])
+  if shared == 0 then
+    redis.call('XADD', KEYS[4 + j], entry, 'c', id, 'm', ARGV[a + 1])
+  else
+    redis.call('XADD', KEYS[4 + j], entry, 'c', id, 'r', KEYS[shared_keys + shared])
+  end
+  a = a + 3
 end
 for k = 1, n_parties do
   redis.call('SADD', KEYS[4 + n_deliveries + k], id)
@@ -149,6 +165,9 @@ impl Keys {
     }
     fn inbox(&self, agent: &str) -> String {
         format!("{}:inbox:{agent}", self.prefix)
+    }
+    fn message(&self, conversation: &str, message: &str) -> String {
+        format!("{}:msg:{conversation}:{message}", self.prefix)
     }
     fn parties_prefix(&self) -> String {
         format!("{}:parties:", self.prefix)
@@ -382,6 +401,18 @@ impl ConversationStore for RedisStore {
                 agents,
             })?
         };
+        // Each message encoded once; one for several agents is stored once (see the script).
+        let mut shared: Vec<(String, String)> = Vec::new();
+        let mut inline: Vec<(String, usize)> = Vec::with_capacity(deliveries.len());
+        for (message, group) in super::by_message(&deliveries) {
+            let body = encode(&**message)?;
+            if group.len() > 1 {
+                shared.push((self.keys.message(&id, &message.id), body));
+                inline.extend(group.iter().map(|_| (String::new(), shared.len())));
+            } else {
+                inline.push((body, 0));
+            }
+        }
         let mut invocation = self.commit_script.prepare_invoke();
         invocation
             .key(self.keys.conversation(&id))
@@ -394,6 +425,9 @@ impl ConversationStore for RedisStore {
         for party in &parties {
             invocation.key(self.keys.parties(party));
         }
+        for (key, _) in &shared {
+            invocation.key(key);
+        }
         invocation
             .arg(&*id)
             .arg(expected_version)
@@ -405,11 +439,12 @@ impl ConversationStore for RedisStore {
             .arg(deliveries.len())
             .arg(parties.len())
             .arg(encode(&parties)?);
-        invocation.arg(encode(&events)?);
-        for delivery in &deliveries {
-            invocation
-                .arg(&*delivery.agent)
-                .arg(encode(&*delivery.message)?);
+        invocation.arg(encode(&events)?).arg(shared.len());
+        for (_, body) in &shared {
+            invocation.arg(body);
+        }
+        for (delivery, (body, shared)) in deliveries.iter().zip(&inline) {
+            invocation.arg(&*delivery.agent).arg(body).arg(*shared);
         }
         let mut connection = self.connection.clone();
         let answer: Vec<u64> = invocation
@@ -509,10 +544,37 @@ impl ConversationStore for RedisStore {
             )
             .await
             .map_err(store_error)?;
+        // Entries naming a shared message (field `r`) read it in one MGET.
+        let shared: Vec<&str> = entries
+            .iter()
+            .filter(|entry| optional_field(entry, "m").is_none())
+            .map(|entry| field(entry, "r"))
+            .collect::<Result<_, _>>()?;
+        let mut bodies: std::vec::IntoIter<Option<String>> = if shared.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            let bodies: Vec<Option<String>> = ::redis::cmd("MGET")
+                .arg(&shared)
+                .query_async(&mut connection)
+                .await
+                .map_err(store_error)?;
+            bodies.into_iter()
+        };
         entries
             .iter()
             .map(|entry| {
-                let message: Message = decode(field(entry, "m")?)?;
+                let message: Message = match optional_field(entry, "m") {
+                    Some(body) => decode(body)?,
+                    None => {
+                        let body = bodies.next().flatten().ok_or_else(|| {
+                            StoreError::Internal(format!(
+                                "inbox entry names a message that is not stored: {}",
+                                optional_field(entry, "r").unwrap_or_default()
+                            ))
+                        })?;
+                        decode(&body)?
+                    }
+                };
                 Ok(InboxEntry {
                     seq: entry_seq(entry)?,
                     conversation_id: Arc::from(field(entry, "c")?),
@@ -549,7 +611,10 @@ impl ConversationStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::fixtures::{accepted, assert_refuses_stale_writes, commit, started};
+    use crate::store::fixtures::{
+        accepted, assert_a_message_to_several_reaches_each, assert_refuses_stale_writes, commit,
+        started,
+    };
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
     /// `.ci/run` starts one). Under CI (`CI=true`) its absence fails the test; elsewhere
@@ -578,6 +643,29 @@ mod tests {
 
     fn unique_prefix(test: &str) -> String {
         format!("colloquy-test:{test}:{}", uuid::Uuid::now_v7())
+    }
+
+    /// A message to several agents is one key that their inbox entries name; a message to
+    /// one agent is in its entry.
+    #[tokio::test]
+    async fn a_message_to_several_agents_is_stored_once() {
+        let Some(url) = test_redis("a_message_to_several_agents_is_stored_once") else {
+            return;
+        };
+        let prefix = unique_prefix("shared");
+        let store = open_store(&url, &prefix).await;
+        assert_a_message_to_several_reaches_each(&store, "c1").await;
+        let mut connection = store.connection.clone();
+        let shared_key = format!("{prefix}:msg:c1:to-all");
+        let stored: Option<String> = connection.get(&shared_key).await.expect("get");
+        assert!(stored.is_some_and(|body| body.contains("\"to-all\"")));
+        let entries: Vec<StreamEntry> = connection
+            .xrange_all(format!("{prefix}:inbox:bob"))
+            .await
+            .expect("xrange");
+        assert_eq!(optional_field(&entries[0], "r"), Some(shared_key.as_str()));
+        assert!(optional_field(&entries[0], "m").is_none());
+        assert!(optional_field(&entries[1], "m").is_some());
     }
 
     #[tokio::test]

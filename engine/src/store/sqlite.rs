@@ -133,6 +133,13 @@ const MIGRATIONS: &[&str] = &[
          agent TEXT NOT NULL,
          conversation_id TEXT NOT NULL
      );",
+    // 3: a message delivered to several agents is stored once, in `messages`, and their
+    //    inbox rows name it by rowid (`message_row`, with an empty `message`); a message for
+    //    one agent stays in its inbox row. Before, a message to a thousand participants was
+    //    written a thousand times.
+    "CREATE TABLE messages (body TEXT NOT NULL);
+     ALTER TABLE inbox ADD COLUMN message_row INTEGER;
+     ALTER TABLE inbox_recent ADD COLUMN message_row INTEGER;",
 ];
 
 /// How far a commit must get before it is acknowledged.
@@ -158,9 +165,12 @@ struct Encoded {
     events: Option<String>,
     /// The parties to index (each once), for a commit that starts the conversation.
     parties: Vec<AgentId>,
-    /// Receiver, conversation, message JSON.
-    deliveries: Vec<(AgentId, Arc<str>, String)>,
+    /// Each delivered message once, as JSON, with its receivers.
+    deliveries: Vec<(String, Vec<Receiver>)>,
 }
+
+/// An agent a message is delivered to, and the conversation it belongs to.
+type Receiver = (AgentId, Arc<str>);
 
 impl Encoded {
     fn new(commit: Commit) -> Result<Encoded, StoreError> {
@@ -183,14 +193,14 @@ impl Encoded {
                 }
             }
         }
-        let deliveries = deliveries
+        let deliveries = super::by_message(&deliveries)
             .into_iter()
-            .map(|delivery| {
-                Ok((
-                    delivery.agent,
-                    delivery.conversation_id,
-                    encode(&*delivery.message)?,
-                ))
+            .map(|(message, group)| {
+                let receivers = group
+                    .iter()
+                    .map(|delivery| (delivery.agent.clone(), delivery.conversation_id.clone()))
+                    .collect();
+                Ok((encode(&**message)?, receivers))
             })
             .collect::<Result<_, StoreError>>()?;
         Ok(Encoded {
@@ -480,8 +490,8 @@ impl Recent {
     fn settle(&mut self, connection: &Connection) -> Result<(), rusqlite::Error> {
         if self.inbox >= RECENT_ROWS {
             connection.execute_batch(
-                "INSERT INTO inbox (agent, seq, conversation_id, message)
-                     SELECT agent, seq, conversation_id, message FROM inbox_recent
+                "INSERT INTO inbox (agent, seq, conversation_id, message, message_row)
+                     SELECT agent, seq, conversation_id, message, message_row FROM inbox_recent
                      ORDER BY agent, seq;
                  DELETE FROM inbox_recent;",
             )?;
@@ -722,17 +732,35 @@ fn apply_commit(
     }
     if !commit.deliveries.is_empty() {
         let mut insert_entry = connection.prepare_cached(
-            "INSERT INTO inbox_recent (agent, seq, conversation_id, message)
-             VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO inbox_recent (agent, seq, conversation_id, message, message_row)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
-        for (agent, conversation_id, message) in &commit.deliveries {
-            let seq = match inbox_heads.get(&**agent) {
-                Some(head) => head + 1,
-                None => inbox_head(connection, agent)? + 1,
+        for (message, receivers) in &commit.deliveries {
+            // Inline for one receiver (the common case: no extra row); stored once and
+            // named for several.
+            let (inline, row) = if receivers.len() > 1 {
+                connection
+                    .prepare_cached("INSERT INTO messages (body) VALUES (?1)")?
+                    .execute(params![message])?;
+                ("", Some(connection.last_insert_rowid()))
+            } else {
+                (message.as_str(), None)
             };
-            insert_entry.execute(params![&**agent, to_sql(seq), &**conversation_id, message])?;
-            inbox_heads.insert(agent.clone(), seq);
-            recent.inbox += 1;
+            for (agent, conversation_id) in receivers {
+                let seq = match inbox_heads.get(&**agent) {
+                    Some(head) => head + 1,
+                    None => inbox_head(connection, agent)? + 1,
+                };
+                insert_entry.execute(params![
+                    &**agent,
+                    to_sql(seq),
+                    &**conversation_id,
+                    inline,
+                    row
+                ])?;
+                inbox_heads.insert(agent.clone(), seq);
+                recent.inbox += 1;
+            }
         }
     }
     Ok(Ok(()))
@@ -851,12 +879,16 @@ impl ConversationStore for SqliteStore {
         self.read(move |connection| {
             let mut select = connection
                 .prepare_cached(
-                    "SELECT seq, conversation_id, message FROM inbox
-                     WHERE agent = ?1 AND seq > ?2
-                     UNION ALL
-                     SELECT seq, conversation_id, message FROM inbox_recent
-                     WHERE agent = ?1 AND seq > ?2
-                     ORDER BY seq LIMIT ?3",
+                    "SELECT entries.seq, entries.conversation_id,
+                            coalesce(messages.body, entries.message)
+                     FROM (SELECT seq, conversation_id, message, message_row FROM inbox
+                           WHERE agent = ?1 AND seq > ?2
+                           UNION ALL
+                           SELECT seq, conversation_id, message, message_row FROM inbox_recent
+                           WHERE agent = ?1 AND seq > ?2
+                           ORDER BY seq LIMIT ?3) AS entries
+                     LEFT JOIN messages ON messages.rowid = entries.message_row
+                     ORDER BY entries.seq",
                 )
                 .map_err(internal)?;
             let rows = select
@@ -937,7 +969,10 @@ mod tests {
 
     use super::*;
     use crate::store::Delivery;
-    use crate::store::fixtures::{accepted, assert_refuses_stale_writes, commit, message, started};
+    use crate::store::fixtures::{
+        accepted, assert_a_message_to_several_reaches_each, assert_refuses_stale_writes, commit,
+        message, started,
+    };
 
     fn temp_db(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -946,6 +981,49 @@ mod tests {
             uuid::Uuid::now_v7()
         ));
         dir.join("colloquy.db")
+    }
+
+    /// A message to several agents is one `messages` row that their inbox rows name, and
+    /// reads the same from each inbox, before and after the rows move to `inbox` and across
+    /// a reopen; a message to one agent stays in its row.
+    #[tokio::test]
+    async fn a_message_to_several_agents_is_stored_once() {
+        let path = temp_db("shared");
+        {
+            let store = SqliteStore::open(&path).expect("open");
+            assert_a_message_to_several_reaches_each(&store, "c1").await;
+        }
+        let connection = Connection::open(&path).expect("open the file");
+        let count = |sql: &str| -> i64 {
+            connection
+                .query_row(sql, [], |row| row.get(0))
+                .expect("count")
+        };
+        assert_eq!(count("SELECT count(*) FROM messages"), 1);
+        assert_eq!(
+            count("SELECT count(*) FROM inbox_recent WHERE message = '' AND message_row = 1"),
+            3
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM inbox_recent WHERE message <> '' AND message_row IS NULL"),
+            1
+        );
+        // Moved in bulk into `inbox` (as every RECENT_ROWS rows), still read through.
+        connection
+            .execute_batch(
+                "INSERT INTO inbox (agent, seq, conversation_id, message, message_row)
+                     SELECT agent, seq, conversation_id, message, message_row FROM inbox_recent;
+                 DELETE FROM inbox_recent;",
+            )
+            .expect("settle");
+        drop(connection);
+        let store = SqliteStore::open(&path).expect("reopen");
+        let carol = store.inbox("carol", 0, 10).await.expect("inbox");
+        assert_eq!(carol.len(), 1);
+        assert_eq!(&*carol[0].message.id, "to-all");
+        assert_eq!(carol[0].message.receivers.len(), 3);
+        let bob = store.inbox("bob", 1, 10).await.expect("inbox");
+        assert_eq!(&*bob[0].message.id, "to-bob");
     }
 
     #[tokio::test]
