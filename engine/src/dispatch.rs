@@ -296,9 +296,24 @@ pub fn validate(
             }
             Err(EngineError::SchemaViolation {
                 pointer,
-                message: error.to_string(),
+                message: schema_message(&error),
             })
         }
+    }
+}
+
+/// Longest schema violation message that quotes the offending value; past it, the message
+/// names the value instead of repeating it (the pointer says where it is).
+const MAX_QUOTING_MESSAGE_BYTES: usize = 200;
+
+/// What a schema violation says. jsonschema quotes the offending value, which may be most of
+/// a megabyte of content: such a message would be echoed back whole and logged.
+fn schema_message(error: &jsonschema::ValidationError<'_>) -> String {
+    let quoting = error.to_string();
+    if quoting.len() <= MAX_QUOTING_MESSAGE_BYTES {
+        quoting
+    } else {
+        error.masked_with("the value").to_string()
     }
 }
 
@@ -1232,4 +1247,37 @@ pub fn settle_commitment(
     let cause = Arc::from(format!("{} by {agent}", to.name()));
     move_commitment(step, index, to, None, cause);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn schema(source: Value) -> colloquy_policy::compiled::JsonSchema {
+        colloquy_policy::compiled::JsonSchema {
+            validator: jsonschema::validator_for(&source).expect("a valid schema"),
+            source,
+        }
+    }
+
+    fn violation(schema: &colloquy_policy::compiled::JsonSchema, value: &Value) -> String {
+        match validate(schema, value, "/content") {
+            Err(EngineError::SchemaViolation { message, .. }) => message,
+            other => panic!("expected a schema violation, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_violation_quotes_a_short_value_and_names_a_long_one() {
+        let pattern = schema(json!({"type": "string", "pattern": "^[a-z]+$"}));
+        let short = violation(&pattern, &json!("ABC"));
+        assert!(short.contains("\"ABC\""), "{short}");
+        let long = "A".repeat(100_000);
+        let message = violation(&pattern, &json!(long));
+        assert!(message.len() < 100, "{} bytes: {message}", message.len());
+        assert!(message.contains("the value"), "{message}");
+        assert!(message.contains("^[a-z]+$"), "{message}");
+    }
 }
