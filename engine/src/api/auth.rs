@@ -255,21 +255,36 @@ impl Identity {
                 Ok(Caller::Agent(AgentId::from(agent)))
             }
             Identity::Tokens { callers, .. } => {
-                let token = parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|value| value.to_str().ok())
-                    .and_then(|value| value.strip_prefix("Bearer "))
-                    .ok_or_else(|| {
-                        ApiError::Unauthenticated("missing `Authorization: Bearer` token".into())
-                    })?;
+                let token = bearer_token(&parts.headers)?.ok_or_else(|| {
+                    ApiError::Unauthenticated("missing `Authorization: Bearer` token".into())
+                })?;
                 callers
-                    .get(&digest(token.trim()))
+                    .get(&digest(token))
                     .cloned()
                     .ok_or_else(|| ApiError::Unauthenticated("unknown bearer token".into()))
             }
         }
     }
+}
+
+/// The token of the request's `Authorization: Bearer <token>` header, if it has one. The
+/// scheme is matched without regard to case (RFC 9110: `bearer` is `Bearer`); two
+/// `Authorization` headers are refused rather than one of them picked.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Result<Option<&str>, ApiError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::Unauthenticated(
+            "more than one `Authorization` header".into(),
+        ));
+    }
+    let Some((scheme, token)) = value.to_str().ok().and_then(|value| value.split_once(' ')) else {
+        return Ok(None);
+    };
+    let token = token.trim();
+    Ok((scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token))
 }
 
 /// Agent ids follow the conversation id alphabet, so they are safe in paths and logs.
@@ -334,5 +349,25 @@ mod tests {
             Caller::Admin
         );
         assert!(identity.identify(&parts("Bearer nope")).is_err());
+        // The scheme's case does not matter; another scheme is no token.
+        assert_eq!(
+            identity.identify(&parts("bearer  t1 ")).expect("known"),
+            Caller::Agent("alice".into())
+        );
+        let error = identity
+            .identify(&parts("Basic dDE="))
+            .expect_err("not bearer");
+        assert!(error.to_string().contains("missing"), "{error}");
+        // Two credentials are refused, not one of them picked.
+        let (mut two, ()) = axum::http::Request::builder()
+            .header("authorization", "Bearer t1")
+            .header("authorization", "Bearer root")
+            .body(())
+            .expect("request")
+            .into_parts();
+        let error = identity.identify(&two).expect_err("two headers");
+        assert!(error.to_string().contains("more than one"), "{error}");
+        two.headers.remove("authorization");
+        assert!(identity.identify(&two).is_err());
     }
 }

@@ -339,19 +339,13 @@ fn authorize(state: &PolicyState, headers: &HeaderMap) -> Result<(), ApiError> {
         Writes::Follower(url) => Err(ApiError::Forbidden(format!(
             "this engine follows the policy manager at {url}; change templates there"
         ))),
-        Writes::AdminToken(token) => {
-            let presented = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.strip_prefix("Bearer "));
-            match presented {
-                None => Err(ApiError::Unauthenticated(
-                    "changing templates needs `Authorization: Bearer <admin token>`".into(),
-                )),
-                Some(presented) if same_secret(presented.trim(), token) => Ok(()),
-                Some(_) => Err(ApiError::Unauthenticated("unknown token".into())),
-            }
-        }
+        Writes::AdminToken(token) => match super::auth::bearer_token(headers)? {
+            None => Err(ApiError::Unauthenticated(
+                "changing templates needs `Authorization: Bearer <admin token>`".into(),
+            )),
+            Some(presented) if same_secret(presented, token) => Ok(()),
+            Some(_) => Err(ApiError::Unauthenticated("unknown token".into())),
+        },
     }
 }
 
