@@ -1,6 +1,8 @@
 //! Request extractors whose failures are [`ApiError`]s: JSON bodies that name where they
 //! are wrong, query strings, and the body's size limit and deadline.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
@@ -8,7 +10,6 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use futures_util::FutureExt as _;
 use serde::de::DeserializeOwned;
-use std::time::Duration;
 
 use super::error::ApiError;
 
