@@ -574,9 +574,14 @@ fn resolve_receivers(
                         format!("`{receiver}` is not a participant of this conversation"),
                     )
                 })?;
-                if !threads.contains(&thread) {
-                    threads.push(thread);
+                if threads.contains(&thread) {
+                    // As in a start's participants: a receiver is named once.
+                    return Err(EngineError::invalid(
+                        &format!("/to/{index}"),
+                        format!("`{receiver}` is listed twice"),
+                    ));
                 }
+                threads.push(thread);
             }
             let receivers = threads
                 .iter()

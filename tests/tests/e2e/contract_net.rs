@@ -451,6 +451,14 @@ async fn contract_net_cancel_from_a_participant_and_messages_from_strangers() {
         ErrorKind::Unprocessable,
     );
     assert_eq!(error.pointer(), Some("/to/0"));
+    // The initiator names each receiver once.
+    let error = expect_error(
+        h.send(&id, "manager", msg("cfp", json!({})).to(["p1", "p2", "p1"]))
+            .await,
+        "invalid",
+        ErrorKind::Unprocessable,
+    );
+    assert_eq!(error.pointer(), Some("/to/2"));
     assert_unchanged(&h, &before).await;
 }
 
