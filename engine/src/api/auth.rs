@@ -49,18 +49,18 @@ impl AgentsFile {
     /// Reads and parses an agents file (its consistency is [`Identity::from_agents`]'s).
     pub fn read(path: &Path) -> Result<AgentsFile, AgentsFileError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| AgentsFileError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| AgentsFileError::Read {
             path: shown.clone(),
-            source,
+            error,
         })?;
         AgentsFile::parse(&text, &shown)
     }
 
     /// Parses the text of an agents file; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<AgentsFile, AgentsFileError> {
-        serde_norway::from_str(text).map_err(|source| AgentsFileError::Parse {
+        serde_norway::from_str(text).map_err(|error| AgentsFileError::Parse {
             path: origin.to_owned(),
-            source,
+            error,
         })
     }
 }
@@ -78,24 +78,25 @@ pub struct AgentEntry {
     pub webhook: Option<String>,
 }
 
-/// Why an agents file was refused.
+/// Why an agents file was refused. Each message is whole on its own (the cause is part of
+/// it, not a `source`), so a report that prints the cause chain says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentsFileError {
     /// Unreadable.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not an agents file.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Parse {
         /// The file.
         path: String,
         /// Why, with line and column.
-        source: serde_norway::Error,
+        error: serde_norway::Error,
     },
     /// Parsed, but inconsistent.
     #[error("{path}: {message}")]
@@ -327,6 +328,18 @@ mod tests {
                 .unwrap_err()
                 .contains("reserved")
         );
+    }
+
+    /// The cause is said once, also where a report prints the whole cause chain.
+    #[test]
+    fn an_unreadable_agents_file_says_why_once() {
+        let error = AgentsFile::read(Path::new("/nonexistent/agents.yaml")).expect_err("no file");
+        let report = format!("{:#}", anyhow::Error::from(error));
+        assert!(
+            report.starts_with("cannot read /nonexistent/agents.yaml: "),
+            "{report}"
+        );
+        assert_eq!(report.matches("os error").count(), 1, "{report}");
     }
 
     #[test]
