@@ -710,7 +710,6 @@ struct ReceiptParts {
     violation: Option<Violation>,
 }
 
-/// Reads what happened to message `id` from the events from its `message_accepted` on.
 /// A message sent again under an accepted id must be a retry: the same sender, performative,
 /// content, `in_reply_to` and `reply_by` as the message the id names (the first of
 /// `events`). Receivers are not compared: routing may have changed them. Anything else is a
@@ -750,6 +749,7 @@ fn check_retry(
     }
 }
 
+/// Reads what happened to message `id` from the events from its `message_accepted` on.
 fn receipt_parts(id: &Arc<str>, events: &[ConversationEvent]) -> ReceiptParts {
     let mut parts = ReceiptParts::default();
     let mut iter = events.iter();
