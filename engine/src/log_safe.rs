@@ -4,7 +4,8 @@
 //! - [`LogSafe`], for ids from a request. A conversation id from a URL path or a start body,
 //!   a template name or an agent id from a path goes into the request's span before anything
 //!   has checked it, and tracing-subscriber writes span fields as they are. A valid id
-//!   ([`crate::engine::is_id`]) is written unchanged, anything else quoted and escaped.
+//!   ([`crate::engine::is_id`]) is written unchanged, anything else quoted and escaped, and
+//!   cut after [`MAX_SHOWN_CHARS`] characters.
 //! - [`OneLine`], for prose from a hook (its `log` lines). tracing-subscriber escapes ESC and
 //!   a few other control characters in a message, but not line breaks; this escapes every
 //!   control character.
@@ -14,12 +15,18 @@ use std::fmt;
 /// A request-supplied string, written safely by `Display`; see the module docs.
 pub struct LogSafe<'a>(pub &'a str);
 
+/// Characters of a string that is not an id written before the rest is elided: enough to
+/// recognise it, while a megabyte "template name" stays a short log field.
+pub const MAX_SHOWN_CHARS: usize = 128;
+
 impl fmt::Display for LogSafe<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if crate::engine::is_id(self.0) {
-            f.write_str(self.0)
-        } else {
-            write!(f, "{:?}", self.0)
+            return f.write_str(self.0);
+        }
+        match self.0.char_indices().nth(MAX_SHOWN_CHARS) {
+            None => write!(f, "{:?}", self.0),
+            Some((end, _)) => write!(f, "{:?}…({} bytes)", &self.0[..end], self.0.len()),
         }
     }
 }
@@ -55,7 +62,10 @@ mod tests {
         assert_eq!(shown("a\n2026 INFO forged"), "\"a\\n2026 INFO forged\"");
         assert_eq!(shown("\u{1b}[31mred"), "\"\\u{1b}[31mred\"");
         assert_eq!(shown(""), "\"\"");
-        assert_eq!(shown(&"a".repeat(300)), format!("{:?}", "a".repeat(300)));
+        assert_eq!(
+            shown(&"a".repeat(300)),
+            format!("{:?}…(300 bytes)", "a".repeat(MAX_SHOWN_CHARS))
+        );
     }
 
     #[test]

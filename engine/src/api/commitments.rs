@@ -1,7 +1,6 @@
 //! Commitments: who owes what to whom, and the two ways out of one (the creditor releases,
 //! the debtor cancels).
 
-use super::json::JsonResponse;
 use axum::extract::{Path, State};
 use colloquy_protocol::api::CommitmentList;
 use colloquy_protocol::conversation::{CommitmentState, CommitmentView};
@@ -11,6 +10,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::QueryParams;
+use super::json::JsonResponse;
 
 /// Which side of a commitment an agent is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

@@ -1,6 +1,7 @@
 //! Request extractors whose failures are [`ApiError`]s: JSON bodies that name where they
 //! are wrong, query strings, and the body's size limit and deadline.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -32,7 +33,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let RawBody(bytes) = RawBody::from_request(request, state).await?;
+        let Ok(RawBody(bytes)) = RawBody::from_request(request, state).await;
         let bytes = bytes.map_err(|error| unreadable(error, MAX_BODY_BYTES))?;
         parse(&bytes).map(JsonBody)
     }
@@ -58,9 +59,9 @@ pub enum BodyError {
 }
 
 impl<S: Send + Sync> FromRequest<S> for RawBody {
-    type Rejection = ApiError;
+    type Rejection = Infallible;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(request: Request, state: &S) -> Result<Self, Infallible> {
         let mut read = std::pin::pin!(Bytes::from_request(request, state));
         // Nearly every body has arrived with its headers: read it without arming a timer.
         let read = match read.as_mut().now_or_never() {

@@ -14,8 +14,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::json::JsonResponse;
-use crate::log_safe::LogSafe;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
@@ -30,7 +28,9 @@ use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::QueryParams;
+use super::json::JsonResponse;
 use crate::engine::{Engine, Notice};
+use crate::log_safe::LogSafe;
 use crate::store::InboxEntry;
 
 /// Inbox entries read from the store at a time.
