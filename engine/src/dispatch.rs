@@ -51,12 +51,11 @@ pub fn prepare_start(
     }
     let context = cap_context(template, &request.context)?;
     if request.deadline_ms == Some(0) {
-        return Err(EngineError::Invalid {
-            pointer: Some("/deadline_ms".to_owned()),
-            message: "`deadline_ms` is 0: the conversation would be over as it starts; it is \
-                      the time it may run, in milliseconds"
-                .to_owned(),
-        });
+        return Err(EngineError::invalid(
+            "/deadline_ms",
+            "`deadline_ms` is 0: the conversation would be over as it starts; it is the \
+             time it may run, in milliseconds",
+        ));
     }
     let deadline = request
         .deadline_ms
@@ -360,21 +359,21 @@ pub fn on_message(
     if let Some(at) = request.reply_by
         && at <= now
     {
-        return Err(EngineError::Invalid {
-            pointer: Some("/reply_by".to_owned()),
-            message: format!(
+        return Err(EngineError::invalid(
+            "/reply_by",
+            format!(
                 "`reply_by` {at} is not in the future (the engine's clock reads {now}): it is \
                  a time in Unix milliseconds, not a duration"
             ),
-        });
+        ));
     }
     if let Some(answered) = request.in_reply_to.as_deref()
         && conversation.accepted_seq(answered).is_none()
     {
-        return Err(EngineError::Invalid {
-            pointer: Some("/in_reply_to".to_owned()),
-            message: format!("`in_reply_to`: no message `{answered}` in this conversation"),
-        });
+        return Err(EngineError::invalid(
+            "/in_reply_to",
+            format!("`in_reply_to`: no message `{answered}` in this conversation"),
+        ));
     }
     if let Some(schema) = template.content_schemas.get(&performative) {
         validate(schema, &request.content, "/content")?;
