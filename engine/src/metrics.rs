@@ -352,6 +352,10 @@ impl ConversationStore for MeteredStore {
         self.inner.inbox_head(agent).await
     }
 
+    async fn acknowledge(&self, agent: &str, through: u64) -> Result<(), StoreError> {
+        self.inner.acknowledge(agent, through).await
+    }
+
     async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
         self.inner.conversations_of(agent).await
     }

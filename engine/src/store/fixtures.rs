@@ -172,3 +172,59 @@ pub async fn assert_a_message_to_several_reaches_each(store: &dyn ConversationSt
         assert!(inbox.iter().all(|entry| &*entry.conversation_id == id));
     }
 }
+
+/// The seqs and message ids in `agent`'s inbox.
+async fn inbox_of(store: &dyn ConversationStore, agent: &str) -> Vec<(u64, String)> {
+    store
+        .inbox(agent, 0, 100)
+        .await
+        .expect("inbox")
+        .iter()
+        .map(|entry| (entry.seq, entry.message.id.to_string()))
+        .collect()
+}
+
+/// After [`assert_a_message_to_several_reaches_each`] on conversation `id` (bob holds the
+/// shared message at 1 and his own at 2; carol and dave the shared one at 1): acknowledged
+/// entries go and only those, the shared message stays readable until every receiver has
+/// acknowledged it, an acknowledgement below an earlier one changes nothing, and bob's
+/// sequence goes on from its head after his inbox was emptied. `shared_stored(true)` runs
+/// when carol has acknowledged the shared message and dave has not, `shared_stored(false)`
+/// when both have: a durable store checks there that it still holds the message, then not.
+pub async fn assert_acknowledged_entries_go<F, Fut>(
+    store: &dyn ConversationStore,
+    id: &str,
+    mut shared_stored: F,
+) where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let owned = |entries: &[(u64, &str)]| -> Vec<(u64, String)> {
+        entries
+            .iter()
+            .map(|(seq, id)| (*seq, (*id).to_owned()))
+            .collect()
+    };
+    store.acknowledge("bob", 1).await.expect("ack");
+    assert_eq!(inbox_of(store, "bob").await, owned(&[(2, "to-bob")]));
+    store.acknowledge("bob", 2).await.expect("ack");
+    assert_eq!(inbox_of(store, "bob").await, Vec::new());
+    assert_eq!(store.inbox_head("bob").await.expect("head"), 2);
+    store.acknowledge("bob", 1).await.expect("an older ack");
+    assert_eq!(store.inbox_head("bob").await.expect("head"), 2);
+
+    assert_eq!(inbox_of(store, "carol").await, owned(&[(1, "to-all")]));
+    store.acknowledge("carol", 1).await.expect("ack");
+    assert_eq!(inbox_of(store, "carol").await, Vec::new());
+    assert_eq!(inbox_of(store, "dave").await, owned(&[(1, "to-all")]));
+    shared_stored(true).await;
+    store.acknowledge("dave", 1).await.expect("ack");
+    assert_eq!(inbox_of(store, "dave").await, Vec::new());
+    shared_stored(false).await;
+
+    store
+        .commit(commit(id, 3, vec![accepted(4, "later")], None))
+        .await
+        .expect("commit");
+    assert_eq!(inbox_of(store, "bob").await, owned(&[(3, "later")]));
+}

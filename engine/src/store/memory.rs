@@ -152,6 +152,19 @@ impl ConversationStore for MemoryStore {
         Ok(self.inboxes().get(agent).map_or(0, |inbox| inbox.next_seq))
     }
 
+    async fn acknowledge(&self, agent: &str, through: u64) -> Result<(), StoreError> {
+        if let Some(inbox) = self.inboxes().get_mut(agent) {
+            while inbox
+                .entries
+                .front()
+                .is_some_and(|entry| entry.seq <= through)
+            {
+                inbox.entries.pop_front();
+            }
+        }
+        Ok(())
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
         Ok(self
             .conversations
@@ -232,10 +245,20 @@ impl ConversationStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::fixtures::assert_a_message_to_several_reaches_each;
+    use crate::store::fixtures::{
+        assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
+    };
 
     #[tokio::test]
     async fn a_message_to_several_agents_reaches_each_inbox() {
         assert_a_message_to_several_reaches_each(&MemoryStore::new(), "c1").await;
+    }
+
+    #[tokio::test]
+    async fn acknowledged_inbox_entries_go_and_the_sequence_goes_on() {
+        let store = MemoryStore::new();
+        assert_a_message_to_several_reaches_each(&store, "c1").await;
+        // Each inbox holds its own handle on a shared message: nothing to check there.
+        assert_acknowledged_entries_go(&store, "c1", |_| async {}).await;
     }
 }

@@ -202,8 +202,16 @@ pub trait ConversationStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError>;
 
-    /// The sequence number of `agent`'s newest inbox entry; 0 when it has none.
+    /// The sequence number of `agent`'s newest inbox entry; 0 when it has none. Stays put
+    /// when entries are acknowledged: the next entry is numbered after it.
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError>;
+
+    /// Deletes `agent`'s inbox entries numbered `through` or lower: the agent has handled
+    /// them. A message shared with other agents goes once none of their entries names it.
+    /// The sequence goes on from [`inbox_head`](Self::inbox_head) (also when every entry was
+    /// acknowledged), so positions clients hold keep their meaning. The caller checks that
+    /// `through` is at most the head.
+    async fn acknowledge(&self, agent: &str, through: u64) -> Result<(), StoreError>;
 
     /// The ids of the conversations `agent` is a party of (initiator or participant), in id
     /// order, or `None` when the store keeps no such index. Durable stores keep one, because

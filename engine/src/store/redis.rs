@@ -16,6 +16,7 @@
 //! | `P:inbox-seq` | hash | agent → last inbox sequence number |
 //! | `P:inbox:{agent}` | stream | entry id `{seq}-0`, fields `c` = conversation, and `m` = message JSON, or `r` = the key of a message sent to several agents |
 //! | `P:msg:{conversation}:{message}` | string | the JSON of a message sent to several agents, stored once |
+//! | `P:msg-refs` | hash | shared message key → inbox entries still naming it; the key goes with the last |
 //! | `P:parties:{agent}` | set | ids of the conversations the agent is a party of |
 //! | `P:changes` | pub/sub channel | one JSON notice per commit that added events |
 //!
@@ -55,14 +56,16 @@ pub const CHANGE_BUFFER: usize = 4096;
 
 /// Applies a commit (see the module docs). KEYS: conversation hash, log stream, wake set,
 /// inbox sequence hash, one inbox stream per delivery, one party set per party (creation
-/// only), one message key per message delivered to several agents. ARGV: id, expected
-/// version, new version, wake-up or '', channel, notice or '', event count, delivery count,
-/// party count, parties JSON, the events as one JSON array, the shared message count, their
-/// JSON, then (agent, message JSON or '', shared message number or 0) per delivery. Returns
-/// {1} done, {2, v} duplicate, {3, v} conflict.
+/// only), one message key per message delivered to several agents, the shared-message
+/// count hash. ARGV: id, expected version, new version, wake-up or '', channel, notice or
+/// '', event count, delivery count, party count, parties JSON, the events as one JSON
+/// array, the shared message count, (JSON, receiver count) per shared message, then (agent,
+/// message JSON or '', shared message number or 0) per delivery. Returns {1} done, {2, v}
+/// duplicate, {3, v} conflict.
 ///
 /// A message for one agent is written into its inbox entry (field `m`); a message for
-/// several is written once, under its own key, and their entries name that key (field `r`).
+/// several is written once, under its own key, and their entries name that key (field `r`);
+/// the count hash says how many entries name it, for [`ACK_SCRIPT`].
 ///
 /// The log gets one entry per commit, its id the commit's last seq and its field `b` the
 /// events (one XADD, not one per event). Logs written before kept one entry per event,
@@ -92,10 +95,12 @@ else
 end
 local n_shared = tonumber(ARGV[12])
 local shared_keys = 4 + n_deliveries + n_parties
+local refs = KEYS[shared_keys + n_shared + 1]
 for s = 1, n_shared do
-  redis.call('SET', KEYS[shared_keys + s], ARGV[12 + s])
+  redis.call('SET', KEYS[shared_keys + s], ARGV[11 + 2 * s])
+  redis.call('HSET', refs, KEYS[shared_keys + s], ARGV[12 + 2 * s])
 end
-local a = 13 + n_shared
+local a = 13 + 2 * n_shared
 for j = 1, n_deliveries do
   local seq = redis.call('HINCRBY', heads, ARGV[a], 1)
   local entry = string.format('%d-0', seq)
@@ -121,6 +126,33 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, to
 for _, id in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[3], id) end
 return due
 "#;
+
+/// Deletes up to ARGV[2] entries of the inbox stream KEYS[1] numbered ARGV[1] or lower, and
+/// each shared message none names any more (KEYS[2]: the shared-message count hash; a key
+/// written before the counts were kept has none and is left alone). Returns how many
+/// entries it deleted: the caller repeats until fewer than ARGV[2], so one script never
+/// holds Redis for long.
+const ACK_SCRIPT: &str = r#"
+local entries = redis.call('XRANGE', KEYS[1], '-', ARGV[1] .. '-0', 'COUNT', tonumber(ARGV[2]))
+for _, entry in ipairs(entries) do
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'r' then
+      local key = fields[i + 1]
+      if redis.call('HEXISTS', KEYS[2], key) == 1
+          and redis.call('HINCRBY', KEYS[2], key, -1) <= 0 then
+        redis.call('HDEL', KEYS[2], key)
+        redis.call('DEL', key)
+      end
+    end
+  end
+  redis.call('XDEL', KEYS[1], entry[1])
+end
+return #entries
+"#;
+
+/// Inbox entries one run of [`ACK_SCRIPT`] deletes at most.
+const ACK_BATCH: usize = 1000;
 
 /// Deletes a conversation: KEYS hash, log, wake set; ARGV id, party-set key prefix.
 const REMOVE_SCRIPT: &str = r#"
@@ -169,6 +201,9 @@ impl Keys {
     fn message(&self, conversation: &str, message: &str) -> String {
         format!("{}:msg:{conversation}:{message}", self.prefix)
     }
+    fn message_refs(&self) -> String {
+        format!("{}:msg-refs", self.prefix)
+    }
     fn parties_prefix(&self) -> String {
         format!("{}:parties:", self.prefix)
     }
@@ -190,6 +225,7 @@ pub struct RedisStore {
     commit_script: Script,
     claim_script: Script,
     remove_script: Script,
+    ack_script: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -249,6 +285,7 @@ impl RedisStore {
             commit_script: Script::new(COMMIT_SCRIPT),
             claim_script: Script::new(CLAIM_SCRIPT),
             remove_script: Script::new(REMOVE_SCRIPT),
+            ack_script: Script::new(ACK_SCRIPT),
         })
     }
 
@@ -402,12 +439,12 @@ impl ConversationStore for RedisStore {
             })?
         };
         // Each message encoded once; one for several agents is stored once (see the script).
-        let mut shared: Vec<(String, String)> = Vec::new();
+        let mut shared: Vec<(String, String, usize)> = Vec::new();
         let mut inline: Vec<(String, usize)> = Vec::with_capacity(deliveries.len());
         for (message, group) in super::by_message(&deliveries) {
             let body = encode(&**message)?;
             if group.len() > 1 {
-                shared.push((self.keys.message(&id, &message.id), body));
+                shared.push((self.keys.message(&id, &message.id), body, group.len()));
                 inline.extend(group.iter().map(|_| (String::new(), shared.len())));
             } else {
                 inline.push((body, 0));
@@ -425,9 +462,10 @@ impl ConversationStore for RedisStore {
         for party in &parties {
             invocation.key(self.keys.parties(party));
         }
-        for (key, _) in &shared {
+        for (key, _, _) in &shared {
             invocation.key(key);
         }
+        invocation.key(self.keys.message_refs());
         invocation
             .arg(&*id)
             .arg(expected_version)
@@ -440,8 +478,8 @@ impl ConversationStore for RedisStore {
             .arg(parties.len())
             .arg(encode(&parties)?);
         invocation.arg(encode(&events)?).arg(shared.len());
-        for (_, body) in &shared {
-            invocation.arg(body);
+        for (_, body, receivers) in &shared {
+            invocation.arg(body).arg(*receivers);
         }
         for (delivery, (body, shared)) in deliveries.iter().zip(&inline) {
             invocation.arg(&*delivery.agent).arg(body).arg(*shared);
@@ -593,6 +631,24 @@ impl ConversationStore for RedisStore {
         Ok(head.unwrap_or(0))
     }
 
+    async fn acknowledge(&self, agent: &str, through: u64) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        loop {
+            let deleted: usize = self
+                .ack_script
+                .key(self.keys.inbox(agent))
+                .key(self.keys.message_refs())
+                .arg(through)
+                .arg(ACK_BATCH)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(store_error)?;
+            if deleted < ACK_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
     async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
         let mut connection = self.connection.clone();
         let mut ids: Vec<String> = connection
@@ -612,8 +668,8 @@ impl ConversationStore for RedisStore {
 mod tests {
     use super::*;
     use crate::store::fixtures::{
-        accepted, assert_a_message_to_several_reaches_each, assert_refuses_stale_writes, commit,
-        started,
+        accepted, assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
+        assert_refuses_stale_writes, commit, started,
     };
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
@@ -666,6 +722,67 @@ mod tests {
         assert_eq!(optional_field(&entries[0], "r"), Some(shared_key.as_str()));
         assert!(optional_field(&entries[0], "m").is_none());
         assert!(optional_field(&entries[1], "m").is_some());
+    }
+
+    /// Acknowledged entries leave the inbox stream; a shared message's key and count go
+    /// with the last entry naming it; the sequence goes on.
+    #[tokio::test]
+    async fn acknowledged_entries_and_unnamed_shared_messages_are_deleted() {
+        let Some(url) = test_redis("acknowledged_entries_and_unnamed_shared_messages_are_deleted")
+        else {
+            return;
+        };
+        let prefix = unique_prefix("ack");
+        let store = open_store(&url, &prefix).await;
+        assert_a_message_to_several_reaches_each(&store, "c1").await;
+        let shared_key = format!("{prefix}:msg:c1:to-all");
+        let refs_key = format!("{prefix}:msg-refs");
+        let connection = store.connection.clone();
+        assert_acknowledged_entries_go(&store, "c1", |stored| {
+            let (mut connection, shared_key, refs_key) =
+                (connection.clone(), shared_key.clone(), refs_key.clone());
+            async move {
+                let exists: bool = connection.exists(&shared_key).await.expect("exists");
+                let count: Option<u64> =
+                    connection.hget(&refs_key, &shared_key).await.expect("hget");
+                assert_eq!(exists, stored, "shared message key");
+                assert_eq!(count, stored.then_some(1), "entries naming it");
+            }
+        })
+        .await;
+        let mut connection = store.connection.clone();
+        let left: usize = connection
+            .xlen(format!("{prefix}:inbox:carol"))
+            .await
+            .expect("xlen");
+        assert_eq!(left, 0);
+    }
+
+    /// An acknowledgement of more entries than one script run deletes takes several.
+    #[tokio::test]
+    async fn a_large_acknowledgement_runs_in_batches() {
+        let Some(url) = test_redis("a_large_acknowledgement_runs_in_batches") else {
+            return;
+        };
+        let store = open_store(&url, &unique_prefix("ack-batches")).await;
+        store
+            .commit(commit("c1", 0, vec![started("c1")], None))
+            .await
+            .expect("start");
+        let total = ACK_BATCH as u64 * 2 + 5;
+        let events = (2..total + 2)
+            .map(|seq| accepted(seq, &format!("m{seq}")))
+            .collect();
+        store
+            .commit(commit("c1", 1, events, None))
+            .await
+            .expect("commit");
+        store.acknowledge("bob", total - 1).await.expect("ack");
+        let left = store.inbox("bob", 0, 10).await.expect("inbox");
+        assert_eq!(
+            left.iter().map(|entry| entry.seq).collect::<Vec<_>>(),
+            [total]
+        );
     }
 
     #[tokio::test]

@@ -140,6 +140,17 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE messages (body TEXT NOT NULL);
      ALTER TABLE inbox ADD COLUMN message_row INTEGER;
      ALTER TABLE inbox_recent ADD COLUMN message_row INTEGER;",
+    // 4: acknowledged inbox entries are deleted. `inbox_acks` keeps how far each agent has
+    //    acknowledged, so its sequence goes on from there when the acknowledged entries
+    //    were its newest; the partial indexes find, for a shared message, whether an entry
+    //    still names it (only entries of shared messages are indexed).
+    "CREATE TABLE inbox_acks (
+         agent TEXT PRIMARY KEY,
+         through INTEGER NOT NULL
+     ) WITHOUT ROWID;
+     CREATE INDEX inbox_message_row ON inbox (message_row) WHERE message_row IS NOT NULL;
+     CREATE INDEX inbox_recent_message_row ON inbox_recent (message_row)
+         WHERE message_row IS NOT NULL;",
 ];
 
 /// How far a commit must get before it is acknowledged.
@@ -227,6 +238,7 @@ enum Job {
         oneshot::Sender<Result<Vec<Arc<str>>, StoreError>>,
     ),
     Remove(String, oneshot::Sender<Result<(), StoreError>>),
+    Acknowledge(String, u64, oneshot::Sender<Result<(), StoreError>>),
 }
 
 /// A [`ConversationStore`] in one SQLite file.
@@ -519,7 +531,8 @@ enum Answer {
         oneshot::Sender<Result<Vec<Arc<str>>, StoreError>>,
         Result<Vec<Arc<str>>, StoreError>,
     ),
-    Remove(
+    /// A removal or an acknowledgement.
+    Done(
         oneshot::Sender<Result<(), StoreError>>,
         Result<(), StoreError>,
     ),
@@ -575,7 +588,11 @@ impl Writer {
                     Job::Remove(id, reply) => {
                         remove(&transaction, &id)?;
                         versions.insert(Arc::from(id), 0);
-                        Answer::Remove(reply, Ok(()))
+                        Answer::Done(reply, Ok(()))
+                    }
+                    Job::Acknowledge(agent, through, reply) => {
+                        acknowledge(&transaction, &agent, through, &mut counts)?;
+                        Answer::Done(reply, Ok(()))
                     }
                 });
             }
@@ -619,10 +636,10 @@ fn send_answers(answers: Vec<Answer>, failure: Option<&str>) {
         match (answer, failure) {
             (Answer::Commit(reply, result), None) => drop(reply.send(result)),
             (Answer::Claim(reply, result), None) => drop(reply.send(result)),
-            (Answer::Remove(reply, result), None) => drop(reply.send(result)),
+            (Answer::Done(reply, result), None) => drop(reply.send(result)),
             (Answer::Commit(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
             (Answer::Claim(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
-            (Answer::Remove(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Done(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
         }
     }
 }
@@ -766,12 +783,14 @@ fn apply_commit(
     Ok(Ok(()))
 }
 
-/// The last sequence number of `agent`'s inbox, 0 if it is empty.
+/// The last sequence number of `agent`'s inbox (its newest entry, or what it acknowledged
+/// when that was newer), 0 if it never had one.
 fn inbox_head(connection: &Connection, agent: &str) -> Result<u64, rusqlite::Error> {
     let head: Option<i64> = connection
         .prepare_cached(
             "SELECT max(coalesce((SELECT max(seq) FROM inbox WHERE agent = ?1), 0),
-                        coalesce((SELECT max(seq) FROM inbox_recent WHERE agent = ?1), 0))",
+                        coalesce((SELECT max(seq) FROM inbox_recent WHERE agent = ?1), 0),
+                        coalesce((SELECT through FROM inbox_acks WHERE agent = ?1), 0))",
         )?
         .query_row(params![agent], |row| row.get(0))?;
     Ok(head.map(from_sql).unwrap_or(0))
@@ -809,6 +828,49 @@ fn remove(connection: &Connection, id: &str) -> Result<(), rusqlite::Error> {
     ] {
         connection.prepare_cached(statement)?.execute(params![id])?;
     }
+    Ok(())
+}
+
+/// Deletes `agent`'s inbox entries up to `through` and the shared messages no entry names
+/// any more, and records `through` so the sequence goes on after it.
+fn acknowledge(
+    connection: &Connection,
+    agent: &str,
+    through: u64,
+    recent: &mut Recent,
+) -> Result<(), rusqlite::Error> {
+    let through = to_sql(through);
+    let shared: Vec<i64> = connection
+        .prepare_cached(
+            "SELECT message_row FROM inbox
+             WHERE agent = ?1 AND seq <= ?2 AND message_row IS NOT NULL
+             UNION
+             SELECT message_row FROM inbox_recent
+             WHERE agent = ?1 AND seq <= ?2 AND message_row IS NOT NULL",
+        )?
+        .query_map(params![agent, through], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    connection
+        .prepare_cached("DELETE FROM inbox WHERE agent = ?1 AND seq <= ?2")?
+        .execute(params![agent, through])?;
+    let recent_deleted = connection
+        .prepare_cached("DELETE FROM inbox_recent WHERE agent = ?1 AND seq <= ?2")?
+        .execute(params![agent, through])?;
+    recent.inbox = recent.inbox.saturating_sub(recent_deleted);
+    let mut unnamed = connection.prepare_cached(
+        "DELETE FROM messages WHERE rowid = ?1
+             AND NOT EXISTS (SELECT 1 FROM inbox WHERE message_row = ?1)
+             AND NOT EXISTS (SELECT 1 FROM inbox_recent WHERE message_row = ?1)",
+    )?;
+    for row in shared {
+        unnamed.execute(params![row])?;
+    }
+    connection
+        .prepare_cached(
+            "INSERT INTO inbox_acks (agent, through) VALUES (?1, ?2)
+             ON CONFLICT (agent) DO UPDATE SET through = max(through, excluded.through)",
+        )?
+        .execute(params![agent, through])?;
     Ok(())
 }
 
@@ -866,6 +928,12 @@ impl ConversationStore for SqliteStore {
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
         let agent = agent.to_owned();
         self.read(move |connection| inbox_head(connection, &agent).map_err(internal))
+            .await
+    }
+
+    async fn acknowledge(&self, agent: &str, through: u64) -> Result<(), StoreError> {
+        let agent = agent.to_owned();
+        self.submit(|reply| Job::Acknowledge(agent, through, reply))
             .await
     }
 
@@ -970,8 +1038,8 @@ mod tests {
     use super::*;
     use crate::store::Delivery;
     use crate::store::fixtures::{
-        accepted, assert_a_message_to_several_reaches_each, assert_refuses_stale_writes, commit,
-        message, started,
+        accepted, assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
+        assert_refuses_stale_writes, commit, message, started,
     };
 
     fn temp_db(name: &str) -> PathBuf {
@@ -1024,6 +1092,56 @@ mod tests {
         assert_eq!(carol[0].message.receivers.len(), 3);
         let bob = store.inbox("bob", 1, 10).await.expect("inbox");
         assert_eq!(&*bob[0].message.id, "to-bob");
+    }
+
+    /// Acknowledged entries are deleted from both inbox tables, a shared message with the
+    /// last entry naming it, and an inbox emptied by acknowledgements goes on numbering
+    /// from its head after a reopen.
+    #[tokio::test]
+    async fn acknowledged_entries_and_unnamed_shared_messages_are_deleted() {
+        let path = temp_db("ack");
+        {
+            let store = SqliteStore::open(&path).expect("open");
+            assert_a_message_to_several_reaches_each(&store, "c1").await;
+        }
+        // The entries so far in `inbox` (moved as every RECENT_ROWS rows); later ones stay
+        // in `inbox_recent`.
+        let connection = Connection::open(&path).expect("open the file");
+        connection
+            .execute_batch(
+                "INSERT INTO inbox (agent, seq, conversation_id, message, message_row)
+                     SELECT agent, seq, conversation_id, message, message_row FROM inbox_recent;
+                 DELETE FROM inbox_recent;",
+            )
+            .expect("settle");
+        let messages = || -> i64 {
+            connection
+                .query_row("SELECT count(*) FROM messages", [], |row| row.get(0))
+                .expect("count")
+        };
+        let store = SqliteStore::open(&path).expect("reopen");
+        assert_acknowledged_entries_go(&store, "c1", |stored| {
+            let rows = messages();
+            async move { assert_eq!(rows, i64::from(stored), "shared message rows") }
+        })
+        .await;
+        store.acknowledge("bob", 3).await.expect("ack");
+        drop(store);
+        let count = |sql: &str| -> i64 {
+            connection
+                .query_row(sql, [], |row| row.get(0))
+                .expect("count")
+        };
+        assert_eq!(count("SELECT count(*) FROM inbox"), 0);
+        assert_eq!(count("SELECT count(*) FROM inbox_recent"), 0);
+        let store = SqliteStore::open(&path).expect("reopen");
+        assert_eq!(store.inbox_head("bob").await.expect("head"), 3);
+        store
+            .commit(commit("c1", 4, vec![accepted(5, "after-reopen")], None))
+            .await
+            .expect("commit");
+        let bob = store.inbox("bob", 0, 10).await.expect("inbox");
+        assert_eq!(bob.iter().map(|entry| entry.seq).collect::<Vec<_>>(), [4]);
     }
 
     #[tokio::test]
