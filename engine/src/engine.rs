@@ -449,6 +449,24 @@ impl Engine {
         Ok(())
     }
 
+    /// Deletes `agent`'s inbox entries up to and including `through`: the agent has handled
+    /// them. Returns the inbox's head. Refused past the head, which would delete messages
+    /// the agent has not been sent yet.
+    pub async fn acknowledge_inbox(&self, agent: &str, through: u64) -> Result<u64, EngineError> {
+        let head = self.store.inbox_head(agent).await?;
+        if through > head {
+            return Err(EngineError::invalid(
+                "/through",
+                format!(
+                    "`{agent}`'s inbox ends at {head}; an acknowledgement cannot reach past \
+                     its newest entry"
+                ),
+            ));
+        }
+        self.store.acknowledge(agent, through).await?;
+        Ok(head)
+    }
+
     /// Runs [`Engine::run_due`] every `period` until the returned task is aborted.
     pub fn spawn_scheduler(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
         let engine = Arc::clone(self);

@@ -75,6 +75,25 @@ pub struct InboxPage {
     pub next_after: u64,
 }
 
+/// Body of `POST /v1/agents/{id}/inbox/ack`: the agent has handled its inbox up to and
+/// including `through`, and those entries may go.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxAck {
+    /// The `seq` of the last entry handled.
+    pub through: u64,
+}
+
+/// Answer of `POST /v1/agents/{id}/inbox/ack`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InboxAcked {
+    /// What was acknowledged (entries up to it are gone).
+    pub through: u64,
+    /// The `seq` of the newest entry the inbox has had: entries after `through` up to it are
+    /// still there to read.
+    pub head: u64,
+}
+
 /// `GET /readyz`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Readiness {

@@ -25,6 +25,7 @@ use colloquy_protocol::SendReceipt;
 use colloquy_protocol::api::InboxItem;
 use colloquy_protocol::message::{ENGINE_PARTY, Message, SendMessage};
 use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::client::Client;
 use crate::error::SdkError;
@@ -175,19 +176,26 @@ impl Handlers {
 }
 
 impl Client {
-    /// Runs `handlers` over this agent's inbox from position `after` (0: the beginning),
-    /// one message at a time, in order. Reconnects and resumes after the last handled item
-    /// on its own; returns only when the server refuses the stream (bad token, for
-    /// instance). A handler's error is logged and the next message handled.
+    /// Runs `handlers` over this agent's inbox from position `after` (0: every entry not yet
+    /// acknowledged), one message at a time, in order. Reconnects and resumes after the
+    /// last handled item on its own; returns only when the server refuses the stream (bad
+    /// token, for instance). A handler's error is logged and the next message handled.
+    ///
+    /// Handled (and skipped) items are acknowledged in the background, so the server can
+    /// delete them: a restarted agent that serves from 0 gets what it had not finished,
+    /// at least once, and not the whole history.
     pub async fn serve(&self, handlers: Handlers, after: u64) -> Result<(), SdkError> {
+        let (handled, position) = watch::channel(after);
+        tokio::spawn(acknowledge_handled(self.clone(), position));
         let mut inbox = self.inbox(after);
         loop {
             let item = inbox.next().await?;
+            let seq = item.seq;
             let Some(handler) = handlers.find(&item) else {
                 tracing::debug!(agent = %self.agent(), performative = %item.message.performative, "no handler; skipped");
+                handled.send_replace(seq);
                 continue;
             };
-            let seq = item.seq;
             let conversation = item.conversation_id.clone();
             let incoming = Incoming {
                 client: self.clone(),
@@ -195,6 +203,26 @@ impl Client {
             };
             if let Err(error) = handler(incoming).await {
                 tracing::warn!(agent = %self.agent(), %conversation, seq, %error, "handler failed");
+            }
+            handled.send_replace(seq);
+        }
+    }
+}
+
+/// Acknowledges the positions [`Client::serve`] reaches, one request at a time: while one
+/// is on its way, later positions pile up and the next request covers them all. Ends when
+/// `serve` does. A failed acknowledgement is left to the next, which covers it.
+async fn acknowledge_handled(client: Client, mut handled: watch::Receiver<u64>) {
+    let mut acknowledged = *handled.borrow_and_update();
+    while handled.changed().await.is_ok() {
+        let through = *handled.borrow_and_update();
+        if through <= acknowledged {
+            continue;
+        }
+        match client.acknowledge(through).await {
+            Ok(_) => acknowledged = through,
+            Err(error) => {
+                tracing::debug!(agent = %client.agent(), through, %error, "inbox acknowledgement failed");
             }
         }
     }

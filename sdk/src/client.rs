@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use colloquy_protocol::ErrorBody;
-use colloquy_protocol::api::{CommitmentList, ConversationPage, InboxPage};
+use colloquy_protocol::api::{CommitmentList, ConversationPage, InboxAck, InboxAcked, InboxPage};
 use colloquy_protocol::conversation::{CommitmentView, ConversationView, SendReceipt};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use reqwest::{Method, RequestBuilder, Response};
@@ -195,6 +195,19 @@ impl Client {
         let params = [("after", after), ("wait_ms", wait_ms)];
         self.call(self.http_request(Method::GET, &path).query(&params))
             .await
+    }
+
+    /// `POST /v1/agents/{me}/inbox/ack`: this agent has handled its inbox up to and including
+    /// `through`, and the server deletes those entries. [`Client::serve`] acknowledges what
+    /// it handles on its own; an agent reading its inbox otherwise calls this, or the
+    /// server keeps every message it was ever sent.
+    pub async fn acknowledge(&self, through: u64) -> Result<InboxAcked, SdkError> {
+        let path = format!("/v1/agents/{}/inbox/ack", segment(self.agent()));
+        self.call(
+            self.http_request(Method::POST, &path)
+                .json(&InboxAck { through }),
+        )
+        .await
     }
 
     /// The inbox as a stream of items after `after` (0: from the start), reconnecting and

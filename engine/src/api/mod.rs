@@ -9,6 +9,7 @@
 //! - [`conversations`]: start, send, read and list conversations.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
 //!   long-poll inbox.
+//! - [`acks`]: inbox acknowledgements, which let the store delete handled entries.
 //! - [`commitments`]: listing, releasing and cancelling commitments.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/v1/openapi.json`.
 //! - [`policy`]: the policy manager's API (templates, uploads, change feed, status), served
@@ -18,6 +19,7 @@
 //!   heads, graceful shutdown).
 //! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
 
+pub mod acks;
 pub mod auth;
 pub mod commitments;
 pub mod conversations;
@@ -139,6 +141,7 @@ pub fn routes() -> Vec<Route> {
         route("get", "/v1/conversations/{id}/events", get(streams::events)),
         route("get", "/v1/agents/{id}/inbox", get(streams::inbox)),
         route("get", "/v1/agents/{id}/inbox/poll", get(streams::poll)),
+        route("post", "/v1/agents/{id}/inbox/ack", post(acks::acknowledge)),
         route("get", "/v1/commitments", get(commitments::list)),
         route(
             "post",

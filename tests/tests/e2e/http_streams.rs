@@ -273,3 +273,110 @@ async fn a_position_past_the_end_of_the_inbox_starts_over() {
     let item = bounded(inbox.next()).await.expect("an item");
     assert_eq!(item.seq, 1);
 }
+
+/// The `seq`s a long poll from 0 returns.
+async fn inbox_seqs(client: &colloquy_sdk::Client) -> Vec<u64> {
+    let page = bounded(client.poll_inbox(0, 0)).await.expect("polled");
+    page.items.iter().map(|item| item.seq).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_inbox_entries_are_gone_and_the_sequence_goes_on() {
+    let server = Server::start().await;
+    let carol = server.client("carol").await;
+    for n in 1..=3 {
+        bounded(carol.start(&query("dave", n)))
+            .await
+            .expect("started");
+    }
+    let ack = |agent: &str, body: serde_json::Value| {
+        server
+            .as_agent(Method::POST, "/v1/agents/dave/inbox/ack", agent)
+            .json(&body)
+    };
+    let (status, body) = call(ack("carol", json!({"through": 1}))).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = call(ack("dave", json!({"through": 9}))).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["pointer"], "/through");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("ends at 3")),
+        "{body}"
+    );
+    for bad in [
+        json!({}),
+        json!({"through": -1}),
+        json!({"through": 1, "extra": true}),
+    ] {
+        let (status, body) = call(ack("dave", bad.clone())).await;
+        assert!(
+            (400..500).contains(&status) && body["error"]["code"].is_string(),
+            "{bad}: {status} {body}"
+        );
+    }
+    let dave = server.client("dave").await;
+    assert_eq!(
+        inbox_seqs(&dave).await,
+        [1, 2, 3],
+        "refused acks delete nothing"
+    );
+
+    let (status, body) = call(ack("dave", json!({"through": 2}))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"through": 2, "head": 3}));
+    assert_eq!(inbox_seqs(&dave).await, [3]);
+    // The SSE inbox from the start begins after what was acknowledged.
+    let mut response = bounded(
+        server
+            .as_agent(Method::GET, "/v1/agents/dave/inbox", "dave")
+            .send(),
+    )
+    .await
+    .expect("connected");
+    let block = next_block(&mut response, &mut String::new()).await;
+    assert_eq!(field(&block, "id"), Some("3"));
+    drop(response);
+
+    // Emptied, the inbox numbers the next message after its head.
+    let acked = bounded(dave.acknowledge(3)).await.expect("acknowledged");
+    assert_eq!((acked.through, acked.head), (3, 3));
+    assert_eq!(inbox_seqs(&dave).await, Vec::<u64>::new());
+    let (status, _) = call(ack("dave", json!({"through": 1}))).await;
+    assert_eq!(status, 200, "an older position is acknowledged already");
+    bounded(carol.start(&query("dave", 4)))
+        .await
+        .expect("started");
+    assert_eq!(inbox_seqs(&dave).await, [4]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_acknowledges_what_it_handles() {
+    let server = Server::start().await;
+    let dave = server.client("dave").await;
+    let handlers =
+        colloquy_sdk::Handlers::new().on("fipa-query", "query-ref", |incoming| async move {
+            let n = incoming.content()["ref"].clone();
+            incoming.inform(json!({"answer": n})).await?;
+            Ok(())
+        });
+    let serving = tokio::spawn({
+        let dave = dave.clone();
+        async move { dave.serve(handlers, 0).await }
+    });
+    let carol = server.client("carol").await;
+    for n in 1..=3 {
+        bounded(carol.query("dave", json!({"ref": n}), Default::default()))
+            .await
+            .expect("answered");
+    }
+    // Acknowledgements run beside the handlers; wait (bounded) for the last to land.
+    bounded(async {
+        while !inbox_seqs(&dave).await.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    serving.abort();
+}

@@ -1,0 +1,38 @@
+//! Inbox acknowledgements: an agent says how far it has handled its inbox, and the store
+//! deletes those entries. Without them a durable store keeps every message ever delivered.
+
+use axum::extract::{Path, State};
+use colloquy_protocol::api::{InboxAck, InboxAcked};
+
+use super::AppState;
+use super::auth::Caller;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use super::json::JsonResponse;
+
+/// `POST /v1/agents/{id}/inbox/ack` `{"through": seq}`: deletes the agent's inbox entries up
+/// to and including `seq`. The agent acknowledges its own inbox; the administrator any
+/// (to drain the inbox of an agent that is gone). Acknowledging less than before changes
+/// nothing; past the newest entry is a 422.
+pub async fn acknowledge(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(agent): Path<String>,
+    JsonBody(ack): JsonBody<InboxAck>,
+) -> Result<JsonResponse<InboxAcked>, ApiError> {
+    if let Caller::Agent(me) = &caller
+        && **me != *agent
+    {
+        return Err(ApiError::Forbidden(format!(
+            "`{me}` may acknowledge only its own inbox, not `{agent}`'s"
+        )));
+    }
+    let head = state
+        .engine()
+        .acknowledge_inbox(&agent, ack.through)
+        .await?;
+    Ok(JsonResponse(InboxAcked {
+        through: ack.through,
+        head,
+    }))
+}
