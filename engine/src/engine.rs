@@ -463,7 +463,10 @@ impl Engine {
                 ),
             ));
         }
-        self.store.acknowledge(agent, through).await?;
+        // Nothing to delete, nothing to remember (and no row for every name a caller tries).
+        if through > 0 {
+            self.store.acknowledge(agent, through).await?;
+        }
         Ok(head)
     }
 

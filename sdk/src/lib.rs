@@ -18,7 +18,8 @@
 //! - [`ask`]: the initiator's helpers — [`Client::request`], [`Client::query`],
 //!   [`Client::call_for_proposals`] — that resolve on the final answer.
 //! - [`agent`]: the participant's side: [`Handlers`] by template and performative, run over
-//!   the inbox stream by [`Client::serve`], and the reply helpers of [`Incoming`].
+//!   the inbox stream by [`Client::serve`] (which acknowledges what it handled), and the
+//!   reply helpers of [`Incoming`].
 //! - [`stream`]: [`InboxStream`] and [`EventStream`], server-sent event streams that
 //!   reconnect and resume on their own.
 //! - [`error`]: [`SdkError`], what a call can fail with.
