@@ -1,5 +1,7 @@
 //! Starting, messaging, reading and listing conversations.
 
+use std::num::NonZeroUsize;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -122,7 +124,8 @@ pub struct ListQuery {
     state: Option<ConversationStatus>,
     template: Option<String>,
     cursor: Option<String>,
-    limit: Option<usize>,
+    /// 0 is refused (400) rather than read as 1.
+    limit: Option<NonZeroUsize>,
 }
 
 /// `GET /v1/conversations?participant=&state=&template=&cursor=&limit=`: the conversations
@@ -137,7 +140,7 @@ pub async fn list(
         status: query.state,
         template: query.template,
         after: query.cursor,
-        limit: query.limit.unwrap_or(DEFAULT_PAGE),
+        limit: query.limit.map_or(DEFAULT_PAGE, NonZeroUsize::get),
     };
     let (conversations, more) = state.engine().list(caller.viewer(), &filter).await;
     let next_cursor = more

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -324,7 +325,8 @@ async fn after_the_end(state: &AppState, agent: &str, after: u64) -> Result<bool
 #[serde(deny_unknown_fields)]
 pub struct PollQuery {
     after: Option<u64>,
-    limit: Option<usize>,
+    /// 0 is refused (400) rather than read as 1.
+    limit: Option<NonZeroUsize>,
     wait_ms: Option<u64>,
 }
 
@@ -338,7 +340,10 @@ pub async fn poll(
 ) -> Result<JsonResponse<InboxPage>, ApiError> {
     check_inbox_reader(&caller, &agent)?;
     let mut after = query.after.unwrap_or(0);
-    let limit = query.limit.unwrap_or(INBOX_BATCH).clamp(1, INBOX_BATCH);
+    let limit = query
+        .limit
+        .map_or(INBOX_BATCH, NonZeroUsize::get)
+        .min(INBOX_BATCH);
     let wait_for = Duration::from_millis(query.wait_ms.unwrap_or(0).min(MAX_POLL_WAIT_MS));
     let mut notices = state.engine().subscribe();
     let store = &state.engine().store;

@@ -108,6 +108,21 @@ async fn bad_request_for_malformed_json_and_wrong_fields() {
         call(server.as_agent(Method::GET, "/v1/conversations?state=sleeping", "alice")).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(code(&body), "invalid_query");
+    // A page of nothing is not a page: `limit=0` is refused, not read as 1.
+    for path in [
+        "/v1/conversations?limit=0",
+        "/v1/agents/alice/inbox/poll?limit=0",
+    ] {
+        let (status, body) = call(server.as_agent(Method::GET, path, "alice")).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(code(&body), "invalid_query", "{path}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("nonzero")),
+            "{body}"
+        );
+    }
 }
 
 #[tokio::test]
