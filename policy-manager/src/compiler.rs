@@ -21,6 +21,7 @@
 mod diagnostic;
 mod expressions;
 mod fields;
+mod nesting;
 mod resolve;
 
 use std::collections::HashMap;
@@ -164,6 +165,16 @@ impl TemplateCompiler {
             message,
             hint: None,
         };
+        if let Some(nesting::TooDeep { line, column }) = nesting::too_deep(source) {
+            return Err(vec![Diagnostic {
+                line: Some(line),
+                column: Some(column),
+                ..failed(format!(
+                    "collections nested more than {} deep; templates need a few levels",
+                    nesting::MAX_FLOW_DEPTH
+                ))
+            }]);
+        }
         let outcome = std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("template-compiler".to_owned())

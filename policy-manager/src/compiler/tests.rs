@@ -554,3 +554,25 @@ fn the_format_schema_rejects_unknown_fields() {
         }
     }
 }
+
+/// Flow collections nested past what the YAML scanner handles in linear time are refused
+/// before it runs, at their position (the scanner took 19 s on 200 KB of `[`, and only then
+/// said "recursion limit exceeded").
+#[test]
+fn deeply_nested_collections_are_refused_before_parsing() {
+    let source = fs::read_to_string(manifest_dir().join("fixtures/valid/minimal.yaml"))
+        .expect("fixture exists");
+    let depth = 300;
+    let deep = format!("{source}\nx: {}{}\n", "[".repeat(depth), "]".repeat(depth));
+    let diagnostics = TemplateCompiler::new()
+        .compile_str(&deep, None)
+        .expect_err("refused");
+    assert_eq!(diagnostics.0.len(), 1, "{diagnostics}");
+    let refusal = &diagnostics.0[0];
+    assert!(
+        refusal.message.contains("nested more than 256 deep"),
+        "{diagnostics}"
+    );
+    assert_eq!(refusal.line, Some(source.lines().count() + 2));
+    assert_eq!(refusal.column, Some("x: ".len() + 257));
+}
