@@ -67,6 +67,7 @@ impl Engine {
                         for event in &events {
                             conversation.apply(event);
                         }
+                        self.parties.note(&change.conversation_id, &events);
                     }
                     Err(error) => {
                         // The next request loads it afresh instead.

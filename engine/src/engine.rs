@@ -22,6 +22,7 @@ use crate::conversation::Conversation;
 use crate::dispatch;
 use crate::error::EngineError;
 use crate::keyed::{self, ConversationMap};
+use crate::parties::{self, PartyIndex};
 use crate::sight::Sight;
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
@@ -84,6 +85,8 @@ pub struct Engine {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: EngineConfig,
     pub(crate) live: ConversationMap<Slot>,
+    /// Who may read which loaded conversation, for agents' listings.
+    pub(crate) parties: PartyIndex,
     /// Runs templates' wasm hooks; set by [`Engine::with_hooks`].
     pub(crate) hooks: Option<Arc<crate::runtime::HookRuntime>>,
     pub(crate) notices: broadcast::Sender<Notice>,
@@ -123,6 +126,7 @@ impl Engine {
             clock,
             config,
             live: keyed::conversation_map(),
+            parties: PartyIndex::default(),
             hooks: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
         }
@@ -431,6 +435,7 @@ impl Engine {
             && now >= completed_at.saturating_add(self.config.retention_ms)
         {
             self.store.remove(id).await?;
+            self.parties.forget(conversation);
             *guard = None;
             drop(guard);
             self.live.remove(id);
@@ -506,7 +511,9 @@ impl Engine {
             }
         }
         let changed = !commit.events.is_empty();
+        let readers = parties::readers_added(&commit.events);
         self.store.commit(commit).await?;
+        self.parties.add(&conversation_id, &readers);
         if changed && self.notices.receiver_count() > 0 {
             // No receiver is not an error: nobody is streaming right now.
             let _ = self.notices.send(Notice {
@@ -569,6 +576,7 @@ impl Engine {
                 name: started.template.to_string(),
                 revision: started.revision.to_string(),
             })?;
+        self.parties.note(&started.id, &events);
         Ok(Conversation::replay(template, &events))
     }
 

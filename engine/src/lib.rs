@@ -17,6 +17,7 @@
 //! - [`error`]: [`EngineError`] and its classification.
 //! - [`keyed`]: the finely sharded maps keyed by conversation id.
 //! - [`listing`]: listing conversations and finding their template.
+//! - [`parties`]: which loaded conversations each agent may read, for its listing.
 //! - [`sight`]: what each reader may see of a conversation (a participant: its own thread).
 //! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
@@ -36,6 +37,7 @@ pub mod keyed;
 pub mod listing;
 pub mod log_safe;
 pub mod metrics;
+pub mod parties;
 pub mod policy;
 pub mod rules;
 pub mod runtime;

@@ -2,7 +2,11 @@
 //! template lookup the inbox streams use to label messages.
 //!
 //! Both read the conversations this engine holds in memory. With the memory store that is
-//! every conversation (retention removes a conversation from both at once). A durable store
+//! every conversation (retention removes a conversation from both at once). An agent's
+//! listing (or one filtered by participant) starts from the agent's entries in the engine's
+//! [`PartyIndex`](crate::parties::PartyIndex), so it costs what the agent has, not what the
+//! engine holds; an administrator's unfiltered listing walks every loaded conversation. A
+//! durable store
 //! also keeps an index of each agent's conversations (`ConversationStore::conversations_of`):
 //! an agent's listing (or one filtered by participant) loads from it the conversations this
 //! engine has not loaded since it started, so nothing is missing after a restart or on
@@ -42,8 +46,14 @@ impl Engine {
         viewer: Option<&str>,
         filter: &ConversationFilter,
     ) -> (Vec<ConversationSummary>, bool) {
-        let mut ids: Vec<Arc<str>> = self.live.iter().map(|entry| entry.key().clone()).collect();
-        if let Some(agent) = filter.participant.as_deref().or(viewer) {
+        let after = filter.after.as_deref();
+        // An agent's listing reads its own index entries, not every conversation here.
+        let indexed_for = filter.participant.as_deref().or(viewer);
+        let mut ids: Vec<Arc<str>> = match indexed_for {
+            Some(agent) => self.parties.of(agent, after),
+            None => self.live.iter().map(|entry| entry.key().clone()).collect(),
+        };
+        if let Some(agent) = indexed_for {
             match self.store.conversations_of(agent).await {
                 Ok(Some(indexed)) => ids.extend(indexed),
                 Ok(None) => {}
@@ -51,19 +61,24 @@ impl Engine {
                 Err(error) => tracing::warn!(%agent, %error, "conversation index unreadable"),
             }
         }
-        ids.retain(|id| filter.after.as_deref().is_none_or(|after| &**id > after));
+        ids.retain(|id| after.is_none_or(|after| &**id > after));
         ids.sort_unstable();
         ids.dedup();
         let limit = filter.limit.clamp(1, MAX_PAGE);
         let mut page = Vec::new();
         for id in ids {
-            let slot = match self.live.get(&id).map(|entry| entry.value().clone()) {
-                Some(slot) => slot,
-                // Indexed but not loaded here yet; gone (retention) since the index was read.
-                None => match self.loaded_slot(&id).await {
-                    Ok(slot) => slot,
-                    Err(_) => continue,
-                },
+            // Loaded, or indexed but not loaded here yet (or dropped from the cache after
+            // this node missed other nodes' commits): loaded now.
+            let slot = match self.loaded_slot(&id).await {
+                Ok(slot) => slot,
+                // Gone (retention, perhaps through another node) since it was indexed.
+                Err(EngineError::UnknownConversation(_)) => {
+                    if let Some(agent) = indexed_for {
+                        self.parties.forget_one(agent, &id);
+                    }
+                    continue;
+                }
+                Err(_) => continue,
             };
             let guard = slot.lock().await;
             let Some(conversation) = guard.as_ref() else {

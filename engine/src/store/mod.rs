@@ -23,7 +23,7 @@
 //! fired again by the next claimer.
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod memory;
 pub mod redis;
 pub mod sqlite;

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use colloquy_engine::listing::ConversationFilter;
 use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use colloquy_engine::store::MemoryStore;
 use colloquy_engine::{Engine, EngineConfig, ErrorKind, ManualClock};
@@ -146,6 +147,23 @@ async fn rust_credit_assessment_marks_pending_refuses_routes_and_escalates() {
         escalation.content.value()
     );
     assert!(view.violations.is_empty(), "{:?}", view.violations);
+
+    // Escalated to, human review now reads the conversation and lists it; a stranger lists
+    // nothing.
+    let listed = |agent: &'static str| {
+        let engine = h.engine.clone();
+        async move {
+            let filter = ConversationFilter {
+                limit: 10,
+                ..ConversationFilter::default()
+            };
+            let (page, _) = engine.list(Some(agent), &filter).await;
+            page.iter().map(|c| c.id.to_string()).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("human-review").await, [view.id.to_string()]);
+    assert_eq!(listed("desk").await, [view.id.to_string()]);
+    assert_eq!(listed("mallory").await, Vec::<String>::new());
 }
 
 /// The credit hook allocates from the guest SDK's call arena, which starts over after every
