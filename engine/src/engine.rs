@@ -330,12 +330,14 @@ impl Engine {
         }
     }
 
-    /// Commitments of live conversations where `agent` is debtor or creditor.
+    /// Commitments of live conversations where `agent` is debtor or creditor (a party of
+    /// each: only the conversations the party index lists for it are read).
     pub async fn commitments_of(&self, agent: &str) -> Vec<CommitmentView> {
         let slots: Vec<Slot> = self
-            .live
+            .parties
+            .of(agent, None)
             .iter()
-            .map(|entry| entry.value().clone())
+            .filter_map(|id| self.live.get(id).map(|entry| entry.value().clone()))
             .collect();
         let mut found = Vec::new();
         for slot in slots {
