@@ -40,6 +40,9 @@ impl Engine {
                             "missed remote change notices; dropping cached conversations"
                         );
                         engine.forget_cached();
+                        // Whatever streams missed, they read again.
+                        engine.inbox_wakeups.ring_all();
+                        engine.conversation_wakeups.ring_all();
                     }
                     Err(RecvError::Closed) => return,
                 }
@@ -77,6 +80,7 @@ impl Engine {
                 }
             }
         }
+        self.ring(&change.conversation_id, &change.agents);
         if self.notices.receiver_count() > 0 {
             // No receiver is not an error: nobody is streaming right now.
             let _ = self.notices.send(Notice {

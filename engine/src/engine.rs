@@ -26,6 +26,7 @@ use crate::parties::{self, PartyIndex};
 use crate::sight::Sight;
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
+use crate::wakeups::{Listener, Wakeups};
 
 /// How long a completed conversation stays readable before retention removes it.
 pub const DEFAULT_RETENTION_MS: u64 = 5 * 60 * 1000;
@@ -90,6 +91,10 @@ pub struct Engine {
     /// Runs templates' wasm hooks; set by [`Engine::with_hooks`].
     pub(crate) hooks: Option<Arc<crate::runtime::HookRuntime>>,
     pub(crate) notices: broadcast::Sender<Notice>,
+    /// Rung per agent whose inbox grew, for inbox streams and long polls.
+    pub(crate) inbox_wakeups: Wakeups,
+    /// Rung per conversation that got events, for event streams.
+    pub(crate) conversation_wakeups: Wakeups,
     /// Whether other engine nodes write to the store too (Redis), so a cached copy may be
     /// behind it.
     shared_store: bool,
@@ -129,6 +134,8 @@ impl Engine {
             parties: PartyIndex::default(),
             hooks: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
+            inbox_wakeups: Wakeups::default(),
+            conversation_wakeups: Wakeups::default(),
         }
     }
 
@@ -497,9 +504,30 @@ impl Engine {
         self.templates.names()
     }
 
-    /// Notices of every accepted commit, from now on.
+    /// Notices of every accepted commit, from now on: for whoever needs them all (webhook
+    /// delivery). A stream about one agent or one conversation listens on its key instead
+    /// ([`Engine::listen_inbox`], [`Engine::listen_conversation`]).
     pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
         self.notices.subscribe()
+    }
+
+    /// Rung whenever `agent`'s inbox grows, from now on.
+    pub fn listen_inbox(&self, agent: &str) -> Listener {
+        self.inbox_wakeups.listen(agent)
+    }
+
+    /// Rung whenever conversation `id` gets events, from now on.
+    pub fn listen_conversation(&self, id: &str) -> Listener {
+        self.conversation_wakeups.listen(id)
+    }
+
+    /// Wakes the streams of a conversation that got events and of the agents whose inboxes
+    /// grew with them.
+    pub(crate) fn ring(&self, conversation_id: &str, agents: &[AgentId]) {
+        self.conversation_wakeups.ring(conversation_id);
+        for agent in agents {
+            self.inbox_wakeups.ring(agent);
+        }
     }
 
     /// Commits to the store, then tells subscribers.
@@ -516,6 +544,9 @@ impl Engine {
         let readers = parties::readers_added(&commit.events);
         self.store.commit(commit).await?;
         self.parties.add(&conversation_id, &readers);
+        if changed {
+            self.ring(&conversation_id, &agents);
+        }
         if changed && self.notices.receiver_count() > 0 {
             // No receiver is not an error: nobody is streaming right now.
             let _ = self.notices.send(Notice {

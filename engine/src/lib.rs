@@ -18,6 +18,7 @@
 //! - [`keyed`]: the finely sharded maps keyed by conversation id.
 //! - [`listing`]: listing conversations and finding their template.
 //! - [`parties`]: which loaded conversations each agent may read, for its listing.
+//! - [`wakeups`]: waking the streams of one agent's inbox or one conversation's events.
 //! - [`sight`]: what each reader may see of a conversation (a participant: its own thread).
 //! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
@@ -44,6 +45,7 @@ pub mod runtime;
 pub mod sight;
 pub mod step;
 pub mod store;
+pub mod wakeups;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, EngineConfig, Notice, TemplateSource};

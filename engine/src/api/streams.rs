@@ -1,10 +1,11 @@
 //! Streams: a conversation's events and an agent's inbox as server-sent events, and the
 //! long-poll inbox for clients without SSE.
 //!
-//! Every stream follows the same loop: subscribe to the engine's commit notices first, then
-//! read the store from the client's position, send what is new, and wait for a notice that
-//! concerns this stream (or a lag, which just means "read again"). Subscribing before reading
-//! is what makes the loop miss nothing. Positions are the SSE event ids: the event `seq` for
+//! Every stream follows the same loop: take the engine's next wake-up for its key (the agent
+//! of an inbox, the conversation of an event stream) first, then read the store from the
+//! client's position, send what is new, and wait for that wake-up. Taking it before reading
+//! is what makes the loop miss nothing; a commit wakes only the streams of its conversation
+//! and of the agents it delivered to. Positions are the SSE event ids: the event `seq` for
 //! conversations, the agent's inbox `seq` for inboxes, so a client that reconnects with
 //! `Last-Event-ID` (or `?after=`) resumes exactly after what it saw. Delivery is
 //! at-least-once: a client that loses a connection before processing an event sees it again.
@@ -22,7 +23,8 @@ use colloquy_protocol::api::{InboxItem, InboxPage};
 use colloquy_protocol::event::EventKind;
 use futures_util::Stream;
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
@@ -30,7 +32,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::QueryParams;
 use super::json::JsonResponse;
-use crate::engine::{Engine, Notice};
+use crate::engine::Engine;
 use crate::log_safe::LogSafe;
 use crate::store::InboxEntry;
 
@@ -83,25 +85,13 @@ enum Wake {
     Stop,
 }
 
-/// Waits for a notice that `concerns` this stream, for the client to leave, or for shutdown.
-async fn wait(
-    notices: &mut broadcast::Receiver<Notice>,
-    tx: &mpsc::Sender<Event>,
-    state: &AppState,
-    concerns: impl Fn(&Notice) -> bool,
-) -> Wake {
+/// Waits for the wake-up `rung`, for the client to leave, or for shutdown.
+async fn wait(rung: OwnedNotified, tx: &mpsc::Sender<Event>, state: &AppState) -> Wake {
     let mut closing = state.closing();
-    loop {
-        tokio::select! {
-            notice = notices.recv() => match notice {
-                Ok(notice) if concerns(&notice) => return Wake::Read,
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => return Wake::Read,
-                Err(broadcast::error::RecvError::Closed) => return Wake::Stop,
-            },
-            () = tx.closed() => return Wake::Stop,
-            _ = closing.wait_for(|closing| *closing) => return Wake::Stop,
-        }
+    tokio::select! {
+        () = rung => Wake::Read,
+        () = tx.closed() => Wake::Stop,
+        _ = closing.wait_for(|closing| *closing) => Wake::Stop,
     }
 }
 
@@ -117,7 +107,8 @@ pub async fn events(
 ) -> Result<SseStream, ApiError> {
     let after = position(&headers, &query)?;
     let viewer = caller.viewer().map(str::to_owned);
-    let mut notices = state.engine().subscribe();
+    let listener = state.engine().listen_conversation(&id);
+    let mut rung = listener.next_ring();
     // Read once before answering, so an unknown conversation or a stranger gets a status code.
     let (first, mut read_to) = state
         .engine()
@@ -153,13 +144,10 @@ pub async fn events(
             if ended {
                 return;
             }
-            let wake = wait(&mut notices, &tx, &state, |notice| {
-                *notice.conversation_id == *id
-            })
-            .await;
-            if matches!(wake, Wake::Stop) {
+            if matches!(wait(rung, &tx, &state).await, Wake::Stop) {
                 return;
             }
+            rung = listener.next_ring();
             (batch, read_to) = match state
                 .engine()
                 .events_read(&id, viewer.as_deref(), read_to)
@@ -256,9 +244,10 @@ pub async fn inbox(
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let span = tracing::info_span!("inbox", agent = %LogSafe(&agent));
     let task = async move {
-        let mut notices = state.engine().subscribe();
+        let listener = state.engine().listen_inbox(&agent);
         let mut labeller = Labeller::new();
         loop {
+            let rung = listener.next_ring();
             let entries = match state.engine().store.inbox(&agent, after, INBOX_BATCH).await {
                 Ok(entries) => entries,
                 Err(error) => {
@@ -288,11 +277,7 @@ pub async fn inbox(
             if full {
                 continue;
             }
-            let wake = wait(&mut notices, &tx, &state, |notice| {
-                notice.agents.iter().any(|a| **a == *agent)
-            })
-            .await;
-            if matches!(wake, Wake::Stop) {
+            if matches!(wait(rung, &tx, &state).await, Wake::Stop) {
                 return;
             }
         }
@@ -345,7 +330,8 @@ pub async fn poll(
         .map_or(INBOX_BATCH, NonZeroUsize::get)
         .min(INBOX_BATCH);
     let wait_for = Duration::from_millis(query.wait_ms.unwrap_or(0).min(MAX_POLL_WAIT_MS));
-    let mut notices = state.engine().subscribe();
+    let listener = state.engine().listen_inbox(&agent);
+    let rung = listener.next_ring();
     let store = &state.engine().store;
     let mut entries = store
         .inbox(&agent, after, limit)
@@ -359,24 +345,14 @@ pub async fn poll(
             .await
             .map_err(crate::EngineError::from)?;
     }
-    if entries.is_empty() && !wait_for.is_zero() {
-        let arrived = async {
-            loop {
-                match notices.recv().await {
-                    Ok(notice) if notice.agents.iter().any(|a| **a == *agent) => return,
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    // The engine is gone: nothing will arrive; let the timeout answer.
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-                }
-            }
-        };
-        if tokio::time::timeout(wait_for, arrived).await.is_ok() {
-            entries = store
-                .inbox(&agent, after, limit)
-                .await
-                .map_err(crate::EngineError::from)?;
-        }
+    if entries.is_empty()
+        && !wait_for.is_zero()
+        && tokio::time::timeout(wait_for, rung).await.is_ok()
+    {
+        entries = store
+            .inbox(&agent, after, limit)
+            .await
+            .map_err(crate::EngineError::from)?;
     }
     let next_after = entries.last().map_or(after, |entry| entry.seq);
     let mut labeller = Labeller::new();
