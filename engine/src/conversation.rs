@@ -4,6 +4,7 @@
 //! emits, and a store reload calls it for each stored event, so both paths reach the same
 //! state. Nothing here does I/O.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use colloquy_policy::CompiledTemplate;
@@ -16,6 +17,8 @@ use colloquy_protocol::event::{ConversationEvent, EventKind, Started, ThreadTran
 use colloquy_protocol::message::{AgentId, Message};
 use colloquy_protocol::template::Role;
 use serde_json::{Map, Value};
+
+use crate::keyed::Hasher;
 
 /// Live state of one conversation.
 #[derive(Debug)]
@@ -41,7 +44,7 @@ pub struct Conversation {
     /// Agents added by routing or escalation: they may read the conversation.
     pub observers: Vec<AgentId>,
     /// Accepted message ids and the seq of their `message_accepted` event (idempotency).
-    pub accepted: Vec<(Arc<str>, u64)>,
+    pub accepted: AcceptedIds,
     /// Scheduled `on_timeout` retries.
     pub retry: RetryState,
     /// When it completed.
@@ -111,7 +114,7 @@ impl Conversation {
             commitments: Vec::new(),
             violations: Vec::new(),
             observers: Vec::new(),
-            accepted: Vec::new(),
+            accepted: AcceptedIds::default(),
             retry: RetryState::default(),
             completed_at: None,
             version: 0,
@@ -188,11 +191,7 @@ impl Conversation {
 
     /// The seq of the `message_accepted` event of message `id`, if it was accepted.
     pub fn accepted_seq(&self, id: &str) -> Option<u64> {
-        self.accepted
-            .iter()
-            .rev()
-            .find(|(known, _)| &**known == id)
-            .map(|(_, seq)| *seq)
+        self.accepted.get(id)
     }
 
     /// Applies one event. Events come from this engine or from the store, so they refer to
@@ -206,7 +205,7 @@ impl Conversation {
                 message,
                 transitions,
             } => {
-                push_compact(&mut self.accepted, (message.id.clone(), event.seq));
+                self.accepted.insert(message.id.clone(), event.seq);
                 for receiver in &message.receivers {
                     if self.role_of(receiver).is_none()
                         && &**receiver != colloquy_protocol::message::ENGINE_PARTY
@@ -393,6 +392,70 @@ impl Conversation {
     }
 }
 
+/// Ids of accepted messages with the seq of their `message_accepted` event: a short list
+/// while the conversation is short (most hold a handful of messages), a hash map past
+/// [`INDEXED_FROM`] ids, so that a long-running conversation does not compare every id it
+/// ever accepted for each new message (40 000 messages into one conversation, that scan had
+/// become most of a message's cost).
+#[derive(Clone, Debug, PartialEq)]
+pub enum AcceptedIds {
+    /// Up to [`INDEXED_FROM`] ids, in acceptance order.
+    Few(Vec<(Arc<str>, u64)>),
+    /// More.
+    Many(HashMap<Arc<str>, u64, Hasher>),
+}
+
+/// How many accepted ids a conversation lists before it indexes them.
+pub const INDEXED_FROM: usize = 32;
+
+impl Default for AcceptedIds {
+    fn default() -> AcceptedIds {
+        AcceptedIds::Few(Vec::new())
+    }
+}
+
+impl AcceptedIds {
+    /// The seq of message `id`'s acceptance, if it was accepted.
+    pub fn get(&self, id: &str) -> Option<u64> {
+        match self {
+            AcceptedIds::Few(list) => list
+                .iter()
+                .rev()
+                .find(|(known, _)| &**known == id)
+                .map(|(_, seq)| *seq),
+            AcceptedIds::Many(index) => index.get(id).copied(),
+        }
+    }
+
+    /// Records message `id` as accepted at `seq`.
+    pub fn insert(&mut self, id: Arc<str>, seq: u64) {
+        match self {
+            AcceptedIds::Few(list) if list.len() < INDEXED_FROM => push_compact(list, (id, seq)),
+            AcceptedIds::Few(list) => {
+                let mut index: HashMap<Arc<str>, u64, Hasher> = list.drain(..).collect();
+                index.insert(id, seq);
+                *self = AcceptedIds::Many(index);
+            }
+            AcceptedIds::Many(index) => {
+                index.insert(id, seq);
+            }
+        }
+    }
+
+    /// How many ids it holds.
+    pub fn len(&self) -> usize {
+        match self {
+            AcceptedIds::Few(list) => list.len(),
+            AcceptedIds::Many(index) => index.len(),
+        }
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Grows small vectors one slot at a time. Most conversations hold one or two commitments
 /// and a handful of messages; the default growth (to 4, then doubling) would reserve room
 /// that a million idle conversations pay for. Past 8 elements, growth is amortized again.
@@ -414,6 +477,19 @@ mod tests {
     use super::*;
     use crate::dispatch;
     use crate::step::Step;
+
+    #[test]
+    fn accepted_ids_are_found_before_and_after_they_are_indexed() {
+        let mut accepted = AcceptedIds::default();
+        for n in 0..100u64 {
+            accepted.insert(Arc::from(format!("m{n}")), n + 2);
+            assert_eq!(accepted.get(&format!("m{n}")), Some(n + 2));
+            assert_eq!(accepted.get("m0"), Some(2));
+            assert_eq!(accepted.get("unknown"), None);
+        }
+        assert_eq!(accepted.len(), 100);
+        assert!(matches!(accepted, AcceptedIds::Many(_)));
+    }
 
     fn builtin(file: &str) -> Arc<CompiledTemplate> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -114,9 +114,16 @@ impl ConversationStore for MemoryStore {
                         actual,
                     });
                 }
-                // Exactly: a conversation's log is kept until retention, and doubling
-                // would leave up to half of it as unused capacity all that time.
-                record.events.reserve_exact(events.len());
+                // A conversation's log is kept until retention: doubling would leave up to
+                // half of it as unused capacity all that time, and growing it exactly copies
+                // the whole log on every commit (quadratic in a long conversation). A
+                // quarter more each time keeps both small.
+                let free = record.events.capacity() - record.events.len();
+                if free < events.len() {
+                    record
+                        .events
+                        .reserve_exact(events.len().max(record.events.len() / 4));
+                }
                 record.events.extend(events);
                 std::mem::replace(&mut record.wake_at, wake_at)
             }
