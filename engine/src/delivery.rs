@@ -6,6 +6,15 @@
 //! failed POST with exponential backoff. Workers are woken by the engine's notices and never
 //! hold anything the pipeline waits for: a slow or dead webhook delays only its own agent's
 //! pushes, and the inbox (SSE or long-poll) still has every message.
+//!
+//! Engine nodes sharing a store (Redis) would each push every message, so the workers push
+//! only while their node leads the `webhooks` role ([`ConversationStore::lead`]), renewed
+//! every [`LEAD_RENEW`]; when a node dies, another takes over within [`LEAD_LEASE_MS`]. A
+//! worker that starts leading (also at start-up) pushes from the first entry its agent has not
+//! acknowledged, so after a restart or a change of leader what was not acknowledged is
+//! pushed again: at least once.
+//!
+//! [`ConversationStore::lead`]: crate::store::ConversationStore::lead
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +22,7 @@ use std::time::Duration;
 
 use colloquy_protocol::api::InboxItem;
 use colloquy_protocol::message::AgentId;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::streams::Labeller;
@@ -30,6 +39,13 @@ pub const WEBHOOK_MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Inbox entries a worker reads at a time.
 const WEBHOOK_BATCH: usize = 64;
+/// How long a node's lead of webhook delivery lasts unless renewed.
+pub const LEAD_LEASE_MS: u64 = 10_000;
+/// How often the leading node renews its lead (and the others try to take it).
+pub const LEAD_RENEW: Duration = Duration::from_secs(3);
+/// The role webhook delivery is led under.
+const WEBHOOKS_ROLE: &str = "webhooks";
+
 /// Header naming the agent a push is for.
 pub const AGENT_HEADER: &str = "x-colloquy-agent";
 
@@ -48,6 +64,8 @@ pub fn spawn_webhooks(
             reqwest::Client::new()
         });
     let mut notices = engine.subscribe();
+    let (leads, leading) = watch::channel(false);
+    let lead = tokio::spawn(keep_the_lead(engine.clone(), leads));
     let mut bells: HashMap<AgentId, Arc<Notify>> = HashMap::new();
     let mut workers = Vec::new();
     for (agent, url) in webhooks {
@@ -62,8 +80,10 @@ pub fn spawn_webhooks(
             agent,
             url,
             bell,
+            leading.clone(),
         )));
     }
+    workers.push(lead);
     tokio::spawn(async move {
         let _workers = AbortOnDrop(workers);
         loop {
@@ -92,6 +112,22 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Asks for the lead of webhook delivery every [`LEAD_RENEW`] and publishes whether this node
+/// has it. A store that cannot be reached means not leading: another node may have it.
+async fn keep_the_lead(engine: Arc<Engine>, leads: watch::Sender<bool>) {
+    loop {
+        let leading = match engine.store.lead(WEBHOOKS_ROLE, LEAD_LEASE_MS).await {
+            Ok(leading) => leading,
+            Err(error) => {
+                tracing::debug!(%error, "cannot renew the lead of webhook delivery");
+                false
+            }
+        };
+        leads.send_if_modified(|led| std::mem::replace(led, leading) != leading);
+        tokio::time::sleep(LEAD_RENEW).await;
+    }
+}
+
 async fn worker(
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
@@ -99,12 +135,26 @@ async fn worker(
     agent: AgentId,
     url: String,
     bell: Arc<Notify>,
+    mut leading: watch::Receiver<bool>,
 ) {
     let mut after = 0;
     let mut labeller = Labeller::new();
     loop {
-        bell.notified().await;
-        loop {
+        tokio::select! {
+            () = bell.notified() => {}
+            changed = leading.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+        if !*leading.borrow_and_update() {
+            // Another node pushes; whoever leads next starts from what is not acknowledged.
+            after = 0;
+            continue;
+        }
+        // Until the backlog is pushed, or the lead moves to another node.
+        while *leading.borrow() {
             let entries = match engine.store.inbox(&agent, after, WEBHOOK_BATCH).await {
                 Ok(entries) => entries,
                 Err(error) => {

@@ -356,6 +356,10 @@ impl ConversationStore for MeteredStore {
         self.inner.acknowledge(agent, through).await
     }
 
+    async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {
+        self.inner.lead(role, lease_ms).await
+    }
+
     async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
         self.inner.conversations_of(agent).await
     }

@@ -626,6 +626,127 @@ impl Drop for RedisServer {
     }
 }
 
+/// The messages a webhook receiver got, as (inbox seq, message id).
+type Pushed = Arc<std::sync::Mutex<Vec<(u64, String)>>>;
+
+/// A webhook receiver on loopback that records every item POSTed to it; its URL.
+async fn webhook_receiver(pushed: Pushed) -> String {
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |axum::Json(item): axum::Json<serde_json::Value>| async move {
+                let seq = item["seq"].as_u64().unwrap_or_default();
+                let id = item["message"]["id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                pushed.lock().expect("lock").push((seq, id));
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// Two nodes push each webhook message once, whichever node accepted it: only the node that
+/// leads webhook delivery pushes. When it dies, the other takes the lead and pushes what
+/// comes after (and, at least once, what bob had not acknowledged).
+#[tokio::test]
+async fn two_nodes_push_each_webhook_message_once() {
+    let Some(redis) = test_redis("two_nodes_push_each_webhook_message_once") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = format!("{redis}/4");
+        let client = ::redis::Client::open(url.as_str()).expect("redis url");
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let () = ::redis::cmd("FLUSHDB")
+            .query_async(&mut connection)
+            .await
+            .expect("flushdb");
+        let pushed: Pushed = Arc::default();
+        let hook = webhook_receiver(pushed.clone()).await;
+        let dir = scratch_dir("webhook-nodes");
+        let templates = templates(&dir);
+        let agents = dir.join("agents.yaml");
+        std::fs::write(
+            &agents,
+            format!(
+                "agents:\n  - {{id: alice, token: alice-secret}}\n  \
+                 - {{id: bob, token: bob-secret, webhook: \"{hook}\"}}\n"
+            ),
+        )
+        .expect("agents file");
+        let agents_arg = ["--agents", agents.to_str().expect("utf-8 path")];
+        let node_a = Server::start_with(&dir, &templates, &url, "node-a", &agents_arg);
+        let node_b = Server::start_with(&dir, &templates, &url, "node-b", &agents_arg);
+        let on_a = Client::new(&node_a.url, "alice", Some("alice-secret")).expect("client");
+        let on_b = Client::new(&node_b.url, "alice", Some("alice-secret")).expect("client");
+        for n in 0..3 {
+            for (node, client) in [("a", &on_a), ("b", &on_b)] {
+                client
+                    .start(&request(&format!("hook-{node}{n}"), "bob", None))
+                    .await
+                    .expect("start");
+            }
+        }
+        let ids = |pushed: &Pushed| -> Vec<String> {
+            let mut ids: Vec<String> = pushed
+                .lock()
+                .expect("lock")
+                .iter()
+                .map(|(_, id)| id.clone())
+                .collect();
+            ids.sort();
+            ids
+        };
+        eventually("six pushes", || async {
+            (ids(&pushed).len() >= 6).then_some(())
+        })
+        .await;
+        // Longer than a lead renewal: a second pusher would have pushed by now.
+        sleep(Duration::from_secs(4)).await;
+        let once: Vec<String> = ["a0", "a1", "a2", "b0", "b1", "b2"]
+            .iter()
+            .map(|n| format!("hook-{n}.request"))
+            .collect();
+        assert_eq!(ids(&pushed), once, "each message pushed once, by one node");
+
+        // bob acknowledges what he got; node A, which started first and so most likely
+        // leads, dies; B pushes what comes next (after taking the lead, if A had it).
+        let bob = Client::new(&node_b.url, "bob", Some("bob-secret")).expect("client");
+        bob.acknowledge(6).await.expect("acknowledge");
+        node_a.kill();
+        let survivor = node_b;
+        let alice = Client::new(&survivor.url, "alice", Some("alice-secret")).expect("client");
+        alice
+            .start(&request("hook-after", "bob", None))
+            .await
+            .expect("start after the leader died");
+        eventually("the push after the failover", || async {
+            ids(&pushed)
+                .contains(&"hook-after.request".to_owned())
+                .then_some(())
+        })
+        .await;
+        assert_eq!(
+            ids(&pushed).len(),
+            7,
+            "acknowledged messages are not pushed again: {:?}",
+            ids(&pushed)
+        );
+    })
+    .await
+    .expect("within the test timeout");
+}
+
 /// One administrator per server: the agents file's `admin_token` also uploads templates,
 /// `--admin-token` alone also reads everything, and two different tokens stop the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

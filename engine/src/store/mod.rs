@@ -222,6 +222,14 @@ pub trait ConversationStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Takes or keeps, for `lease_ms`, the lead of `role`: work that one engine node of
+    /// those sharing the store should do, not each of them (webhook delivery). True while
+    /// this node leads; it must ask again before the lease runs out to keep it. A store only
+    /// this process writes to always answers true.
+    async fn lead(&self, _role: &str, _lease_ms: u64) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
     /// Commits other engine nodes made, from now on, or `None` for a store only this
     /// process writes to.
     fn remote_changes(&self) -> Option<tokio::sync::broadcast::Receiver<RemoteChange>> {

@@ -19,6 +19,7 @@
 //! | `P:msg-refs` | hash | shared message key → inbox entries still naming it; the key goes with the last |
 //! | `P:parties:{agent}` | set | ids of the conversations the agent is a party of |
 //! | `P:changes` | pub/sub channel | one JSON notice per commit that added events |
+//! | `P:lead:{role}` | string | the node leading `role` (webhook delivery), with the lease as its expiry |
 //!
 //! A message is acknowledged when the script returned. For that to mean "durable", run
 //! Redis with `appendonly yes` and `appendfsync always` (the tests do); with the default
@@ -151,6 +152,21 @@ end
 return #entries
 "#;
 
+/// Takes the lead of a role (KEYS[1]) for node ARGV[1] for ARGV[2] ms when nobody holds it,
+/// or extends it when the node holds it already; 1 when the node leads, 0 when another does.
+const LEAD_SCRIPT: &str = r#"
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"#;
+
 /// Inbox entries one run of [`ACK_SCRIPT`] deletes at most.
 const ACK_BATCH: usize = 1000;
 
@@ -201,6 +217,9 @@ impl Keys {
     fn message(&self, conversation: &str, message: &str) -> String {
         format!("{}:msg:{conversation}:{message}", self.prefix)
     }
+    fn lead(&self, role: &str) -> String {
+        format!("{}:lead:{role}", self.prefix)
+    }
     fn message_refs(&self) -> String {
         format!("{}:msg-refs", self.prefix)
     }
@@ -226,6 +245,7 @@ pub struct RedisStore {
     claim_script: Script,
     remove_script: Script,
     ack_script: Script,
+    lead_script: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -286,6 +306,7 @@ impl RedisStore {
             claim_script: Script::new(CLAIM_SCRIPT),
             remove_script: Script::new(REMOVE_SCRIPT),
             ack_script: Script::new(ACK_SCRIPT),
+            lead_script: Script::new(LEAD_SCRIPT),
         })
     }
 
@@ -649,6 +670,19 @@ impl ConversationStore for RedisStore {
         }
     }
 
+    async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {
+        let mut connection = self.connection.clone();
+        let leads: i64 = self
+            .lead_script
+            .key(self.keys.lead(role))
+            .arg(&*self.node)
+            .arg(lease_ms)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        Ok(leads == 1)
+    }
+
     async fn conversations_of(&self, agent: &str) -> Result<Option<Vec<Arc<str>>>, StoreError> {
         let mut connection = self.connection.clone();
         let mut ids: Vec<String> = connection
@@ -783,6 +817,32 @@ mod tests {
             left.iter().map(|entry| entry.seq).collect::<Vec<_>>(),
             [total]
         );
+    }
+
+    /// One node leads a role at a time; the lead passes on when its lease runs out.
+    #[tokio::test]
+    async fn one_node_leads_a_role_until_its_lease_runs_out() {
+        let Some(url) = test_redis("one_node_leads_a_role_until_its_lease_runs_out") else {
+            return;
+        };
+        let prefix = unique_prefix("lead");
+        let (a, b) = (
+            open_store(&url, &prefix).await,
+            open_store(&url, &prefix).await,
+        );
+        assert!(a.lead("webhooks", 60_000).await.expect("lead"));
+        assert!(!b.lead("webhooks", 60_000).await.expect("lead"));
+        assert!(a.lead("webhooks", 60_000).await.expect("renew"));
+        assert!(b.lead("other-role", 60_000).await.expect("another role"));
+        // a stops renewing: its lease (shortened here) runs out and b takes over.
+        assert!(a.lead("webhooks", 1).await.expect("renew briefly"));
+        let mut waited = 0;
+        while !b.lead("webhooks", 60_000).await.expect("lead") {
+            waited += 1;
+            assert!(waited < 500, "the lease never ran out");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!a.lead("webhooks", 60_000).await.expect("lead"));
     }
 
     #[tokio::test]
