@@ -17,6 +17,7 @@ use std::sync::Arc;
 use colloquy_protocol::api::ConversationSummary;
 use colloquy_protocol::conversation::ConversationStatus;
 
+use crate::conversation::Conversation;
 use crate::engine::Engine;
 use crate::error::EngineError;
 
@@ -119,28 +120,33 @@ impl Engine {
 
     /// The template name of a conversation, loading it if needed.
     pub async fn template_of(&self, conversation_id: &str) -> Result<Arc<str>, EngineError> {
-        let view_free = self.live.get(conversation_id).map(|e| e.value().clone());
-        if let Some(slot) = view_free {
-            let guard = slot.lock().await;
-            if let Some(conversation) = guard.as_ref() {
-                return Ok(conversation.started.template.clone());
-            }
-        }
-        // Not in memory: a full read loads it (and fails cleanly when it does not exist).
-        Ok(self.view(conversation_id, None).await?.template)
+        self.read_loaded(conversation_id, |conversation| {
+            conversation.started.template.clone()
+        })
+        .await
     }
-}
 
-impl Engine {
     /// Whether the conversation has completed, loading it if needed.
     pub async fn is_completed(&self, conversation_id: &str) -> Result<bool, EngineError> {
-        let slot = self.live.get(conversation_id).map(|e| e.value().clone());
-        if let Some(slot) = slot {
+        self.read_loaded(conversation_id, Conversation::is_completed)
+            .await
+    }
+
+    /// Reads the loaded conversation, loading it (replaying its log) if needed: not a view,
+    /// which would also read and copy every message to answer one field.
+    async fn read_loaded<R>(
+        &self,
+        conversation_id: &str,
+        read: impl Fn(&Conversation) -> R,
+    ) -> Result<R, EngineError> {
+        // A second try covers a cached copy dropped between loading and locking it.
+        for _ in 0..2 {
+            let slot = self.loaded_slot(conversation_id).await?;
             let guard = slot.lock().await;
             if let Some(conversation) = guard.as_ref() {
-                return Ok(conversation.is_completed());
+                return Ok(read(conversation));
             }
         }
-        Ok(self.view(conversation_id, None).await?.status == ConversationStatus::Completed)
+        Err(EngineError::UnknownConversation(conversation_id.to_owned()))
     }
 }
