@@ -339,6 +339,23 @@ impl Conversation {
             .collect()
     }
 
+    /// Views of the threads of `agents` that are participants, in thread order.
+    pub fn thread_views_of<'a>(
+        &self,
+        agents: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<ThreadView> {
+        let mut indexes: Vec<usize> = agents
+            .into_iter()
+            .filter_map(|agent| self.thread_index(agent))
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+            .into_iter()
+            .map(|index| self.thread_view(&self.threads[index]))
+            .collect()
+    }
+
     /// A commitment as both parties see it.
     pub fn commitment_view(&self, commitment: &Commitment) -> CommitmentView {
         let rule = &self.template.commitments[commitment.rule];

@@ -226,8 +226,21 @@ impl Engine {
         message: SendMessage,
     ) -> Result<SendReceipt, EngineError> {
         let id = message_id(&message)?;
-        let (summary, (sight, handled)) = self
-            .with_conversation(conversation_id, |step| {
+        // The receipt shows the threads the message went on, not every thread: the
+        // initiator of a call for proposals to a thousand bidders would otherwise get a
+        // thousand threads back with each award or rejection.
+        let threads_of = |conversation: &Conversation, (_, handled): &(Sight, Handled)| {
+            match handled {
+                Handled::Fresh(parts) => conversation.thread_views_of(
+                    std::iter::once(sender)
+                        .chain(parts.receivers.iter().map(|receiver| &**receiver)),
+                ),
+                // Cut to the first acceptance's receivers below, once they are read.
+                Handled::Duplicate(_) => conversation.thread_views(),
+            }
+        };
+        let (mut summary, (sight, handled)) = self
+            .with_conversation(conversation_id, threads_of, |step| {
                 let sight = Sight::of_sender(step.conversation, sender);
                 if let Some(seq) = step.conversation.accepted_seq(&id) {
                     if step.conversation.role_of(sender).is_none() {
@@ -247,7 +260,11 @@ impl Engine {
             Handled::Duplicate(seq) => {
                 let events = self.store.events_after(conversation_id, seq - 1).await?;
                 check_retry(&id, &events, sender, &message)?;
-                (true, receipt_parts(&id, &events))
+                let parts = receipt_parts(&id, &events);
+                summary.threads.retain(|thread| {
+                    *thread.participant == *sender || parts.receivers.contains(&thread.participant)
+                });
+                (true, parts)
             }
         };
         Ok(sight.receipt(SendReceipt {
@@ -386,16 +403,20 @@ impl Engine {
             .rsplit_once('/')
             .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))?;
         let (_, view) = self
-            .with_conversation(conversation_id, |step| {
-                dispatch::settle_commitment(step, commitment_id, agent, to)?;
-                let conversation = &*step.conversation;
-                conversation
-                    .commitments
-                    .iter()
-                    .find(|c| &*c.id == commitment_id)
-                    .map(|c| conversation.commitment_view(c))
-                    .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))
-            })
+            .with_conversation(
+                conversation_id,
+                |_, _| Vec::new(),
+                |step| {
+                    dispatch::settle_commitment(step, commitment_id, agent, to)?;
+                    let conversation = &*step.conversation;
+                    conversation
+                        .commitments
+                        .iter()
+                        .find(|c| &*c.id == commitment_id)
+                        .map(|c| conversation.commitment_view(c))
+                        .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))
+                },
+            )
             .await
             .map_err(|error| match error {
                 EngineError::UnknownConversation(_) => {
@@ -617,9 +638,12 @@ impl Engine {
     /// result. Lost races with other writers are retried from a fresh load. So is a refusal
     /// decided on a cached copy that another node's commits have left behind: the version
     /// check catches a stale copy only when the work gets as far as a commit.
+    ///
+    /// The summary's threads are those `threads_of` picks, given the work's result.
     async fn with_conversation<R>(
         &self,
         id: &str,
+        threads_of: impl Fn(&Conversation, &R) -> Vec<ThreadView>,
         mut work: impl FnMut(&mut Step<'_>) -> Result<R, EngineError>,
     ) -> Result<(Summary, R), EngineError> {
         let mut attempt = 0;
@@ -684,7 +708,7 @@ impl Engine {
             let summary = Summary {
                 status: conversation.status,
                 outcome: conversation.outcome,
-                threads: conversation.thread_views(),
+                threads: threads_of(conversation, &value),
             };
             return Ok((summary, value));
         }

@@ -228,6 +228,7 @@ pub struct SendReceipt {
     /// Its outcome, once completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
-    /// Every thread, now.
+    /// The threads the message went on (the sender's own, and its receivers'), now. Not every
+    /// thread: a reply to one of a thousand bidders carries one.
     pub threads: Vec<ThreadView>,
 }

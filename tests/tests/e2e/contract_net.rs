@@ -69,6 +69,8 @@ async fn reject(h: &Harness, id: &str, bidder: &str) {
         )
         .await;
     assert_eq!(state(&r.threads, bidder), "rejected");
+    // The receipt shows the thread the message went on, not every bidder's.
+    assert_eq!(r.threads.len(), 1, "{:?}", r.threads);
 }
 
 #[tokio::test]
