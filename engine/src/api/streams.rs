@@ -200,6 +200,11 @@ pub(crate) struct Labeller {
     known: HashMap<Arc<str>, Option<Arc<str>>>,
 }
 
+/// Lookups a [`Labeller`] remembers before it starts over. A stream lives as long as its
+/// client stays connected, which may be weeks with a new conversation every millisecond:
+/// the memory must not grow with them.
+const LABELS_REMEMBERED: usize = 4096;
+
 impl Labeller {
     pub(crate) fn new() -> Labeller {
         Labeller {
@@ -212,6 +217,9 @@ impl Labeller {
             Some(template) => template.clone(),
             None => {
                 let template = engine.template_of(&entry.conversation_id).await.ok();
+                if self.known.len() == LABELS_REMEMBERED {
+                    self.known.clear();
+                }
                 self.known
                     .insert(entry.conversation_id.clone(), template.clone());
                 template
