@@ -63,6 +63,11 @@ type Remembered<K> = HashMap<K, u64, crate::keyed::Hasher>;
 /// several rows per move.
 pub const RECENT_ROWS: usize = 2048;
 
+/// Inbox entries one acknowledgement job deletes at most: a large backlog acknowledged at
+/// once is deleted over several transactions, not in one that holds up every commit queued
+/// behind it.
+const ACK_BATCH: u64 = 10_000;
+
 /// How long [`SqliteStore::open`] waits for another process to let go of the file.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -238,7 +243,8 @@ enum Job {
         oneshot::Sender<Result<Vec<Arc<str>>, StoreError>>,
     ),
     Remove(String, oneshot::Sender<Result<(), StoreError>>),
-    Acknowledge(String, u64, oneshot::Sender<Result<(), StoreError>>),
+    /// Answers whether the acknowledgement is complete (see [`ACK_BATCH`]).
+    Acknowledge(String, u64, oneshot::Sender<Result<bool, StoreError>>),
 }
 
 /// A [`ConversationStore`] in one SQLite file.
@@ -531,10 +537,13 @@ enum Answer {
         oneshot::Sender<Result<Vec<Arc<str>>, StoreError>>,
         Result<Vec<Arc<str>>, StoreError>,
     ),
-    /// A removal or an acknowledgement.
-    Done(
+    Remove(
         oneshot::Sender<Result<(), StoreError>>,
         Result<(), StoreError>,
+    ),
+    Acknowledge(
+        oneshot::Sender<Result<bool, StoreError>>,
+        Result<bool, StoreError>,
     ),
 }
 
@@ -588,11 +597,11 @@ impl Writer {
                     Job::Remove(id, reply) => {
                         remove(&transaction, &id)?;
                         versions.insert(Arc::from(id), 0);
-                        Answer::Done(reply, Ok(()))
+                        Answer::Remove(reply, Ok(()))
                     }
                     Job::Acknowledge(agent, through, reply) => {
-                        acknowledge(&transaction, &agent, through, &mut counts)?;
-                        Answer::Done(reply, Ok(()))
+                        let complete = acknowledge(&transaction, &agent, through, &mut counts)?;
+                        Answer::Acknowledge(reply, Ok(complete))
                     }
                 });
             }
@@ -636,10 +645,12 @@ fn send_answers(answers: Vec<Answer>, failure: Option<&str>) {
         match (answer, failure) {
             (Answer::Commit(reply, result), None) => drop(reply.send(result)),
             (Answer::Claim(reply, result), None) => drop(reply.send(result)),
-            (Answer::Done(reply, result), None) => drop(reply.send(result)),
+            (Answer::Remove(reply, result), None) => drop(reply.send(result)),
+            (Answer::Acknowledge(reply, result), None) => drop(reply.send(result)),
             (Answer::Commit(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
             (Answer::Claim(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
-            (Answer::Done(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Remove(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Acknowledge(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
         }
     }
 }
@@ -831,15 +842,28 @@ fn remove(connection: &Connection, id: &str) -> Result<(), rusqlite::Error> {
     Ok(())
 }
 
-/// Deletes `agent`'s inbox entries up to `through` and the shared messages no entry names
-/// any more, and records `through` so the sequence goes on after it.
+/// Deletes `agent`'s inbox entries up to `through`, at most [`ACK_BATCH`] of them, and the
+/// shared messages no entry names any more, and records how far it got so the sequence goes
+/// on after it. True when it got to `through`; the caller sends the rest as another job.
 fn acknowledge(
     connection: &Connection,
     agent: &str,
     through: u64,
     recent: &mut Recent,
-) -> Result<(), rusqlite::Error> {
-    let through = to_sql(through);
+) -> Result<bool, rusqlite::Error> {
+    let oldest: Option<i64> = connection
+        .prepare_cached(
+            "SELECT min(coalesce((SELECT min(seq) FROM inbox WHERE agent = ?1), ?2),
+                        coalesce((SELECT min(seq) FROM inbox_recent WHERE agent = ?1), ?2))",
+        )?
+        .query_row(params![agent, to_sql(through)], |row| row.get(0))?;
+    // Sequences have no gaps but those acknowledgements left below the oldest entry, so
+    // this bounds the entries deleted.
+    let upto = oldest.map_or(through, |oldest| {
+        through.min(from_sql(oldest).saturating_add(ACK_BATCH - 1))
+    });
+    let complete = upto == through;
+    let through = to_sql(upto);
     let shared: Vec<i64> = connection
         .prepare_cached(
             "SELECT message_row FROM inbox
@@ -871,7 +895,7 @@ fn acknowledge(
              ON CONFLICT (agent) DO UPDATE SET through = max(through, excluded.through)",
         )?
         .execute(params![agent, through])?;
-    Ok(())
+    Ok(complete)
 }
 
 /// SQLite integers are signed; times and versions stay far below `i64::MAX`.
@@ -932,9 +956,15 @@ impl ConversationStore for SqliteStore {
     }
 
     async fn acknowledge(&self, agent: &str, through: u64) -> Result<(), StoreError> {
-        let agent = agent.to_owned();
-        self.submit(|reply| Job::Acknowledge(agent, through, reply))
-            .await
+        loop {
+            let agent = agent.to_owned();
+            let complete = self
+                .submit(|reply| Job::Acknowledge(agent, through, reply))
+                .await?;
+            if complete {
+                return Ok(());
+            }
+        }
     }
 
     async fn inbox(
@@ -1142,6 +1172,32 @@ mod tests {
             .expect("commit");
         let bob = store.inbox("bob", 0, 10).await.expect("inbox");
         assert_eq!(bob.iter().map(|entry| entry.seq).collect::<Vec<_>>(), [4]);
+    }
+
+    /// An acknowledgement of more entries than one job deletes takes several, and leaves the
+    /// rest.
+    #[tokio::test]
+    async fn a_large_acknowledgement_runs_in_batches() {
+        let store = SqliteStore::open(temp_db("ack-batches")).expect("open");
+        store
+            .commit(commit("c1", 0, vec![started("c1")], None))
+            .await
+            .expect("start");
+        let total = ACK_BATCH * 2 + 5;
+        let events = (2..total + 2)
+            .map(|seq| accepted(seq, &format!("m{seq}")))
+            .collect();
+        store
+            .commit(commit("c1", 1, events, None))
+            .await
+            .expect("commit");
+        store.acknowledge("bob", total - 1).await.expect("ack");
+        let left = store.inbox("bob", 0, 10).await.expect("inbox");
+        assert_eq!(
+            left.iter().map(|entry| entry.seq).collect::<Vec<_>>(),
+            [total]
+        );
+        assert_eq!(store.inbox_head("bob").await.expect("head"), total);
     }
 
     #[tokio::test]
