@@ -45,11 +45,14 @@ pub struct ConversationPage {
     pub next_cursor: Option<String>,
 }
 
-/// `GET /v1/commitments`.
+/// `GET /v1/commitments`, a page at a time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CommitmentList {
-    /// The matching commitments, by conversation and creation order.
+    /// The matching commitments on this page, ordered by id.
     pub commitments: Vec<CommitmentView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// A message in an agent's inbox. `seq` is the agent's own sequence: resume after it.

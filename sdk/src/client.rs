@@ -158,22 +158,31 @@ impl Client {
     }
 
     /// `GET /v1/commitments`: this agent's commitments, optionally by `role` (`debtor` or
-    /// `creditor`) and `state`.
+    /// `creditor`) and `state`; every page of them, in id order.
     pub async fn commitments(
         &self,
         role: Option<&str>,
         state: Option<&str>,
     ) -> Result<Vec<CommitmentView>, SdkError> {
-        let mut params = Vec::new();
-        params.extend(role.map(|role| ("role", role)));
-        params.extend(state.map(|state| ("state", state)));
-        let list: CommitmentList = self
-            .call(
-                self.http_request(Method::GET, "/v1/commitments")
-                    .query(&params),
-            )
-            .await?;
-        Ok(list.commitments)
+        let mut commitments = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut params = Vec::new();
+            params.extend(role.map(|role| ("role", role)));
+            params.extend(state.map(|state| ("state", state)));
+            params.extend(cursor.as_deref().map(|cursor| ("cursor", cursor)));
+            let page: CommitmentList = self
+                .call(
+                    self.http_request(Method::GET, "/v1/commitments")
+                        .query(&params),
+                )
+                .await?;
+            commitments.extend(page.commitments);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(commitments),
+            }
+        }
     }
 
     /// `POST /v1/commitments/{id}/release`: waives a commitment owed to this agent.

@@ -1,6 +1,8 @@
 //! Commitments: who owes what to whom, and the two ways out of one (the creditor releases,
 //! the debtor cancels).
 
+use std::num::NonZeroUsize;
+
 use axum::extract::{Path, State};
 use colloquy_protocol::api::CommitmentList;
 use colloquy_protocol::conversation::{CommitmentState, CommitmentView};
@@ -22,6 +24,9 @@ pub enum Role {
     Creditor,
 }
 
+/// Commitments per page of `GET /v1/commitments`, unless the caller asks for fewer.
+pub const MAX_COMMITMENT_PAGE: usize = 500;
+
 /// Query of `GET /v1/commitments`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,10 +34,16 @@ pub struct CommitmentQuery {
     agent: Option<String>,
     role: Option<Role>,
     state: Option<CommitmentState>,
+    /// The previous page's `next_cursor`: commitments with ids after it.
+    cursor: Option<String>,
+    /// At most this many (at most [`MAX_COMMITMENT_PAGE`]); 0 is refused.
+    limit: Option<NonZeroUsize>,
 }
 
-/// `GET /v1/commitments?agent=&role=debtor|creditor&state=`: an agent's commitments (the
-/// caller's own; the administrator names any agent).
+/// `GET /v1/commitments?agent=&role=debtor|creditor&state=&cursor=&limit=`: an agent's
+/// commitments (the caller's own; the administrator names any agent), ordered by id, a page
+/// at a time: an agent party to many conversations would otherwise get all of theirs in one
+/// answer.
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -62,10 +73,22 @@ pub async fn list(
             Some(Role::Debtor) => *c.debtor == *agent,
             Some(Role::Creditor) => *c.creditor == *agent,
         };
-        role && query.state.is_none_or(|s| c.state == s)
+        let after = query.cursor.as_deref().is_none_or(|cursor| &*c.id > cursor);
+        role && after && query.state.is_none_or(|s| c.state == s)
     });
     commitments.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(JsonResponse(CommitmentList { commitments }))
+    let limit = query
+        .limit
+        .map_or(MAX_COMMITMENT_PAGE, NonZeroUsize::get)
+        .min(MAX_COMMITMENT_PAGE);
+    let next_cursor = (commitments.len() > limit).then(|| {
+        commitments.truncate(limit);
+        commitments.last().map(|c| c.id.to_string())
+    });
+    Ok(JsonResponse(CommitmentList {
+        commitments,
+        next_cursor: next_cursor.flatten(),
+    }))
 }
 
 /// `POST /v1/commitments/{id}/release`: the creditor waives it.

@@ -300,3 +300,48 @@ async fn a_commitment_id_works_in_the_path_with_its_slash_unencoded() {
     let (status, _) = call(server.as_agent(Method::POST, &path("cancel"), "bob")).await;
     assert_eq!(status, 409, "released already");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commitments_come_a_page_at_a_time() {
+    let server = Server::start().await;
+    let alice = server.client("alice").await;
+    for n in 0..3 {
+        bounded(alice.start(&colloquy_protocol::StartConversation {
+            template: "fipa-request".into(),
+            participants: vec!["bob".into()],
+            message: Some(colloquy_protocol::SendMessage::new(
+                "request",
+                json!({"action": "file", "n": n}),
+            )),
+            ..Default::default()
+        }))
+        .await
+        .expect("started");
+    }
+    let (status, first) =
+        call(server.as_agent(Method::GET, "/v1/commitments?limit=2", "alice")).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["commitments"].as_array().map(Vec::len), Some(2));
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    assert_eq!(first["commitments"][1]["id"], cursor.as_str());
+    let (status, rest) = call(
+        server
+            .as_agent(Method::GET, "/v1/commitments", "alice")
+            .query(&[("limit", "2"), ("cursor", cursor.as_str())]),
+    )
+    .await;
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(rest["commitments"].as_array().map(Vec::len), Some(1));
+    assert!(rest.get("next_cursor").is_none(), "{rest}");
+    assert!(rest["commitments"][0]["id"].as_str() > Some(cursor.as_str()));
+    // The SDK follows the pages.
+    let all = bounded(alice.commitments(None, None))
+        .await
+        .expect("listed");
+    assert_eq!(all.len(), 3);
+    let (status, _) = call(server.as_agent(Method::GET, "/v1/commitments?limit=0", "alice")).await;
+    assert_eq!(status, 400);
+}
