@@ -100,27 +100,52 @@ impl Engine {
         }
     }
 
-    /// The commitments where `agent` is debtor or creditor, in every conversation the store
-    /// holds — also those this engine has not loaded since it started, which it loads now.
-    /// With a store that keeps no party index (memory) this is
-    /// [`Engine::commitments_of`].
-    pub async fn commitments(&self, agent: &str) -> Result<Vec<CommitmentView>, EngineError> {
-        let Some(ids) = self.store.conversations_of(agent).await? else {
-            return Ok(self.commitments_of(agent).await);
+    /// A page of the commitments where `agent` is debtor or creditor and `keep` holds, in
+    /// every conversation the store holds (also those this engine has not loaded since it
+    /// started, which it loads now) or, with a store that keeps no party index (memory),
+    /// every conversation the engine's party index lists. Ordered by conversation id, then
+    /// commitment id; starts after the commitment `after`, takes at most `limit`, and says
+    /// whether more follow. Only the conversations the page reaches are read.
+    pub async fn commitments(
+        &self,
+        agent: &str,
+        after: Option<&str>,
+        limit: usize,
+        keep: impl Fn(&CommitmentView) -> bool,
+    ) -> Result<(Vec<CommitmentView>, bool), EngineError> {
+        // Commitment ids are `<conversation id>/<n>`; conversation ids have no `/`.
+        let after_conversation = after.map(|id| id.rsplit_once('/').map_or(id, |(c, _)| c));
+        let mut ids = match self.store.conversations_of(agent).await? {
+            Some(ids) => ids,
+            None => self.parties.of(agent, None),
         };
-        let mut found = Vec::new();
-        for id in ids {
-            let slot = match self.loaded_slot(&id).await {
+        ids.sort_unstable();
+        let start = after_conversation.map_or(0, |c| ids.partition_point(|id| &**id < c));
+        let mut page = Vec::new();
+        for id in &ids[start..] {
+            let slot = match self.loaded_slot(id).await {
                 Ok(slot) => slot,
                 // Removed (retention) since the index was read.
                 Err(EngineError::UnknownConversation(_)) => continue,
                 Err(error) => return Err(error),
             };
             let guard = slot.lock().await;
-            if let Some(conversation) = guard.as_ref() {
-                found.extend(conversation.commitments_involving(agent));
+            let Some(conversation) = guard.as_ref() else {
+                continue;
+            };
+            let same_conversation = after_conversation == Some(&**id);
+            let mut found: Vec<CommitmentView> = conversation
+                .commitments_involving(agent)
+                .filter(|c| !same_conversation || after.is_none_or(|after| &*c.id > after))
+                .filter(|c| keep(c))
+                .collect();
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+            page.extend(found);
+            if page.len() > limit {
+                page.truncate(limit);
+                return Ok((page, true));
             }
         }
-        Ok(found)
+        Ok((page, false))
     }
 }

@@ -48,7 +48,7 @@ pub struct ConversationPage {
 /// `GET /v1/commitments`, a page at a time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CommitmentList {
-    /// The matching commitments on this page, ordered by id.
+    /// The matching commitments on this page, ordered by conversation id, then id.
     pub commitments: Vec<CommitmentView>,
     /// Pass as `cursor` to get the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -41,9 +41,10 @@ pub struct CommitmentQuery {
 }
 
 /// `GET /v1/commitments?agent=&role=debtor|creditor&state=&cursor=&limit=`: an agent's
-/// commitments (the caller's own; the administrator names any agent), ordered by id, a page
-/// at a time: an agent party to many conversations would otherwise get all of theirs in one
-/// answer.
+/// commitments (the caller's own; the administrator names any agent), ordered by
+/// conversation and id, a page at a time: an agent party to many conversations would
+/// otherwise get all of theirs in one answer, and each page reads only the conversations it
+/// reaches.
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -66,28 +67,27 @@ pub async fn list(
         }
     };
     // Also the conversations this node has not loaded (after a restart, or on another node).
-    let mut commitments = state.engine().commitments(&agent).await?;
-    commitments.retain(|c| {
-        let role = match query.role {
-            None => true,
-            Some(Role::Debtor) => *c.debtor == *agent,
-            Some(Role::Creditor) => *c.creditor == *agent,
-        };
-        let after = query.cursor.as_deref().is_none_or(|cursor| &*c.id > cursor);
-        role && after && query.state.is_none_or(|s| c.state == s)
-    });
-    commitments.sort_by(|a, b| a.id.cmp(&b.id));
     let limit = query
         .limit
         .map_or(MAX_COMMITMENT_PAGE, NonZeroUsize::get)
         .min(MAX_COMMITMENT_PAGE);
-    let next_cursor = (commitments.len() > limit).then(|| {
-        commitments.truncate(limit);
-        commitments.last().map(|c| c.id.to_string())
-    });
+    let (commitments, more) = state
+        .engine()
+        .commitments(&agent, query.cursor.as_deref(), limit, |c| {
+            let role = match query.role {
+                None => true,
+                Some(Role::Debtor) => *c.debtor == *agent,
+                Some(Role::Creditor) => *c.creditor == *agent,
+            };
+            role && query.state.is_none_or(|s| c.state == s)
+        })
+        .await?;
+    let next_cursor = more
+        .then(|| commitments.last().map(|c| c.id.to_string()))
+        .flatten();
     Ok(JsonResponse(CommitmentList {
         commitments,
-        next_cursor: next_cursor.flatten(),
+        next_cursor,
     }))
 }
 
