@@ -33,6 +33,14 @@ pub struct Conversation {
     pub outcome: Option<Outcome>,
     /// One per participant, in `started.participants` order.
     pub threads: Vec<Thread>,
+    /// Thread indexes by participant, for conversations with more than
+    /// [`INDEXED_FROM`] participants: several lookups per message would otherwise each scan
+    /// a thousand names.
+    #[allow(
+        clippy::box_collection,
+        reason = "one pointer in every conversation instead of a map's 32 bytes; most have none"
+    )]
+    thread_by_participant: Option<Box<HashMap<AgentId, usize, Hasher>>>,
     /// Variables owned by hooks and declarative actions.
     pub vars: Map<String, Value>,
     /// Conversation deadline.
@@ -103,6 +111,15 @@ impl Conversation {
                 deadline: None,
             })
             .collect();
+        let thread_by_participant = (started.participants.len() > INDEXED_FROM).then(|| {
+            let mut index =
+                HashMap::with_capacity_and_hasher(started.participants.len(), Hasher::default());
+            for (position, participant) in started.participants.iter().enumerate() {
+                // The first thread of a name wins, as the scan below finds it.
+                index.entry(participant.clone()).or_insert(position);
+            }
+            Box::new(index)
+        });
         Conversation {
             deadline: started.deadline,
             template,
@@ -110,6 +127,7 @@ impl Conversation {
             status: ConversationStatus::Active,
             outcome: None,
             threads,
+            thread_by_participant,
             vars: Map::new(),
             commitments: Vec::new(),
             violations: Vec::new(),
@@ -171,9 +189,13 @@ impl Conversation {
 
     /// The index of `participant`'s thread.
     pub fn thread_index(&self, participant: &str) -> Option<usize> {
-        self.threads
-            .iter()
-            .position(|thread| &*thread.participant == participant)
+        match &self.thread_by_participant {
+            Some(index) => index.get(participant).copied(),
+            None => self
+                .threads
+                .iter()
+                .position(|thread| &*thread.participant == participant),
+        }
     }
 
     /// Whether a thread's state is terminal.
@@ -422,7 +444,7 @@ pub enum AcceptedIds {
     Many(HashMap<Arc<str>, u64, Hasher>),
 }
 
-/// How many accepted ids a conversation lists before it indexes them.
+/// How many accepted ids (or participants) a conversation lists before it indexes them.
 pub const INDEXED_FROM: usize = 32;
 
 impl Default for AcceptedIds {
@@ -533,6 +555,33 @@ mod tests {
     fn send(step: &mut Step<'_>, sender: &str, message: SendMessage, id: &str) {
         if let Err(error) = dispatch::on_message(step, sender, &message, Arc::from(id)) {
             panic!("{sender} {}: {error}", message.performative);
+        }
+    }
+
+    #[test]
+    fn threads_are_found_by_participant_with_few_or_many_participants() {
+        let template = builtin("fipa-contract-net.yaml");
+        for count in [3, INDEXED_FROM + 1, 1000] {
+            let participants: Vec<String> = (0..count).map(|n| format!("p{n}")).collect();
+            let request = StartConversation {
+                template: "fipa-contract-net".to_owned(),
+                participants: participants.clone(),
+                ..StartConversation::default()
+            };
+            let started = dispatch::prepare_start(&template, Arc::from("c1"), "m", &request, 1_000)
+                .expect("start");
+            let conversation = Conversation::new(template.clone(), Arc::new(started));
+            assert_eq!(
+                conversation.thread_by_participant.is_some(),
+                count > INDEXED_FROM
+            );
+            for (position, participant) in participants.iter().enumerate() {
+                assert_eq!(conversation.thread_index(participant), Some(position));
+                assert_eq!(conversation.role_of(participant), Some(Role::Participant));
+            }
+            assert_eq!(conversation.thread_index("m"), None);
+            assert_eq!(conversation.role_of("m"), Some(Role::Initiator));
+            assert_eq!(conversation.role_of("stranger"), None);
         }
     }
 
