@@ -40,21 +40,13 @@ impl Default for Wakeups {
 impl Wakeups {
     /// Listens on `key` until the listener is dropped.
     pub fn listen(&self, key: &str) -> Listener {
-        let notify = match self.listeners.entry(Arc::from(key)) {
-            dashmap::Entry::Occupied(mut entry) => match entry.get().upgrade() {
-                Some(notify) => notify,
-                None => {
-                    let notify = Arc::new(Notify::new());
-                    entry.insert(Arc::downgrade(&notify));
-                    notify
-                }
-            },
-            dashmap::Entry::Vacant(entry) => {
-                let notify = Arc::new(Notify::new());
-                entry.insert(Arc::downgrade(&notify));
-                notify
-            }
-        };
+        let mut held = self.listeners.entry(Arc::from(key)).or_default();
+        let notify = held.upgrade().unwrap_or_else(|| {
+            let notify = Arc::new(Notify::new());
+            *held = Arc::downgrade(&notify);
+            notify
+        });
+        drop(held);
         Listener {
             key: Arc::from(key),
             notify,
@@ -80,16 +72,6 @@ impl Wakeups {
         for notify in listening {
             notify.notify_waiters();
         }
-    }
-
-    /// Keys listened on now.
-    pub fn len(&self) -> usize {
-        self.listeners.len()
-    }
-
-    /// Whether nobody listens.
-    pub fn is_empty(&self) -> bool {
-        self.listeners.is_empty()
     }
 }
 
@@ -129,7 +111,7 @@ mod tests {
         let bob = wakeups.listen("bob");
         let bob_again = wakeups.listen("bob");
         let carol = wakeups.listen("carol");
-        assert_eq!(wakeups.len(), 2);
+        assert_eq!(wakeups.listeners.len(), 2);
         let (for_bob, for_bob_again, for_carol) =
             (bob.next_ring(), bob_again.next_ring(), carol.next_ring());
         // Rung after the futures were made, before they are polled: not missed.
@@ -148,9 +130,9 @@ mod tests {
             "carol was not rung"
         );
         drop(bob);
-        assert_eq!(wakeups.len(), 2, "bob still has a listener");
+        assert_eq!(wakeups.listeners.len(), 2, "bob still has a listener");
         drop(bob_again);
         drop(carol);
-        assert!(wakeups.is_empty());
+        assert!(wakeups.listeners.is_empty());
     }
 }

@@ -182,6 +182,22 @@ fn request(id: &str, participant: &str, reply_by: Option<u64>) -> StartConversat
     }
 }
 
+/// The URL of database `db` of the test Redis at `redis`, emptied: a test that owns a
+/// database sees no other run's leftovers.
+async fn emptied_database(redis: &str, db: u8) -> String {
+    let url = format!("{redis}/{db}");
+    let client = ::redis::Client::open(url.as_str()).expect("redis url");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let () = ::redis::cmd("FLUSHDB")
+        .query_async(&mut connection)
+        .await
+        .expect("flushdb");
+    url
+}
+
 /// Polls `check` until it returns `Some`, for at most [`WAIT`].
 async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
@@ -486,16 +502,7 @@ async fn two_nodes_on_one_redis_act_as_one_engine() {
     };
     timeout(TEST_TIMEOUT, async {
         // A database of its own, emptied first: leftovers must not fire here.
-        let url = format!("{redis}/3");
-        let client = ::redis::Client::open(url.as_str()).expect("redis url");
-        let mut connection = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis");
-        let () = ::redis::cmd("FLUSHDB")
-            .query_async(&mut connection)
-            .await
-            .expect("flushdb");
+        let url = emptied_database(&redis, 3).await;
 
         let dir = scratch_dir("two-nodes");
         let templates = templates(&dir);
@@ -661,16 +668,7 @@ async fn two_nodes_push_each_webhook_message_once() {
         return;
     };
     timeout(TEST_TIMEOUT, async {
-        let url = format!("{redis}/4");
-        let client = ::redis::Client::open(url.as_str()).expect("redis url");
-        let mut connection = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis");
-        let () = ::redis::cmd("FLUSHDB")
-            .query_async(&mut connection)
-            .await
-            .expect("flushdb");
+        let url = emptied_database(&redis, 4).await;
         let pushed: Pushed = Arc::default();
         let hook = webhook_receiver(pushed.clone()).await;
         let dir = scratch_dir("webhook-nodes");

@@ -228,3 +228,32 @@ pub async fn assert_acknowledged_entries_go<F, Fut>(
         .expect("commit");
     assert_eq!(inbox_of(store, "bob").await, owned(&[(3, "later")]));
 }
+
+/// Commits conversation `id` with `batch * 2 + 5` messages to bob, acknowledges all but the
+/// last, and checks that exactly the last is left and the head stays: a store that deletes
+/// `batch` entries per step takes three steps and must not lose count between them.
+pub async fn assert_a_large_acknowledgement_leaves_the_rest(
+    store: &dyn ConversationStore,
+    id: &str,
+    batch: u64,
+) {
+    store
+        .commit(commit(id, 0, vec![started(id)], None))
+        .await
+        .expect("start");
+    let total = batch * 2 + 5;
+    let events = (2..total + 2)
+        .map(|seq| accepted(seq, &format!("m{seq}")))
+        .collect();
+    store
+        .commit(commit(id, 1, events, None))
+        .await
+        .expect("commit");
+    store.acknowledge("bob", total - 1).await.expect("ack");
+    let left = store.inbox("bob", 0, 10).await.expect("inbox");
+    assert_eq!(
+        left.iter().map(|entry| entry.seq).collect::<Vec<_>>(),
+        [total]
+    );
+    assert_eq!(store.inbox_head("bob").await.expect("head"), total);
+}

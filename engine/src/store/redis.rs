@@ -702,7 +702,8 @@ impl ConversationStore for RedisStore {
 mod tests {
     use super::*;
     use crate::store::fixtures::{
-        accepted, assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
+        accepted, assert_a_large_acknowledgement_leaves_the_rest,
+        assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
         assert_refuses_stale_writes, commit, started,
     };
 
@@ -799,24 +800,7 @@ mod tests {
             return;
         };
         let store = open_store(&url, &unique_prefix("ack-batches")).await;
-        store
-            .commit(commit("c1", 0, vec![started("c1")], None))
-            .await
-            .expect("start");
-        let total = ACK_BATCH as u64 * 2 + 5;
-        let events = (2..total + 2)
-            .map(|seq| accepted(seq, &format!("m{seq}")))
-            .collect();
-        store
-            .commit(commit("c1", 1, events, None))
-            .await
-            .expect("commit");
-        store.acknowledge("bob", total - 1).await.expect("ack");
-        let left = store.inbox("bob", 0, 10).await.expect("inbox");
-        assert_eq!(
-            left.iter().map(|entry| entry.seq).collect::<Vec<_>>(),
-            [total]
-        );
+        assert_a_large_acknowledgement_leaves_the_rest(&store, "c1", ACK_BATCH as u64).await;
     }
 
     /// One node leads a role at a time; the lead passes on when its lease runs out.

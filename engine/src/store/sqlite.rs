@@ -507,12 +507,7 @@ impl Recent {
     /// Moves the recent rows into the tables clustered by agent once there are enough.
     fn settle(&mut self, connection: &Connection) -> Result<(), rusqlite::Error> {
         if self.inbox >= RECENT_ROWS {
-            connection.execute_batch(
-                "INSERT INTO inbox (agent, seq, conversation_id, message, message_row)
-                     SELECT agent, seq, conversation_id, message, message_row FROM inbox_recent
-                     ORDER BY agent, seq;
-                 DELETE FROM inbox_recent;",
-            )?;
+            move_recent_inbox(connection)?;
             self.inbox = 0;
         }
         if self.parties >= RECENT_ROWS {
@@ -526,6 +521,16 @@ impl Recent {
         }
         Ok(())
     }
+}
+
+/// Moves every row of `inbox_recent` into `inbox`, clustered by agent.
+fn move_recent_inbox(connection: &Connection) -> Result<(), rusqlite::Error> {
+    connection.execute_batch(
+        "INSERT INTO inbox (agent, seq, conversation_id, message, message_row)
+             SELECT agent, seq, conversation_id, message, message_row FROM inbox_recent
+             ORDER BY agent, seq;
+         DELETE FROM inbox_recent;",
+    )
 }
 
 enum Answer {
@@ -1068,7 +1073,8 @@ mod tests {
     use super::*;
     use crate::store::Delivery;
     use crate::store::fixtures::{
-        accepted, assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
+        accepted, assert_a_large_acknowledgement_leaves_the_rest,
+        assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
         assert_refuses_stale_writes, commit, message, started,
     };
 
@@ -1107,13 +1113,7 @@ mod tests {
             1
         );
         // Moved in bulk into `inbox` (as every RECENT_ROWS rows), still read through.
-        connection
-            .execute_batch(
-                "INSERT INTO inbox (agent, seq, conversation_id, message, message_row)
-                     SELECT agent, seq, conversation_id, message, message_row FROM inbox_recent;
-                 DELETE FROM inbox_recent;",
-            )
-            .expect("settle");
+        move_recent_inbox(&connection).expect("settle");
         drop(connection);
         let store = SqliteStore::open(&path).expect("reopen");
         let carol = store.inbox("carol", 0, 10).await.expect("inbox");
@@ -1137,13 +1137,7 @@ mod tests {
         // The entries so far in `inbox` (moved as every RECENT_ROWS rows); later ones stay
         // in `inbox_recent`.
         let connection = Connection::open(&path).expect("open the file");
-        connection
-            .execute_batch(
-                "INSERT INTO inbox (agent, seq, conversation_id, message, message_row)
-                     SELECT agent, seq, conversation_id, message, message_row FROM inbox_recent;
-                 DELETE FROM inbox_recent;",
-            )
-            .expect("settle");
+        move_recent_inbox(&connection).expect("settle");
         let messages = || -> i64 {
             connection
                 .query_row("SELECT count(*) FROM messages", [], |row| row.get(0))
@@ -1179,25 +1173,7 @@ mod tests {
     #[tokio::test]
     async fn a_large_acknowledgement_runs_in_batches() {
         let store = SqliteStore::open(temp_db("ack-batches")).expect("open");
-        store
-            .commit(commit("c1", 0, vec![started("c1")], None))
-            .await
-            .expect("start");
-        let total = ACK_BATCH * 2 + 5;
-        let events = (2..total + 2)
-            .map(|seq| accepted(seq, &format!("m{seq}")))
-            .collect();
-        store
-            .commit(commit("c1", 1, events, None))
-            .await
-            .expect("commit");
-        store.acknowledge("bob", total - 1).await.expect("ack");
-        let left = store.inbox("bob", 0, 10).await.expect("inbox");
-        assert_eq!(
-            left.iter().map(|entry| entry.seq).collect::<Vec<_>>(),
-            [total]
-        );
-        assert_eq!(store.inbox_head("bob").await.expect("head"), total);
+        assert_a_large_acknowledgement_leaves_the_rest(&store, "c1", ACK_BATCH).await;
     }
 
     #[tokio::test]
