@@ -2,7 +2,7 @@
 //! functions of `colloquy:hooks/host@1.0.0` (`log`, `now-ms`).
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use colloquy_protocol::hook::HOST_MODULE;
 use wasmtime::{Caller, Engine, Linker, ResourceLimiter};
@@ -29,6 +29,8 @@ pub struct HostState {
     pub conversation: Arc<str>,
     /// Lines logged in the current call.
     pub lines_logged: u32,
+    /// When the current call's budget runs out (see `ticker`).
+    pub ends_at: Instant,
 }
 
 impl HostState {
@@ -39,6 +41,7 @@ impl HostState {
             memory_refused: None,
             conversation: Arc::from(""),
             lines_logged: 0,
+            ends_at: Instant::now(),
         }
     }
 }

@@ -3,9 +3,9 @@
 //! wasmtime.
 //!
 //! One [`HookRuntime`] serves every template of an engine:
-//! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread every
-//!   [`EPOCH_TICK`] while wasm runs and for a tenth of a second after (`ticker`), so each
-//!   call gets a deadline of the template's `timeout_ms`;
+//! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread
+//!   while calls come (`ticker`), so each call is stopped once it has run for the
+//!   template's `timeout_ms`;
 //! - the pooling instance allocator, sized by [`HookRuntimeConfig`];
 //! - one `InstancePre` per module (keyed by the module's SHA-256, so a template revision
 //!   with a rebuilt module gets its own, and running conversations keep the old one: that is
@@ -42,9 +42,6 @@ use colloquy_protocol::template::HookEvent;
 
 use self::module::LoadedModule;
 
-/// How often the ticker thread advances the epoch: the granularity of hook deadlines. A call
-/// with `timeout_ms: 10` is stopped between 10 and 11 ms after it started.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Default number of hook instances alive at once (idle and running), across all modules.
 /// Each reserves address space (not memory) for one linear memory in the pooling allocator.
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;
@@ -217,7 +214,7 @@ impl HookRuntime {
         let Some(spec) = &template.hooks else {
             return Ok(());
         };
-        let _ticking = self.ticker.ticking();
+        let _ticking = self.ticker.ticking(module::VERSION_CALL_BUDGET);
         let module = self.module(template)?;
         for event in &spec.events {
             module.check_event(*event)?;
@@ -282,11 +279,14 @@ impl HookRuntime {
             return Ok(HookOutput::default());
         };
         // Loading runs the module's version export; the call runs the hook.
-        let _ticking = self.ticker.ticking();
+        let _ticking = self
+            .ticker
+            .ticking(Duration::from_millis(spec.limits.timeout_ms));
         let module = self.module(template)?;
         module.check_event(event)?;
         module.call(
             &self.engine,
+            self.ticker.handle(),
             event,
             input,
             spec,
@@ -311,6 +311,7 @@ impl HookRuntime {
         }
         let loaded = LoadedModule::load(
             &self.engine,
+            self.ticker.handle(),
             &self.linker,
             source,
             self.config.cache_dir.as_deref(),

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use colloquy_policy::compiled::HookModule;
 use colloquy_protocol::hook::{
@@ -14,10 +15,12 @@ use wasmtime::{
 };
 
 use super::host::{HOST_FUNCTIONS, HostState, MemoryCapExceeded};
-use super::{EPOCH_TICK, HookFailure, MAX_OUTPUT_BYTES, cache, event_name};
+use super::ticker::{self, TickerHandle};
+use super::{HookFailure, MAX_OUTPUT_BYTES, cache, event_name};
 
-/// Budget of the `hooks_abi_version` call made at load time (it returns a constant).
-const VERSION_CALL_TIMEOUT_MS: u64 = 100;
+/// Budget of the `hooks_abi_version` call made at load time (it returns a constant), and of
+/// instantiation (start function and data initialisers).
+pub(super) const VERSION_CALL_BUDGET: Duration = Duration::from_millis(100);
 /// An instance keeps the buffer its events are encoded in between calls, unless an event
 /// made it grow past this.
 const KEEP_INPUT_CAPACITY: usize = 64 * 1024;
@@ -61,6 +64,7 @@ impl LoadedModule {
     /// asks it its ABI version.
     pub fn load(
         engine: &Engine,
+        ticker: &TickerHandle,
         linker: &Linker<HostState>,
         source: &HookModule,
         cache_dir: Option<&Path>,
@@ -75,14 +79,11 @@ impl LoadedModule {
             events,
             idle: Mutex::new(Vec::new()),
         };
-        let mut probe = loaded.instantiate(engine, super::MAX_MEMORY_BYTES)?;
-        probe
-            .store
-            .set_epoch_deadline(ticks(VERSION_CALL_TIMEOUT_MS));
-        let version = probe
-            .version
-            .call(&mut probe.store, ())
-            .map_err(|error| failure(&probe.store, error, VERSION_CALL_TIMEOUT_MS))?;
+        let mut probe = loaded.instantiate(engine, ticker, super::MAX_MEMORY_BYTES)?;
+        start_budget(&mut probe.store, VERSION_CALL_BUDGET);
+        let version = probe.version.call(&mut probe.store, ()).map_err(|error| {
+            failure(&probe.store, error, VERSION_CALL_BUDGET.as_millis() as u64)
+        })?;
         if !SUPPORTED_ABI_VERSIONS.contains(&(version as u32)) || version < 0 {
             return Err(HookFailure::AbiVersion {
                 found: i64::from(version),
@@ -116,9 +117,14 @@ impl LoadedModule {
 
     /// One call: input in, output out, on an idle instance (or a new one). The instance goes
     /// back to the idle stack only when the call succeeded.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the runtime's parts a call uses, each once"
+    )]
     pub fn call(
         &self,
         engine: &Engine,
+        ticker: &TickerHandle,
         event: HookEvent,
         input: &HookInput<'_>,
         spec: &HookSpec,
@@ -137,7 +143,7 @@ impl LoadedModule {
             Some(instance) if (instance.memory.data_size(&instance.store) as u64) <= cap => {
                 instance
             }
-            _ => self.instantiate(engine, cap)?,
+            _ => self.instantiate(engine, ticker, cap)?,
         };
         let state = instance.store.data_mut();
         state.memory_cap = cap;
@@ -154,9 +160,10 @@ impl LoadedModule {
         }
         super::input::encode(input, &mut instance.input)
             .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
-        instance
-            .store
-            .set_epoch_deadline(ticks(spec.limits.timeout_ms));
+        start_budget(
+            &mut instance.store,
+            Duration::from_millis(spec.limits.timeout_ms),
+        );
         let output = instance.invoke(event).map_err(|error| match error {
             Invoke::Wasm(error) => failure(&instance.store, error, spec.limits.timeout_ms),
             Invoke::Failure(failure) => failure,
@@ -172,11 +179,20 @@ impl LoadedModule {
         output
     }
 
-    fn instantiate(&self, engine: &Engine, cap: u64) -> Result<Instance, HookFailure> {
+    fn instantiate(
+        &self,
+        engine: &Engine,
+        ticker: &TickerHandle,
+        cap: u64,
+    ) -> Result<Instance, HookFailure> {
         let mut store = Store::new(engine, HostState::new(cap));
         store.limiter(|state| state);
-        // Instantiation runs the start function and data initialisers: give it a deadline too.
-        store.set_epoch_deadline(ticks(VERSION_CALL_TIMEOUT_MS));
+        let ticker = ticker.clone();
+        store.epoch_deadline_callback(move |store| {
+            Ok(ticker::on_epoch(&ticker, store.data().ends_at))
+        });
+        // Instantiation runs the start function and data initialisers: give it a budget too.
+        start_budget(&mut store, VERSION_CALL_BUDGET);
         let instance = self
             .pre
             .instantiate(&mut store)
@@ -332,11 +348,11 @@ fn failure(store: &Store<HostState>, error: wasmtime::Error, timeout_ms: u64) ->
     }
 }
 
-/// Epoch ticks for a budget: rounded up, plus one because the tick in progress may end at
-/// any moment.
-pub(super) fn ticks(timeout_ms: u64) -> u64 {
-    let tick_ms = EPOCH_TICK.as_millis().max(1) as u64;
-    timeout_ms.div_ceil(tick_ms) + 1
+/// Starts a budget for what the store runs next: it ends `budget` from now, and the next
+/// epoch tick asks the store's callback whether it has (see `ticker`).
+fn start_budget(store: &mut Store<HostState>, budget: Duration) {
+    store.data_mut().ends_at = Instant::now() + budget;
+    store.set_epoch_deadline(1);
 }
 
 /// Checks exports and imports against ABI v1; returns which event exports exist.

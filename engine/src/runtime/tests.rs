@@ -176,9 +176,3 @@ fn a_cache_directory_others_can_write_is_not_used() {
     assert_eq!(mode & 0o077, 0, "created for this user only: {mode:o}");
     assert_eq!(std::fs::read_dir(&fresh).expect("dir").count(), 1);
 }
-
-#[test]
-fn deadlines_round_up_to_whole_ticks_plus_one() {
-    assert_eq!(module::ticks(10), 11);
-    assert_eq!(module::ticks(1), 2);
-}

@@ -1,122 +1,233 @@
 //! The epoch ticker: the thread that advances the wasmtime engine's epoch, which is how a
-//! hook call's deadline is enforced. It ticks every [`EPOCH_TICK`] while wasm code runs (a
-//! call, or a module being loaded) and on until [`IDLE_TICKS_BEFORE_PARKING`] ticks in a row
-//! pass without any, then parks until the next one. So an engine whose templates use no
-//! hooks, or whose hooks have not run for a while, spends no CPU waking up a thousand times
-//! a second.
+//! hook call's budget is enforced.
 //!
-//! Why not park as soon as nothing runs: a call lasts microseconds, so an engine whose calls
-//! come a few milliseconds apart would find the ticker parked at every call and wake it on
-//! the call's path (a futex call and a context switch). With calls 3 ms apart, that made
-//! the trivial C hook's call take 9–20 µs instead of 3–6 µs (`--bench hooks --
-//! --calls-only --spaced-ms 3`, several runs each). While the ticker is awake, starting a
-//! call costs two atomic operations; the price is a thousand wake-ups a second of the
-//! ticker thread for a tenth of a second after the last call.
+//! Every call runs with an epoch deadline one tick away and its own end time in its store
+//! ([`super::host::HostState::ends_at`]). When the epoch moves, each call in wasm at that
+//! moment runs [`on_epoch`]: past its end time it is stopped (a `Trap::Interrupt`);
+//! otherwise it asks the ticker for a tick at its end time ([`EpochTicker::tick_at`]) and
+//! goes on. So a call is stopped within [`TICK_SLACK`] of its budget, and a tick that finds
+//! a call mid-way costs that call one clock read.
 //!
-//! Deadlines stay exact: a store's epoch deadline counts ticks from the epoch at the moment
-//! it is set, and the ticker is running before any wasm starts.
+//! The ticker does not tick at that precision all the time. While calls come, it ticks
+//! once per *period*, the shortest budget any call has had (at least [`MIN_PERIOD`]): a
+//! runaway call is caught by the first tick after it starts, which then schedules the tick
+//! that stops it. Ticking every millisecond instead cost a loaded server (one core, a Rust
+//! hook on every message over HTTP) 15% of its hooked throughput: a thousand wake-ups a
+//! second of a thread sharing the core.
+//!
+//! When no call has started for [`IDLE_BEFORE_PARKING`], the ticker parks until the next
+//! one. It does not park as soon as nothing runs: a call lasts microseconds, and an engine
+//! whose calls come a few milliseconds apart would find the ticker parked at every call and
+//! wake it on the call's path (a futex call and a context switch; with calls 3 ms apart that
+//! made the trivial C hook's call take 9–20 µs instead of 3–6 µs). While the ticker is
+//! awake, starting a call costs two atomic additions and two loads.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
 
-use super::EPOCH_TICK;
+/// The ticker never ticks more often than this while calls come (budgets are whole
+/// milliseconds, so only a 1 ms budget makes it tick this often).
+pub const MIN_PERIOD: Duration = Duration::from_millis(1);
+/// How late past a call's end time the tick that stops it may come. A tick asked for that
+/// the ticker's own next wake-up serves within this is left to it: a call caught by a
+/// periodic tick just after it started ends about when the next periodic tick comes, and
+/// waking the ticker for it would double its wake-ups under load.
+pub const TICK_SLACK: Duration = Duration::from_millis(1);
+/// How long no call may start before the ticker parks.
+pub const IDLE_BEFORE_PARKING: Duration = Duration::from_millis(100);
 
-/// Ticks the ticker goes on with after the last wasm execution ended before it parks: a
-/// tenth of a second at one tick per millisecond.
-pub const IDLE_TICKS_BEFORE_PARKING: u32 = 100;
+/// A time on the ticker's clock: nanoseconds since the ticker started.
+type Nanos = u64;
+/// "No time": no tick asked for, or the ticker parked.
+const NEVER: Nanos = u64::MAX;
 
-/// Owns the ticker thread; stops it on drop.
+/// Owns the ticker thread; stops it on drop. Cheap to share through [`EpochTicker::handle`].
 pub struct EpochTicker {
+    handle: TickerHandle,
+}
+
+/// What calls use to keep the ticker going and to ask it for ticks.
+#[derive(Clone)]
+pub struct TickerHandle {
     shared: Arc<Shared>,
     thread: Thread,
 }
 
 struct Shared {
+    origin: Instant,
     /// Wasm executions in progress.
     running: AtomicUsize,
     /// Wasm executions started so far (wrapping): the ticker tells from it whether any ran
-    /// since its last tick, however short.
+    /// since it last looked, however short.
     started: AtomicUsize,
+    /// The longest the ticker sleeps while calls come: the shortest budget seen.
+    period: AtomicU64,
+    /// The earliest tick a call asked for.
+    requested: AtomicU64,
+    /// When the ticker will next wake by itself ([`NEVER`] while parked).
+    next_wake: AtomicU64,
+    /// Set while the ticker is parked (or about to): the next call unparks it.
+    parked: AtomicBool,
     stop: AtomicBool,
 }
 
-/// Keeps the ticker ticking while alive: hold one around any wasm execution.
+impl Shared {
+    fn now(&self) -> Nanos {
+        nanos(self.origin.elapsed())
+    }
+}
+
+fn nanos(duration: Duration) -> Nanos {
+    u64::try_from(duration.as_nanos()).unwrap_or(NEVER - 1)
+}
+
+/// Keeps the ticker going while alive: hold one around any wasm execution.
 pub struct Ticking<'a> {
     shared: &'a Shared,
 }
 
 impl EpochTicker {
-    /// Starts the (parked) ticker thread for `engine`.
+    /// Starts the ticker thread for `engine`.
     pub fn start(engine: wasmtime::Engine) -> std::io::Result<EpochTicker> {
         let shared = Arc::new(Shared {
+            origin: Instant::now(),
             running: AtomicUsize::new(0),
             started: AtomicUsize::new(0),
+            period: AtomicU64::new(NEVER),
+            requested: AtomicU64::new(NEVER),
+            next_wake: AtomicU64::new(NEVER),
+            parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         });
         let state = shared.clone();
         let handle = thread::Builder::new()
             .name("hook-epoch-ticker".to_owned())
-            .spawn(move || {
-                let mut idle = IdleTicks::default();
-                let mut seen = 0;
-                while !state.stop.load(Ordering::Acquire) {
-                    let started = state.started.load(Ordering::Relaxed);
-                    let quiet = started == seen && state.running.load(Ordering::Acquire) == 0;
-                    seen = started;
-                    if idle.park_now(quiet) {
-                        // Woken by the first `ticking` (an unpark before this park makes it
-                        // return at once, so no wake-up is lost) or by drop.
-                        thread::park();
-                        continue;
-                    }
-                    thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })?;
+            .spawn(move || run(&state, &engine))?;
         Ok(EpochTicker {
-            shared,
-            thread: handle.thread().clone(),
+            handle: TickerHandle {
+                shared,
+                thread: handle.thread().clone(),
+            },
         })
     }
 
-    /// Ticks until the returned guard is dropped.
-    pub fn ticking(&self) -> Ticking<'_> {
-        self.shared.started.fetch_add(1, Ordering::Relaxed);
-        if self.shared.running.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.thread.unpark();
+    /// A handle for the stores' epoch callbacks.
+    pub fn handle(&self) -> &TickerHandle {
+        &self.handle
+    }
+
+    /// Keeps the ticker going until the returned guard is dropped, for a call with this
+    /// budget.
+    pub fn ticking(&self, budget: Duration) -> Ticking<'_> {
+        let shared = &*self.handle.shared;
+        shared.started.fetch_add(1, Ordering::SeqCst);
+        shared.running.fetch_add(1, Ordering::SeqCst);
+        let budget = nanos(budget.max(MIN_PERIOD));
+        // A budget shorter than any before: the ticker may be asleep for longer than it.
+        let shorter = budget < shared.period.load(Ordering::Relaxed)
+            && shared.period.fetch_min(budget, Ordering::SeqCst) > budget;
+        // After `started` moved (SeqCst): either the ticker sees the call before it parks,
+        // or this sees the flag and wakes it.
+        let was_parked =
+            shared.parked.load(Ordering::SeqCst) && shared.parked.swap(false, Ordering::SeqCst);
+        if shorter || was_parked {
+            self.handle.thread.unpark();
         }
-        Ticking {
-            shared: &self.shared,
-        }
+        Ticking { shared }
     }
 
     /// Whether some wasm execution holds the ticker awake.
     #[cfg(test)]
     pub fn is_ticking(&self) -> bool {
-        self.shared.running.load(Ordering::Acquire) > 0
+        self.handle.shared.running.load(Ordering::Acquire) > 0
     }
 }
 
-/// Counts the ticks in a row during which no wasm ran, to tell the ticker when to park.
-#[derive(Debug, Default)]
-struct IdleTicks(u32);
-
-impl IdleTicks {
-    /// Before a tick: whether to park now, given whether the tick was quiet (nothing runs,
-    /// and nothing started since the last tick).
-    fn park_now(&mut self, quiet: bool) -> bool {
-        if !quiet {
-            self.0 = 0;
-            return false;
+impl TickerHandle {
+    /// Asks for a tick at `at` (at most [`TICK_SLACK`] later), waking the ticker if it would
+    /// sleep longer than that.
+    pub fn tick_at(&self, at: Instant) {
+        let shared = &*self.shared;
+        let at = nanos(at.saturating_duration_since(shared.origin));
+        shared.requested.fetch_min(at, Ordering::SeqCst);
+        if at.saturating_add(nanos(TICK_SLACK)) < shared.next_wake.load(Ordering::SeqCst) {
+            self.thread.unpark();
         }
-        if self.0 >= IDLE_TICKS_BEFORE_PARKING {
-            self.0 = 0;
-            return true;
-        }
-        self.0 += 1;
-        false
     }
+}
+
+/// A store's epoch deadline callback: stop the call past its end time, or let it go on to
+/// the next tick, which it asks for at its end time.
+pub fn on_epoch(ticker: &TickerHandle, ends_at: Instant) -> wasmtime::UpdateDeadline {
+    if Instant::now() >= ends_at {
+        return wasmtime::UpdateDeadline::Interrupt;
+    }
+    ticker.tick_at(ends_at);
+    wasmtime::UpdateDeadline::Continue(1)
+}
+
+/// The ticker thread's loop.
+fn run(shared: &Shared, engine: &wasmtime::Engine) {
+    let mut seen = shared.started.load(Ordering::SeqCst);
+    let mut last_tick = shared.now();
+    let mut last_busy = last_tick;
+    while !shared.stop.load(Ordering::Acquire) {
+        let now = shared.now();
+        let started = shared.started.load(Ordering::SeqCst);
+        if started != seen || shared.running.load(Ordering::SeqCst) > 0 {
+            seen = started;
+            last_busy = now;
+        } else if now.saturating_sub(last_busy) >= nanos(IDLE_BEFORE_PARKING) {
+            park_until_a_call(shared, seen);
+            last_busy = shared.now();
+            last_tick = last_busy;
+            continue;
+        }
+        let period = shared.period.load(Ordering::SeqCst);
+        let due = last_tick
+            .saturating_add(period)
+            .min(shared.requested.load(Ordering::SeqCst));
+        if now >= due {
+            engine.increment_epoch();
+            last_tick = now;
+            // Requests up to now are served; a later one stays.
+            let _ = shared
+                .requested
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |at| {
+                    (at <= now).then_some(NEVER)
+                });
+            continue;
+        }
+        // Sleep until it is due, or until the idle time runs out (whichever comes first).
+        let wake = due.min(last_busy.saturating_add(nanos(IDLE_BEFORE_PARKING)));
+        shared.next_wake.store(wake, Ordering::SeqCst);
+        // A tick asked for in between (before `next_wake` was stored) is seen here.
+        if shared.requested.load(Ordering::SeqCst) < wake {
+            continue;
+        }
+        // Woken early by `tick_at`, a shorter budget, a stale unpark or spuriously: the loop
+        // works out again what is due.
+        thread::park_timeout(Duration::from_nanos(wake.saturating_sub(now)));
+    }
+}
+
+/// Parks the ticker until a call starts (or the ticker is dropped). `seen` is the start
+/// count when it last saw one.
+fn park_until_a_call(shared: &Shared, seen: usize) {
+    shared.next_wake.store(NEVER, Ordering::SeqCst);
+    shared.parked.store(true, Ordering::SeqCst);
+    // Looked at again after raising the flag: a call that started before it was up is seen
+    // here; one that starts after sees the flag and unparks.
+    while shared.parked.load(Ordering::SeqCst)
+        && shared.started.load(Ordering::SeqCst) == seen
+        && shared.running.load(Ordering::SeqCst) == 0
+        && !shared.stop.load(Ordering::Acquire)
+    {
+        thread::park();
+    }
+    shared.parked.store(false, Ordering::SeqCst);
 }
 
 impl Drop for Ticking<'_> {
@@ -127,8 +238,8 @@ impl Drop for Ticking<'_> {
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.thread.unpark();
+        self.handle.shared.stop.store(true, Ordering::Release);
+        self.handle.thread.unpark();
     }
 }
 
@@ -136,55 +247,72 @@ impl Drop for EpochTicker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_epoch_advances_only_while_something_runs() {
+    fn engine() -> wasmtime::Engine {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
-        let engine = wasmtime::Engine::new(&config).expect("engine");
-        let ticker = EpochTicker::start(engine.clone()).expect("ticker");
-        // A store whose deadline is one tick away traps once the epoch moves.
-        let mut store = wasmtime::Store::new(&engine, ());
-        store.set_epoch_deadline(1);
+        wasmtime::Engine::new(&config).expect("engine")
+    }
+
+    /// Runs an endless loop with `budget`, as the runtime runs a call (its epoch callback,
+    /// a [`Ticking`] guard), and returns how long it ran before it was interrupted.
+    fn endless_call(engine: &wasmtime::Engine, ticker: &EpochTicker, budget: Duration) -> Duration {
+        let mut store = wasmtime::Store::new(engine, Instant::now());
+        let handle = ticker.handle().clone();
+        store.epoch_deadline_callback(move |context| Ok(on_epoch(&handle, *context.data())));
         let wasm = wat::parse_str(r#"(module (func (export "spin") (loop (br 0))))"#).expect("wat");
-        let module = wasmtime::Module::new(&engine, wasm).expect("module");
+        let module = wasmtime::Module::new(engine, wasm).expect("module");
         let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
         let spin = instance
             .get_typed_func::<(), ()>(&mut store, "spin")
             .expect("spin");
+        let _ticking = ticker.ticking(budget);
+        assert!(ticker.is_ticking());
+        let started = Instant::now();
+        *store.data_mut() = started + budget;
+        store.set_epoch_deadline(1);
+        // Without ticks this loop would never end (the test would hang); with them it is
+        // interrupted.
+        let trap = spin.call(&mut store, ()).expect_err("interrupted");
+        assert_eq!(
+            trap.downcast_ref::<wasmtime::Trap>(),
+            Some(&wasmtime::Trap::Interrupt)
+        );
+        started.elapsed()
+    }
+
+    #[test]
+    fn an_endless_call_is_stopped_once_its_budget_is_spent() {
+        let engine = engine();
+        let ticker = EpochTicker::start(engine.clone()).expect("ticker");
         assert!(!ticker.is_ticking());
-        {
-            let _ticking = ticker.ticking();
-            assert!(ticker.is_ticking());
-            // Without ticks this loop would never end; with them it is interrupted.
-            let trap = spin.call(&mut store, ()).expect_err("interrupted");
-            assert_eq!(
-                trap.downcast_ref::<wasmtime::Trap>(),
-                Some(&wasmtime::Trap::Interrupt)
-            );
-        }
+        let budget = Duration::from_millis(30);
+        // Not before its budget (an upper bound would be a timed assertion).
+        assert!(endless_call(&engine, &ticker, budget) >= budget);
         assert!(!ticker.is_ticking());
     }
 
     #[test]
-    fn the_ticker_parks_only_after_a_run_of_idle_ticks() {
-        let mut idle = IdleTicks::default();
-        // Something runs: never park, and the idle count starts over.
-        for _ in 0..1000 {
-            assert!(!idle.park_now(false));
+    fn a_call_with_a_shorter_budget_than_any_before_is_stopped() {
+        let engine = engine();
+        let ticker = EpochTicker::start(engine.clone()).expect("ticker");
+        // A long budget first: the ticker's period becomes a minute, and it sleeps.
+        drop(ticker.ticking(Duration::from_secs(60)));
+        thread::sleep(Duration::from_millis(5));
+        // Stopped at its own budget, not at the next tick a minute away.
+        let budget = Duration::from_millis(20);
+        assert!(endless_call(&engine, &ticker, budget) >= budget);
+    }
+
+    #[test]
+    fn a_call_after_the_ticker_parked_wakes_it() {
+        let engine = engine();
+        let ticker = EpochTicker::start(engine.clone()).expect("ticker");
+        drop(ticker.ticking(Duration::from_millis(10)));
+        // Idle long enough for the ticker to park.
+        while !ticker.handle.shared.parked.load(Ordering::SeqCst) {
+            thread::sleep(IDLE_BEFORE_PARKING);
         }
-        // Idle: tick on for the grace period, then park.
-        for _ in 0..IDLE_TICKS_BEFORE_PARKING {
-            assert!(!idle.park_now(true));
-        }
-        assert!(idle.park_now(true));
-        // A call in the middle of an idle run starts the grace period over.
-        for _ in 0..IDLE_TICKS_BEFORE_PARKING / 2 {
-            assert!(!idle.park_now(true));
-        }
-        assert!(!idle.park_now(false));
-        for _ in 0..IDLE_TICKS_BEFORE_PARKING {
-            assert!(!idle.park_now(true));
-        }
-        assert!(idle.park_now(true));
+        let budget = Duration::from_millis(10);
+        assert!(endless_call(&engine, &ticker, budget) >= budget);
     }
 }

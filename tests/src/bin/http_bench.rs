@@ -588,12 +588,14 @@ fn main() -> anyhow::Result<()> {
         writeln!(
             out,
             "with the Rust credit hook on every message: {:.0} requests/s, p50 {:.2} ms, \
-             p99 {:.2} ms; {:.0}% of colloquy's rate without it; server CPU +{:.1} µs per request",
+             p99 {:.2} ms; {:.0}% of colloquy's rate without it; server CPU +{:.1} µs per request \
+             (system +{:.1} µs)",
             hooked.max.requests_per_s,
             hooked.max.p50_ms,
             hooked.max.p99_ms,
             100.0 * hooked.max.requests_per_s / colloquy.max.requests_per_s,
-            hooked.cpu_us_per_request - colloquy.cpu_us_per_request
+            hooked.cpu_us_per_request - colloquy.cpu_us_per_request,
+            hooked.system_us_per_request - colloquy.system_us_per_request
         )?;
     }
     Ok(())
