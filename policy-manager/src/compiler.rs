@@ -86,7 +86,7 @@ impl TemplateCompiler {
 
     /// Reads and compiles one template file.
     pub fn compile_file(&self, path: &Path) -> Result<CompiledTemplate, Diagnostics> {
-        let source = read(path).map_err(|diagnostic| Diagnostics(vec![*diagnostic]))?;
+        let source = read(path).map_err(|diagnostic| Diagnostics::from(vec![*diagnostic]))?;
         self.compile_str(&source, Some(path))
     }
 
@@ -105,7 +105,8 @@ impl TemplateCompiler {
         &self,
         dir: &Path,
     ) -> Result<Vec<(CompiledTemplate, Arc<str>)>, Diagnostics> {
-        let files = template_files(dir).map_err(|diagnostic| Diagnostics(vec![*diagnostic]))?;
+        let files =
+            template_files(dir).map_err(|diagnostic| Diagnostics::from(vec![*diagnostic]))?;
         let mut compiled = Vec::new();
         let mut problems = Vec::new();
         let mut first_file_of: HashMap<Arc<str>, PathBuf> = HashMap::new();

@@ -267,7 +267,7 @@ impl LiveCatalog {
                 Ok(reloaded)
             }
             Err(diagnostics) => {
-                let count = diagnostics.0.len();
+                let count = diagnostics.count();
                 tracing::warn!(
                     dir = %self.dir.display(),
                     problems = count,
@@ -403,7 +403,7 @@ impl LiveCatalog {
             .compile_str(yaml, Some(&path))
             .map_err(ChangeError::Rejected)?;
         if &*template.name != name {
-            return Err(ChangeError::Rejected(Diagnostics(vec![Diagnostic {
+            return Err(ChangeError::Rejected(Diagnostics::from(vec![Diagnostic {
                 file: Some(path),
                 line: None,
                 column: None,
@@ -518,7 +518,7 @@ pub fn now_ms() -> u64 {
 /// Diagnostics as the API reports them.
 pub fn diagnostic_bodies(diagnostics: &Diagnostics) -> Vec<DiagnosticBody> {
     diagnostics
-        .0
+        .list
         .iter()
         .map(|d| DiagnosticBody {
             file: d.file.as_ref().map(|f| f.display().to_string()),

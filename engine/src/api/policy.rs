@@ -158,7 +158,7 @@ impl IntoResponse for PolicyError {
         match self {
             PolicyError::Api(error) => error.into_response(),
             PolicyError::Rejected(diagnostics) => {
-                let count = diagnostics.0.len();
+                let count = diagnostics.count();
                 let body = TemplateRejected {
                     error: ErrorDetail {
                         code: "invalid_template".to_owned(),

@@ -55,19 +55,88 @@ impl fmt::Display for Diagnostic {
     }
 }
 
-/// Every problem found, ordered by file, then line and column (problems without a position
-/// first within their file).
+/// The problems found, ordered by file, then line and column (problems without a position
+/// first within their file); at most [`MAX_LISTED_PER_FILE`] per file are listed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{}", render(.0))]
-pub struct Diagnostics(pub Vec<Diagnostic>);
+#[error("{}", render(&self.list))]
+pub struct Diagnostics {
+    /// The problems listed; a file with more than [`MAX_LISTED_PER_FILE`] ends with one
+    /// saying how many more it has.
+    pub list: Vec<Diagnostic>,
+    /// How many problems were found, listed or not.
+    pub total: usize,
+}
+
+impl From<Vec<Diagnostic>> for Diagnostics {
+    /// Every one listed, as they come.
+    fn from(list: Vec<Diagnostic>) -> Diagnostics {
+        Diagnostics {
+            total: list.len(),
+            list,
+        }
+    }
+}
+
+/// Problems listed per file; the rest are counted in one last diagnostic. A generated
+/// template with a mistake repeated on every line would otherwise answer a 1.5 MB file with
+/// 15 MB of errors (60 000 unknown fields), on the terminal or in an upload's 422 body.
+pub const MAX_LISTED_PER_FILE: usize = 100;
 
 impl Diagnostics {
-    /// Wraps and orders diagnostics. The sort is stable, so problems at one position keep the
-    /// order the checks found them in.
+    /// Wraps and orders diagnostics, listing at most [`MAX_LISTED_PER_FILE`] per file. The
+    /// sort is stable, so problems at one position keep the order the checks found them in.
     pub(crate) fn sorted(mut diagnostics: Vec<Diagnostic>) -> Diagnostics {
+        let total = diagnostics.len();
         diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
-        Diagnostics(diagnostics)
+        let mut listed: Vec<Diagnostic> = Vec::with_capacity(diagnostics.len().min(256));
+        let mut in_file = 0;
+        let mut unlisted = 0;
+        for diagnostic in diagnostics {
+            let same_file = listed
+                .last()
+                .is_some_and(|last: &Diagnostic| last.file == diagnostic.file);
+            if !same_file {
+                push_unlisted(&mut listed, unlisted);
+                in_file = 0;
+                unlisted = 0;
+            }
+            if in_file < MAX_LISTED_PER_FILE {
+                in_file += 1;
+                listed.push(diagnostic);
+            } else {
+                unlisted += 1;
+            }
+        }
+        push_unlisted(&mut listed, unlisted);
+        Diagnostics {
+            list: listed,
+            total,
+        }
     }
+
+    /// How many problems were found: in messages, "N problems".
+    pub fn count(&self) -> usize {
+        self.total
+    }
+}
+
+/// After the problems listed for a file: how many more it has, if any.
+fn push_unlisted(listed: &mut Vec<Diagnostic>, unlisted: usize) {
+    if unlisted == 0 {
+        return;
+    }
+    let file = listed.last().and_then(|last| last.file.clone());
+    listed.push(Diagnostic {
+        file,
+        line: None,
+        column: None,
+        path: String::new(),
+        message: format!(
+            "{unlisted} more problems in this file are not listed (only the first \
+             {MAX_LISTED_PER_FILE} are)"
+        ),
+        hint: Some("fix the ones above and check again".to_owned()),
+    });
 }
 
 fn render(diagnostics: &[Diagnostic]) -> String {
@@ -155,8 +224,28 @@ mod tests {
             diagnostic(Some("a.yaml"), Some(9), "late-a"),
             diagnostic(Some("a.yaml"), Some(2), "early-a"),
         ]);
-        let paths: Vec<_> = sorted.0.iter().map(|d| d.path.as_str()).collect();
+        let paths: Vec<_> = sorted.list.iter().map(|d| d.path.as_str()).collect();
         assert_eq!(paths, ["early-a", "late-a", "first-b"]);
+    }
+
+    #[test]
+    fn at_most_a_hundred_problems_are_listed_per_file() {
+        let mut many: Vec<Diagnostic> = (1..=250)
+            .map(|line| diagnostic(Some("a.yaml"), Some(line), "a"))
+            .collect();
+        many.push(diagnostic(Some("b.yaml"), Some(1), "b"));
+        let sorted = Diagnostics::sorted(many);
+        assert_eq!(sorted.list.len(), MAX_LISTED_PER_FILE + 2);
+        assert_eq!(sorted.count(), 251);
+        let summary = &sorted.list[MAX_LISTED_PER_FILE];
+        assert_eq!(summary.file, Some(PathBuf::from("a.yaml")));
+        assert!(
+            summary.message.starts_with("150 more problems"),
+            "{summary}"
+        );
+        // The first lines are the ones kept, and the next file is listed on its own.
+        assert_eq!(sorted.list[MAX_LISTED_PER_FILE - 1].line, Some(100));
+        assert_eq!(sorted.list[MAX_LISTED_PER_FILE + 1].path, "b");
     }
 
     #[test]

@@ -236,7 +236,7 @@ fn check_broken(name: &str) {
         rendered.contains(expected),
         "{name}: no `{expected}` in\n{rendered}"
     );
-    for diagnostic in &diagnostics.0 {
+    for diagnostic in &diagnostics.list {
         assert!(
             diagnostic.line.is_some(),
             "{name}: no line for {diagnostic}"
@@ -300,7 +300,7 @@ fn every_unknown_field_is_reported_with_its_own_position() {
     let diagnostics = compile_fixture("fixtures/broken/unknown-fields.yaml")
         .expect_err("unknown fields are errors");
     let unknown: Vec<(&str, Option<usize>)> = diagnostics
-        .0
+        .list
         .iter()
         .filter(|d| d.message.starts_with("unknown field"))
         .map(|d| (d.path.as_str(), d.line))
@@ -323,7 +323,7 @@ fn diagnostics_without_origin_have_no_file() {
     let diagnostics = TemplateCompiler::new()
         .compile_str(source, None)
         .expect_err("incomplete template");
-    assert!(diagnostics.0.iter().all(|d| d.file.is_none()));
+    assert!(diagnostics.list.iter().all(|d| d.file.is_none()));
     assert!(
         diagnostics
             .to_string()
@@ -338,11 +338,15 @@ fn missing_files_are_diagnostics_not_panics() {
     let diagnostics = compiler
         .compile_file(&missing)
         .expect_err("file is missing");
-    assert_eq!(diagnostics.0.len(), 1);
-    assert!(diagnostics.0[0].message.starts_with("cannot read template"));
+    assert_eq!(diagnostics.list.len(), 1);
+    assert!(
+        diagnostics.list[0]
+            .message
+            .starts_with("cannot read template")
+    );
     let diagnostics = compiler.compile_dir(&missing).expect_err("dir is missing");
     assert!(
-        diagnostics.0[0]
+        diagnostics.list[0]
             .message
             .starts_with("cannot read template directory")
     );
@@ -361,7 +365,7 @@ fn odd_input_is_refused_without_panicking() {
         "apiVersion: [1",
     ] {
         let diagnostics = compiler.compile_str(source, None).expect_err(source);
-        assert!(!diagnostics.0.is_empty(), "{source:?}");
+        assert!(!diagnostics.list.is_empty(), "{source:?}");
     }
 }
 
@@ -383,7 +387,7 @@ fn deeply_nested_expressions_are_refused_not_fatal() {
         diagnostics.to_string().contains("Recursion limit"),
         "{diagnostics}"
     );
-    assert!(diagnostics.0.len() <= 4, "{diagnostics}");
+    assert!(diagnostics.list.len() <= 4, "{diagnostics}");
     let shallow = source
         .replace(&"(".repeat(1990), "")
         .replace(&")".repeat(1990), "");
@@ -458,14 +462,14 @@ fn compile_dir_is_all_or_nothing_and_reports_every_file() {
         .compile_dir(&dir.0)
         .expect_err("two files broken");
     let mut files: Vec<PathBuf> = diagnostics
-        .0
+        .list
         .iter()
         .filter_map(|d| d.file.clone())
         .collect();
     files.dedup();
     assert_eq!(files, [dir.0.join("b.yaml"), dir.0.join("c.yaml")]);
     assert!(
-        diagnostics.0[0]
+        diagnostics.list[0]
             .message
             .contains("state `gone` does not exist")
     );
@@ -479,8 +483,8 @@ fn compile_dir_refuses_duplicate_names() {
     let diagnostics = TemplateCompiler::new()
         .compile_dir(&dir.0)
         .expect_err("duplicate name");
-    assert_eq!(diagnostics.0.len(), 1);
-    let diagnostic = &diagnostics.0[0];
+    assert_eq!(diagnostics.list.len(), 1);
+    let diagnostic = &diagnostics.list[0];
     assert_eq!(
         diagnostic.file.as_deref(),
         Some(dir.0.join("b.yaml").as_path())
@@ -567,8 +571,8 @@ fn deeply_nested_collections_are_refused_before_parsing() {
     let diagnostics = TemplateCompiler::new()
         .compile_str(&deep, None)
         .expect_err("refused");
-    assert_eq!(diagnostics.0.len(), 1, "{diagnostics}");
-    let refusal = &diagnostics.0[0];
+    assert_eq!(diagnostics.list.len(), 1, "{diagnostics}");
+    let refusal = &diagnostics.list[0];
     assert!(
         refusal.message.contains("nested more than 256 deep"),
         "{diagnostics}"

@@ -100,13 +100,13 @@ fn uploads_compile_first_and_roll_back_when_the_set_breaks() {
     let Err(ChangeError::Rejected(diagnostics)) = live.put("c", "kind: nope\n") else {
         panic!("a broken upload is rejected");
     };
-    assert!(!diagnostics.0.is_empty());
+    assert!(!diagnostics.list.is_empty());
     assert!(!dir.path().join("c.yaml").exists(), "nothing written");
 
     let Err(ChangeError::Rejected(diagnostics)) = live.put("c", &template("a", "done")) else {
         panic!("an upload naming another template is rejected");
     };
-    assert_eq!(diagnostics.0[0].path, "metadata.name");
+    assert_eq!(diagnostics.list[0].path, "metadata.name");
 
     // Valid alone, but another file in the directory is broken: the set fails, so c.yaml
     // is removed again and the catalog is untouched.

@@ -354,6 +354,25 @@ async fn uploads_go_through_the_compiler_good_and_broken() {
     );
     assert!(status(&url).await["last_error"].is_null());
 
+    // A mistake on every line: every problem is counted, the first hundred are listed.
+    let typos: String = (0..150).map(|i| format!("  typo_{i}: 1\n")).collect();
+    let (code, rejected) = call(put(
+        errand("done").replace("spec:\n", &format!("spec:\n{typos}"))
+    ))
+    .await;
+    assert_eq!(code, 422, "{rejected}");
+    let message = rejected["error"]["message"].as_str().expect("message");
+    assert!(message.contains("(150 problems)"), "{message}");
+    let listed = rejected["diagnostics"].as_array().expect("diagnostics");
+    assert_eq!(listed.len(), 101, "a hundred and the count of the rest");
+    assert!(
+        listed[100]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("50 more problems")),
+        "{}",
+        listed[100]
+    );
+
     // The same revision is served back, with ETag and 304.
     let response = bounded(raw().get(format!("{url}/v1/templates/errand")).send())
         .await

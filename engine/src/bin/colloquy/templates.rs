@@ -15,7 +15,7 @@ pub fn check(dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Re
         Ok(templates) => templates,
         Err(diagnostics) => {
             writeln!(err, "{diagnostics}")?;
-            let count = diagnostics.0.len();
+            let count = diagnostics.count();
             let noun = if count == 1 { "problem" } else { "problems" };
             writeln!(err, "{}: {count} {noun}, no template loaded", dir.display())?;
             return Ok(ExitCode::FAILURE);
