@@ -351,7 +351,11 @@ fn failure(store: &Store<HostState>, error: wasmtime::Error, timeout_ms: u64) ->
 /// Starts a budget for what the store runs next: it ends `budget` from now, and the next
 /// epoch tick asks the store's callback whether it has (see `ticker`).
 fn start_budget(store: &mut Store<HostState>, budget: Duration) {
-    store.data_mut().ends_at = Instant::now() + budget;
+    let now = Instant::now();
+    // A budget past what the clock can hold (compiled templates cap it far below) never ends.
+    store.data_mut().ends_at = now
+        .checked_add(budget)
+        .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
     store.set_epoch_deadline(1);
 }
 
