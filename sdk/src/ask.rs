@@ -3,7 +3,9 @@
 //!
 //! They follow the conversation's event stream, so they see exactly what the engine
 //! recorded: replies, thread moves and expired deadlines. Intermediate messages can be
-//! watched through [`AskOptions::observe`].
+//! watched through [`AskOptions::observe`]. The replies also land in the initiator's inbox;
+//! an agent that never reads its inbox drops them with [`Client::acknowledge_inbox`], or a
+//! durable store keeps them.
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -219,6 +219,24 @@ impl Client {
         .await
     }
 
+    /// Acknowledges this agent's whole inbox as it stands, for an agent that only starts
+    /// conversations. [`Client::request`], [`Client::query`] and
+    /// [`Client::call_for_proposals`] follow a conversation's events, not the inbox, yet the
+    /// replies land in the inbox too, and a durable store keeps them until they are
+    /// acknowledged. It deletes entries nobody has read: an agent that also reads its inbox
+    /// ([`Client::serve`], [`Client::inbox`]) must not call it.
+    pub async fn acknowledge_inbox(&self) -> Result<InboxAcked, SdkError> {
+        // `through: 0` acknowledges nothing and answers the head.
+        let head = self.acknowledge(0).await?.head;
+        if head == 0 {
+            return Ok(InboxAcked {
+                through: 0,
+                head: 0,
+            });
+        }
+        self.acknowledge(head).await
+    }
+
     /// The inbox as a stream of items after `after` (0: from the start), reconnecting and
     /// resuming on its own.
     pub fn inbox(&self, after: u64) -> InboxStream {

@@ -379,4 +379,18 @@ async fn serve_acknowledges_what_it_handles() {
     })
     .await;
     serving.abort();
+
+    // carol only asked: her helpers followed the events, and the three answers wait in
+    // her inbox until she drops them.
+    assert_eq!(inbox_seqs(&carol).await.len(), 3);
+    let acked = bounded(carol.acknowledge_inbox())
+        .await
+        .expect("acknowledged");
+    assert_eq!((acked.through, acked.head), (3, 3));
+    assert!(inbox_seqs(&carol).await.is_empty());
+    // Nothing left: a second call acknowledges nothing new.
+    let again = bounded(carol.acknowledge_inbox())
+        .await
+        .expect("acknowledged");
+    assert_eq!(again.head, 3);
 }
