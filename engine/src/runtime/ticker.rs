@@ -4,7 +4,7 @@
 //! Every call runs with an epoch deadline one tick away and its own end time in its store
 //! ([`super::host::HostState::ends_at`]). When the epoch moves, each call in wasm at that
 //! moment runs [`on_epoch`]: past its end time it is stopped (a `Trap::Interrupt`);
-//! otherwise it asks the ticker for a tick at its end time ([`EpochTicker::tick_at`]) and
+//! otherwise it asks the ticker for a tick at its end time ([`TickerHandle::tick_at`]) and
 //! goes on. So a call is stopped within [`TICK_SLACK`] of its budget, and a tick that finds
 //! a call mid-way costs that call one clock read.
 //!
@@ -12,8 +12,8 @@
 //! once per *period*, the shortest budget any call has had (at least [`MIN_PERIOD`]): a
 //! runaway call is caught by the first tick after it starts, which then schedules the tick
 //! that stops it. Ticking every millisecond instead cost a loaded server (one core, a Rust
-//! hook on every message over HTTP) 15% of its hooked throughput: a thousand wake-ups a
-//! second of a thread sharing the core.
+//! hook on every message over HTTP) about 1.5 µs of CPU per request and 7% of its hooked
+//! throughput: a thousand wake-ups a second of a thread sharing the core.
 //!
 //! When no call has started for [`IDLE_BEFORE_PARKING`], the ticker parks until the next
 //! one. It does not park as soon as nothing runs: a call lasts microseconds, and an engine
