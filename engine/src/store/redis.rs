@@ -120,18 +120,18 @@ if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
 return {1}
 "#;
 
-/// Leases up to ARGV[2] members of the wake set KEYS[1] due at ARGV[1] by moving them to
-/// ARGV[3]; returns their ids.
+/// Leases up to `ARGV[2]` members of the wake set `KEYS[1]` due at `ARGV[1]` by moving them to
+/// `ARGV[3]`; returns their ids.
 const CLAIM_SCRIPT: &str = r#"
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[3], id) end
 return due
 "#;
 
-/// Deletes up to ARGV[2] entries of the inbox stream KEYS[1] numbered ARGV[1] or lower, and
-/// each shared message none names any more (KEYS[2]: the shared-message count hash; a key
+/// Deletes up to `ARGV[2]` entries of the inbox stream `KEYS[1]` numbered `ARGV[1]` or lower, and
+/// each shared message none names any more (`KEYS[2]`: the shared-message count hash; a key
 /// written before the counts were kept has none and is left alone). Returns how many
-/// entries it deleted: the caller repeats until fewer than ARGV[2], so one script never
+/// entries it deleted: the caller repeats until fewer than `ARGV[2]`, so one script never
 /// holds Redis for long.
 const ACK_SCRIPT: &str = r#"
 local entries = redis.call('XRANGE', KEYS[1], '-', ARGV[1] .. '-0', 'COUNT', tonumber(ARGV[2]))
@@ -152,7 +152,7 @@ end
 return #entries
 "#;
 
-/// Takes the lead of a role (KEYS[1]) for node ARGV[1] for ARGV[2] ms when nobody holds it,
+/// Takes the lead of a role (`KEYS[1]`) for node `ARGV[1]` for `ARGV[2]` ms when nobody holds it,
 /// or extends it when the node holds it already; 1 when the node leads, 0 when another does.
 const LEAD_SCRIPT: &str = r#"
 local holder = redis.call('GET', KEYS[1])

@@ -56,12 +56,12 @@ impl fmt::Display for Diagnostic {
 }
 
 /// The problems found, ordered by file, then line and column (problems without a position
-/// first within their file); at most [`MAX_LISTED_PER_FILE`] per file are listed.
+/// first within their file); at most 100 per file are listed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{}", render(&self.list))]
 pub struct Diagnostics {
-    /// The problems listed; a file with more than [`MAX_LISTED_PER_FILE`] ends with one
-    /// saying how many more it has.
+    /// The problems listed; a file with more than 100 ends with one saying how many more it
+    /// has.
     pub list: Vec<Diagnostic>,
     /// How many problems were found, listed or not.
     pub total: usize,
@@ -80,7 +80,7 @@ impl From<Vec<Diagnostic>> for Diagnostics {
 /// Problems listed per file; the rest are counted in one last diagnostic. A generated
 /// template with a mistake repeated on every line would otherwise answer a 1.5 MB file with
 /// 15 MB of errors (60 000 unknown fields), on the terminal or in an upload's 422 body.
-pub const MAX_LISTED_PER_FILE: usize = 100;
+pub(crate) const MAX_LISTED_PER_FILE: usize = 100;
 
 impl Diagnostics {
     /// Wraps and orders diagnostics, listing at most [`MAX_LISTED_PER_FILE`] per file. The
