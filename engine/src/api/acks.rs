@@ -20,13 +20,7 @@ pub async fn acknowledge(
     Path(agent): Path<String>,
     JsonBody(ack): JsonBody<InboxAck>,
 ) -> Result<JsonResponse<InboxAcked>, ApiError> {
-    if let Caller::Agent(me) = &caller
-        && **me != *agent
-    {
-        return Err(ApiError::Forbidden(format!(
-            "`{me}` may acknowledge only its own inbox, not `{agent}`'s"
-        )));
-    }
+    caller.check_inbox_owner(&agent, "acknowledge")?;
     let head = state
         .engine()
         .acknowledge_inbox(&agent, ack.through)

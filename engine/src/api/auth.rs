@@ -128,6 +128,18 @@ impl Caller {
         }
     }
 
+    /// 403 unless `agent`'s inbox is the caller's own, or the caller is the administrator
+    /// (who may drain the inbox of an agent that is gone). `what` is what the caller tried:
+    /// `read`, `acknowledge`.
+    pub fn check_inbox_owner(&self, agent: &str, what: &str) -> Result<(), ApiError> {
+        match self {
+            Caller::Agent(me) if &**me != agent => Err(ApiError::Forbidden(format!(
+                "`{me}` may {what} only its own inbox, not `{agent}`'s"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Who reads: `None` for the administrator, who may read everything.
     pub fn viewer(&self) -> Option<&str> {
         match self {

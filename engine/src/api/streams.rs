@@ -185,16 +185,6 @@ fn event_type(kind: &EventKind) -> &'static str {
     }
 }
 
-/// An agent reads its own inbox; the administrator reads any.
-fn check_inbox_reader(caller: &Caller, agent: &str) -> Result<(), ApiError> {
-    match caller {
-        Caller::Agent(me) if &**me != agent => Err(ApiError::Forbidden(format!(
-            "`{me}` may read only its own inbox, not `{agent}`'s"
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// Labels inbox entries with their conversation's template, remembering lookups.
 pub(crate) struct Labeller {
     known: HashMap<Arc<str>, Option<Arc<str>>>,
@@ -244,7 +234,7 @@ pub async fn inbox(
     headers: HeaderMap,
     QueryParams(query): QueryParams<After>,
 ) -> Result<SseStream, ApiError> {
-    check_inbox_reader(&caller, &agent)?;
+    caller.check_inbox_owner(&agent, "read")?;
     let mut after = position(&headers, &query)?;
     if after_the_end(&state, &agent, after).await? {
         after = 0;
@@ -331,7 +321,7 @@ pub async fn poll(
     Path(agent): Path<String>,
     QueryParams(query): QueryParams<PollQuery>,
 ) -> Result<JsonResponse<InboxPage>, ApiError> {
-    check_inbox_reader(&caller, &agent)?;
+    caller.check_inbox_owner(&agent, "read")?;
     let mut after = query.after.unwrap_or(0);
     let limit = query
         .limit

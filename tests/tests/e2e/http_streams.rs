@@ -18,6 +18,15 @@ fn query(participant: &str, n: u64) -> StartConversation {
 }
 
 /// Reads one raw SSE event block (up to a blank line) from a streaming response.
+/// `carol` starts query conversations with dave, one per number in `numbers`.
+async fn ask_dave(carol: &colloquy_sdk::Client, numbers: std::ops::RangeInclusive<u64>) {
+    for n in numbers {
+        bounded(carol.start(&query("dave", n)))
+            .await
+            .expect("started");
+    }
+}
+
 async fn next_block(response: &mut reqwest::Response, buffer: &mut String) -> String {
     loop {
         if let Some(end) = buffer.find("\n\n") {
@@ -46,11 +55,7 @@ fn field<'a>(block: &'a str, name: &str) -> Option<&'a str> {
 async fn the_inbox_resumes_after_a_disconnect_in_order() {
     let server = Server::start().await;
     let carol = server.client("carol").await;
-    for n in 1..=2 {
-        bounded(carol.start(&query("dave", n)))
-            .await
-            .expect("started");
-    }
+    ask_dave(&carol, 1..=2).await;
     // First connection: read one message, then hang up.
     let mut response = bounded(
         server
@@ -65,11 +70,7 @@ async fn the_inbox_resumes_after_a_disconnect_in_order() {
     assert_eq!(field(&block, "id"), Some("1"));
     assert_eq!(field(&block, "event"), Some("message"));
     drop(response);
-    for n in 3..=4 {
-        bounded(carol.start(&query("dave", n)))
-            .await
-            .expect("started");
-    }
+    ask_dave(&carol, 3..=4).await;
     // Reconnect after the one it saw: 2, 3, 4 follow, in order, nothing twice.
     let mut response = bounded(
         server
@@ -284,11 +285,7 @@ async fn inbox_seqs(client: &colloquy_sdk::Client) -> Vec<u64> {
 async fn acknowledged_inbox_entries_are_gone_and_the_sequence_goes_on() {
     let server = Server::start().await;
     let carol = server.client("carol").await;
-    for n in 1..=3 {
-        bounded(carol.start(&query("dave", n)))
-            .await
-            .expect("started");
-    }
+    ask_dave(&carol, 1..=3).await;
     let ack = |agent: &str, body: serde_json::Value| {
         server
             .as_agent(Method::POST, "/v1/agents/dave/inbox/ack", agent)
