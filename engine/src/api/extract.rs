@@ -2,14 +2,15 @@
 //! are wrong, query strings, and the body's size limit and deadline.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use futures_util::FutureExt as _;
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -19,9 +20,13 @@ use super::error::ApiError;
 /// hold much memory.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// A JSON body. Syntax errors answer 400 `malformed_json` with the line and column; a body
-/// of the wrong shape (a missing, unknown or mistyped field) answers 400 `invalid_body` with
-/// a JSON pointer to the field; an oversized body answers 413.
+/// A JSON body of at most [`MAX_BODY_BYTES`]. Syntax errors answer 400 `malformed_json`
+/// with the line and column; a body of the wrong shape (a missing, unknown or mistyped
+/// field) answers 400 `invalid_body` with a JSON pointer to the field; an oversized body
+/// answers 413.
+///
+/// The limit is the extractor's own, not a `DefaultBodyLimit` layer's: `Router::layer`
+/// wraps every route in a boxed copy of a layer, and each request then pays for cloning it.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
@@ -32,9 +37,19 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let Ok(RawBody(bytes)) = RawBody::from_request(request, state).await;
-        let bytes = bytes.map_err(|error| unreadable(error, MAX_BODY_BYTES))?;
+    async fn from_request(request: Request, _: &S) -> Result<Self, ApiError> {
+        let limited = Limited::new(request.into_body(), MAX_BODY_BYTES);
+        let bytes = within_deadline(async {
+            match limited.collect().await {
+                Ok(collected) => Ok(collected.to_bytes()),
+                Err(error) if error.is::<LengthLimitError>() => Err(BodyError::TooLarge),
+                Err(error) => Err(BodyError::Unreadable(format!(
+                    "failed to read the request body: {error}"
+                ))),
+            }
+        })
+        .await
+        .map_err(|error| unreadable(error, MAX_BODY_BYTES))?;
         parse(&bytes).map(JsonBody)
     }
 }
@@ -44,16 +59,19 @@ where
 /// byte at a time, or never, holds a connection and a task for as long as it likes.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A request body read in full within [`BODY_READ_TIMEOUT`]. A failure is kept rather than
-/// rejected, so a handler can check who calls before it says what was wrong with the body.
+/// A request body read in full within [`BODY_READ_TIMEOUT`], at most as large as the route's
+/// `DefaultBodyLimit`. A failure is kept rather than rejected, so a handler can check who
+/// calls before it says what was wrong with the body.
 #[derive(Debug)]
 pub struct RawBody(pub Result<Bytes, BodyError>);
 
 /// Why a body could not be read.
 #[derive(Debug)]
 pub enum BodyError {
-    /// Over the route's limit, or the connection failed.
-    Rejected(BytesRejection),
+    /// Over the limit.
+    TooLarge,
+    /// The connection failed, or the body was not valid HTTP; what the reader said.
+    Unreadable(String),
     /// Not in full within [`BODY_READ_TIMEOUT`].
     TimedOut,
 }
@@ -62,16 +80,33 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     type Rejection = Infallible;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Infallible> {
-        let mut read = std::pin::pin!(Bytes::from_request(request, state));
-        // Nearly every body has arrived with its headers: read it without arming a timer.
-        let read = match read.as_mut().now_or_never() {
-            Some(read) => read.map_err(BodyError::Rejected),
-            None => match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
-                Ok(read) => read.map_err(BodyError::Rejected),
-                Err(_) => Err(BodyError::TimedOut),
-            },
-        };
+        let read = within_deadline(async {
+            Bytes::from_request(request, state)
+                .await
+                .map_err(|rejection| {
+                    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                        BodyError::TooLarge
+                    } else {
+                        BodyError::Unreadable(rejection.body_text())
+                    }
+                })
+        })
+        .await;
         Ok(RawBody(read))
+    }
+}
+
+/// Runs a body read to its end within [`BODY_READ_TIMEOUT`]. Nearly every body has arrived
+/// with its headers: such a read finishes without arming a timer.
+async fn within_deadline(
+    read: impl Future<Output = Result<Bytes, BodyError>>,
+) -> Result<Bytes, BodyError> {
+    let mut read = std::pin::pin!(read);
+    match read.as_mut().now_or_never() {
+        Some(read) => read,
+        None => tokio::time::timeout(BODY_READ_TIMEOUT, read)
+            .await
+            .unwrap_or(Err(BodyError::TimedOut)),
     }
 }
 
@@ -79,12 +114,10 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
 /// body limit), 408 when it was too slow, else 400 `unreadable_body`.
 pub fn unreadable(error: BodyError, limit: usize) -> ApiError {
     match error {
-        BodyError::Rejected(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::TooLarge(limit)
-        }
-        BodyError::Rejected(rejection) => ApiError::BadRequest {
+        BodyError::TooLarge => ApiError::TooLarge(limit),
+        BodyError::Unreadable(message) => ApiError::BadRequest {
             code: "unreadable_body",
-            message: rejection.body_text(),
+            message,
             pointer: None,
         },
         BodyError::TimedOut => ApiError::BodyTimeout(BODY_READ_TIMEOUT.as_secs()),
@@ -211,6 +244,31 @@ mod tests {
         assert_eq!(started.elapsed(), BODY_READ_TIMEOUT);
         let value = read(Body::from(r#"{"a": 1}"#)).await.expect("read");
         assert_eq!(value["a"], 1);
+    }
+
+    /// The limit is `JsonBody`'s own (no `DefaultBodyLimit` layer around it): a body of
+    /// exactly [`MAX_BODY_BYTES`] is read (and then found not to be JSON), one byte more is 413.
+    #[tokio::test]
+    async fn a_json_body_over_the_limit_is_refused_at_one_byte_over() {
+        async fn status(len: usize) -> (StatusCode, &'static str) {
+            let request = Request::builder()
+                .method("POST")
+                .uri("/")
+                .body(axum::body::Body::from("x".repeat(len)))
+                .expect("request");
+            match JsonBody::<serde_json::Value>::from_request(request, &()).await {
+                Err(error) => (error.status(), error.code()),
+                Ok(value) => panic!("read {value:?}"),
+            }
+        }
+        assert_eq!(
+            status(MAX_BODY_BYTES).await,
+            (StatusCode::BAD_REQUEST, "malformed_json")
+        );
+        assert_eq!(
+            status(MAX_BODY_BYTES + 1).await,
+            (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+        );
     }
 
     fn bad(body: &str) -> (String, Option<String>) {

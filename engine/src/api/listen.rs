@@ -7,11 +7,13 @@
 //! request line held the connection (a socket, a task) for as long as it liked, and enough
 //! of them would exhaust the process's file descriptors (slowloris).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::time::Duration;
 
-use axum::Router;
+use axum::http::{Request, Response};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -33,11 +35,25 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// Serves `app` on `listener` until `shutdown` completes; then stops accepting, lets every
 /// open connection finish its request in progress (at most [`SHUTDOWN_GRACE`]) and returns.
-pub async fn serve(
+///
+/// `app` is any cloneable service: a `Router`, or a `Router` inside middleware applied once
+/// to the whole of it (`ServiceBuilder::new().layer(..).service(router)`). Layers applied
+/// with `Router::layer` wrap every route instead, and each request then clones a boxed
+/// service per layer.
+pub async fn serve<S, B>(
     listener: TcpListener,
-    app: Router,
+    app: S,
     shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
+) -> io::Result<()>
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
@@ -97,6 +113,7 @@ fn is_connection_error(error: &io::Error) -> bool {
 mod tests {
     use std::time::Duration;
 
+    use axum::Router;
     use axum::routing::get;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpStream;

@@ -36,7 +36,6 @@ pub mod streams;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{MethodRouter, get, post};
 use tokio::sync::watch;
 
@@ -104,7 +103,6 @@ pub fn router(state: AppState) -> Router {
         })
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
-        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .with_state(state)
 }
 

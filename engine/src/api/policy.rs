@@ -40,6 +40,7 @@ use futures_util::Stream;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tower::ServiceBuilder;
 use tower_http::trace::TraceLayer;
 
 use super::error::ApiError;
@@ -575,8 +576,11 @@ pub fn launch(
     let app = router(PolicyState::new(live.clone(), writes, closing_rx.clone()))
         .route("/healthz", get(ops::healthz))
         .fallback(ops::not_found)
-        .method_not_allowed_fallback(ops::method_not_allowed)
-        .layer(TraceLayer::new_for_http());
+        .method_not_allowed_fallback(ops::method_not_allowed);
+    // Around the whole router, once (see `listen::serve`).
+    let app = ServiceBuilder::new()
+        .layer(TraceLayer::new_for_http())
+        .service(app);
     let mut shutdown = closing_rx;
     let server = tokio::spawn(super::listen::serve(listener, app, async move {
         // An error means the sender is gone: shut down as well.

@@ -10,6 +10,7 @@ use colloquy_policy::Catalog;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tower::ServiceBuilder;
 use tower_http::trace::TraceLayer;
 
 use super::{AppState, Identity, listen, router};
@@ -163,7 +164,11 @@ pub fn launch(
     if let Some(routes) = options.routes {
         app = app.merge(routes);
     }
-    let app = app.layer(TraceLayer::new_for_http());
+    // Around the whole router, once: `Router::layer` would wrap each route in its own boxed
+    // copy of the layer, cloned on every request.
+    let app = ServiceBuilder::new()
+        .layer(TraceLayer::new_for_http())
+        .service(app);
     let mut shutdown = closing_rx;
     let server = tokio::spawn(listen::serve(listener, app, async move {
         // An error means the sender is gone: shut down as well.
