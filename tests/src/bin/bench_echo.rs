@@ -1,5 +1,6 @@
 //! The HTTP benchmark's baseline server: `POST /echo` parses a JSON body into a
-//! `serde_json::Value` and answers it back (axum, like `colloquy serve`, same allocator).
+//! `serde_json::Value` and answers it back (axum, like `colloquy serve`, same allocator and
+//! allocator settings).
 //!
 //! `bench-echo [ADDR]` (default `127.0.0.1:0`) prints `listening on http://ADDR` and serves
 //! until killed.
@@ -10,6 +11,8 @@ use std::io::Write as _;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    // The same allocator settings as `colloquy serve`.
+    colloquy_engine::allocator::tune_for_server();
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:0".to_owned());
