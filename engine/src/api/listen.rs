@@ -19,6 +19,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tower::ServiceBuilder;
+use tower_http::trace::TraceLayer;
 
 /// How long a client has to send a request's head (request line and headers) once the
 /// server starts waiting for one. Also how long an idle keep-alive connection stays open:
@@ -96,6 +99,27 @@ where
         );
     }
     Ok(())
+}
+
+/// Spawns [`serve`] for `app` (the service and the standalone policy manager both run this),
+/// with `tower_http`'s request tracing around the whole router once, when its output is
+/// enabled (`RUST_LOG=tower_http=debug`). Otherwise the layer would log nothing and still read
+/// the clock three times a request: `colloquy serve`'s default filter keeps `tower_http` at
+/// `warn`, and the API logs its own 5xx answers (`ApiError`).
+pub fn spawn(
+    listener: TcpListener,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> JoinHandle<io::Result<()>> {
+    if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+        // Around the whole router, not with `Router::layer` (see `serve`).
+        let app = ServiceBuilder::new()
+            .layer(TraceLayer::new_for_http())
+            .service(app);
+        tokio::spawn(serve(listener, app, shutdown))
+    } else {
+        tokio::spawn(serve(listener, app, shutdown))
+    }
 }
 
 /// Errors that concern one incoming connection (it was reset before it was accepted), not

@@ -40,8 +40,6 @@ use futures_util::Stream;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tower::ServiceBuilder;
-use tower_http::trace::TraceLayer;
 
 use super::error::ApiError;
 use super::extract::{RawBody, unreadable};
@@ -577,15 +575,11 @@ pub fn launch(
         .route("/healthz", get(ops::healthz))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed);
-    // Around the whole router, once (see `listen::serve`).
-    let app = ServiceBuilder::new()
-        .layer(TraceLayer::new_for_http())
-        .service(app);
     let mut shutdown = closing_rx;
-    let server = tokio::spawn(super::listen::serve(listener, app, async move {
+    let server = super::listen::spawn(listener, app, async move {
         // An error means the sender is gone: shut down as well.
         let _ = shutdown.wait_for(|closing| *closing).await;
-    }));
+    });
     Ok(RunningPolicyManager {
         addr,
         live,

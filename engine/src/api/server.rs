@@ -10,8 +10,6 @@ use colloquy_policy::Catalog;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tower::ServiceBuilder;
-use tower_http::trace::TraceLayer;
 
 use super::{AppState, Identity, listen, router};
 use crate::clock::{Clock, SystemClock};
@@ -164,16 +162,11 @@ pub fn launch(
     if let Some(routes) = options.routes {
         app = app.merge(routes);
     }
-    // Around the whole router, once: `Router::layer` would wrap each route in its own boxed
-    // copy of the layer, cloned on every request.
-    let app = ServiceBuilder::new()
-        .layer(TraceLayer::new_for_http())
-        .service(app);
     let mut shutdown = closing_rx;
-    let server = tokio::spawn(listen::serve(listener, app, async move {
+    let server = listen::spawn(listener, app, async move {
         // An error means the sender is gone: shut down as well.
         let _ = shutdown.wait_for(|closing| *closing).await;
-    }));
+    });
     Ok(RunningService {
         addr,
         engine,
