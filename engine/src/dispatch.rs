@@ -20,6 +20,7 @@ use colloquy_protocol::template::{
     MAX_PARTICIPANTS, Role,
 };
 use serde_json::{Map, Value, json};
+use smallvec::SmallVec;
 
 use crate::conversation::Conversation;
 use crate::error::EngineError;
@@ -400,7 +401,9 @@ pub fn on_message(
         timeout: None,
         now,
     };
-    let fits: Vec<Fit<'_>> = threads
+    // Per-thread work lists: a message usually concerns one thread, so they stay on the
+    // stack (this runs for every message).
+    let fits: SmallVec<[Fit<'_>; 4]> = threads
         .iter()
         .map(|&thread| fit(&template, &scope, role, thread))
         .collect();
@@ -417,7 +420,7 @@ pub fn on_message(
     {
         return Err(EngineError::OutOfProtocol(detail.clone()));
     }
-    let moves: Vec<(usize, &Transition)> = fits
+    let moves: SmallVec<[(usize, &Transition); 4]> = fits
         .iter()
         .filter_map(|fit| match fit {
             Fit::Move { thread, transition } => Some((*thread, *transition)),
@@ -480,7 +483,7 @@ pub fn on_message(
     }
 
     // Everything is checked: from here on, emit.
-    let pre_states: Vec<StateId> = moves
+    let pre_states: SmallVec<[StateId; 4]> = moves
         .iter()
         .map(|(thread, _)| conversation.threads[*thread].state)
         .collect();
@@ -553,11 +556,11 @@ fn resolve_receivers(
     role: Role,
     sender: &str,
     to: &[String],
-) -> Result<(Vec<usize>, Vec<AgentId>), EngineError> {
+) -> Result<(SmallVec<[usize; 4]>, Vec<AgentId>), EngineError> {
     match role {
         Role::Initiator => {
             if to.is_empty() {
-                let threads: Vec<usize> = (0..conversation.threads.len()).collect();
+                let threads: SmallVec<[usize; 4]> = (0..conversation.threads.len()).collect();
                 let receivers = conversation
                     .threads
                     .iter()
@@ -565,7 +568,7 @@ fn resolve_receivers(
                     .collect();
                 return Ok((threads, receivers));
             }
-            let mut threads = Vec::with_capacity(to.len());
+            let mut threads = SmallVec::<[usize; 4]>::with_capacity(to.len());
             for (index, receiver) in to.iter().enumerate() {
                 let thread = conversation.thread_index(receiver).ok_or_else(|| {
                     EngineError::invalid(
@@ -604,7 +607,7 @@ fn resolve_receivers(
             }
             // A participant always has a thread: that is what makes it a participant.
             let thread = conversation.thread_index(sender).unwrap_or_default();
-            Ok((vec![thread], vec![initiator.clone()]))
+            Ok((smallvec::smallvec![thread], vec![initiator.clone()]))
         }
     }
 }

@@ -19,6 +19,7 @@ use colloquy_protocol::conversation::ViolationKind;
 use colloquy_protocol::event::{ConversationEvent, EventKind};
 use colloquy_protocol::performative::{FipaAct, Performative};
 use dashmap::DashMap;
+use smallvec::SmallVec;
 
 use crate::keyed::Hasher;
 use crate::store::{Commit, ConversationStore, InboxEntry, StoreError};
@@ -53,8 +54,9 @@ impl WebhookResult {
 /// The process's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// (template, performative, result).
-    messages: Counter<(Arc<str>, Box<str>, &'static str)>,
+    /// (template, performative, result). Keyed by the performative itself, which the
+    /// accepted message already holds: counting a message allocates nothing.
+    messages: Counter<(Arc<str>, Performative, &'static str)>,
     /// (template, violation kind).
     violations: Counter<(Arc<str>, &'static str)>,
     /// Threads whose deadline passed, by template.
@@ -122,8 +124,11 @@ impl Metrics {
     /// when it is a FIPA act, the template only when the conversation is known.
     pub fn refused(&self, template: Option<Arc<str>>, performative: &str, code: &'static str) {
         let template = template.unwrap_or_else(|| Arc::from(UNKNOWN_LABEL));
-        let performative = FipaAct::from_name(performative).map_or(UNKNOWN_LABEL, FipaAct::name);
-        bump(&self.messages, (template, Box::from(performative), code));
+        let performative = FipaAct::from_name(performative).map_or_else(
+            || Performative::Intent(Arc::from(UNKNOWN_LABEL)),
+            Performative::Fipa,
+        );
+        bump(&self.messages, (template, performative, code));
     }
 
     /// Counts one webhook delivery attempt's result.
@@ -131,14 +136,13 @@ impl Metrics {
         bump(&self.webhooks, result.label());
     }
 
-    fn count(&self, template: &Arc<str>, tallies: Vec<Tally>) {
+    fn count(&self, template: &Arc<str>, tallies: impl IntoIterator<Item = Tally>) {
         for tally in tallies {
             match tally {
                 Tally::Started => bump(&self.started, template.clone()),
-                Tally::Message(performative) => bump(
-                    &self.messages,
-                    (template.clone(), Box::from(performative.name()), "accepted"),
-                ),
+                Tally::Message(performative) => {
+                    bump(&self.messages, (template.clone(), performative, "accepted"))
+                }
                 Tally::Violation(kind) => bump(&self.violations, (template.clone(), kind)),
                 Tally::Timeout => bump(&self.timeouts, template.clone()),
                 Tally::Completed(outcome) => bump(&self.completed, (template.clone(), outcome)),
@@ -165,7 +169,7 @@ impl Metrics {
             |(template, performative, result)| {
                 vec![
                     ("template", template.to_string()),
-                    ("performative", performative.to_string()),
+                    ("performative", performative.name().to_owned()),
                     ("result", (*result).to_owned()),
                 ]
             },
@@ -313,7 +317,8 @@ impl ConversationStore for MeteredStore {
         // What to count is read before the commit moves into the store, without copying
         // the events: this runs for every message.
         let template = commit.template.clone();
-        let tallies: Vec<Tally> = commit.events.iter().filter_map(Tally::of).collect();
+        // A commit has a few events (a message, a completion): counted without allocating.
+        let tallies: SmallVec<[Tally; 4]> = commit.events.iter().filter_map(Tally::of).collect();
         self.inner.commit(commit).await?;
         self.metrics.count(&template, tallies);
         Ok(())
