@@ -162,8 +162,6 @@ async fn echoes(app: &Router, n: usize) -> f64 {
 }
 
 fn main() {
-    // As `colloquy serve` runs.
-    colloquy_engine::allocator::tune_for_server();
     let n = arg("--conversations", 100_000);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

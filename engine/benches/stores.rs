@@ -349,8 +349,6 @@ async fn memory_reference(
 }
 
 fn main() {
-    // As `colloquy serve` runs.
-    colloquy_engine::allocator::tune_for_server();
     let conversations = arg("--conversations", 20_000);
     let seconds = arg("--seconds", 5) as u64;
     let clients = arg("--clients", 64);
