@@ -25,9 +25,7 @@
 //! - [`delivery`]: webhook push delivery of inbox messages.
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
 //! - [`api`]: the HTTP service (axum) under `/v1`.
-//! - [`allocator`]: mimalloc settings for the long-running servers.
 
-pub mod allocator;
 pub mod api;
 pub mod clock;
 pub mod cluster;

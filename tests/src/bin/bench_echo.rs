@@ -1,6 +1,5 @@
 //! The HTTP benchmark's baseline server: `POST /echo` parses a JSON body into a
-//! `serde_json::Value` and answers it back (axum, like `colloquy serve`, same allocator and
-//! allocator settings).
+//! `serde_json::Value` and answers it back (axum, like `colloquy serve`, same allocator).
 //!
 //! `bench-echo [ADDR]` (default `127.0.0.1:0`) prints `listening on http://ADDR` and serves
 //! until killed.
@@ -11,8 +10,6 @@ use std::io::Write as _;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    // The same allocator settings as `colloquy serve`.
-    colloquy_engine::allocator::tune_for_server();
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:0".to_owned());
