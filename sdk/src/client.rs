@@ -227,14 +227,11 @@ impl Client {
     /// ([`Client::serve`], [`Client::inbox`]) must not call it.
     pub async fn acknowledge_inbox(&self) -> Result<InboxAcked, SdkError> {
         // `through: 0` acknowledges nothing and answers the head.
-        let head = self.acknowledge(0).await?.head;
-        if head == 0 {
-            return Ok(InboxAcked {
-                through: 0,
-                head: 0,
-            });
+        let asked = self.acknowledge(0).await?;
+        if asked.head == 0 {
+            return Ok(asked);
         }
-        self.acknowledge(head).await
+        self.acknowledge(asked.head).await
     }
 
     /// The inbox as a stream of items after `after` (0: from the start), reconnecting and

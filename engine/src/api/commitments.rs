@@ -82,9 +82,7 @@ pub async fn list(
             role && query.state.is_none_or(|s| c.state == s)
         })
         .await?;
-    let next_cursor = more
-        .then(|| commitments.last().map(|c| c.id.to_string()))
-        .flatten();
+    let next_cursor = super::next_cursor(&commitments, more, |c| &c.id);
     Ok(JsonResponse(CommitmentList {
         commitments,
         next_cursor,

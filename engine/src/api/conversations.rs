@@ -143,9 +143,7 @@ pub async fn list(
         limit: query.limit.map_or(DEFAULT_PAGE, NonZeroUsize::get),
     };
     let (conversations, more) = state.engine().list(caller.viewer(), &filter).await;
-    let next_cursor = more
-        .then(|| conversations.last().map(|c| c.id.to_string()))
-        .flatten();
+    let next_cursor = super::next_cursor(&conversations, more, |c| &c.id);
     Ok(JsonResponse(ConversationPage {
         conversations,
         next_cursor,

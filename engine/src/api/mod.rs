@@ -106,6 +106,16 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// A page's `next_cursor`: the id of its last item when more items follow, `None` on the
+/// last page. The listings that page by id (conversations, commitments) answer with it.
+fn next_cursor<T>(page: &[T], more: bool, id: impl Fn(&T) -> &str) -> Option<String> {
+    if more {
+        page.last().map(|last| id(last).to_owned())
+    } else {
+        None
+    }
+}
+
 /// One route: a method on a path (OpenAPI path syntax, which axum 0.8 shares).
 pub struct Route {
     /// Lowercase HTTP method, as OpenAPI spells it.
