@@ -9,12 +9,17 @@
 //!
 //! Engine nodes sharing a store (Redis) would each push every message, so the workers push
 //! only while their node leads the `webhooks` role ([`ConversationStore::lead`]), renewed
-//! every [`LEAD_RENEW`]; when a node dies, another takes over within [`LEAD_LEASE_MS`]. A
-//! worker that starts leading (also at start-up) pushes from the first entry its agent has not
-//! acknowledged, so after a restart or a change of leader what was not acknowledged is
-//! pushed again: at least once.
+//! every [`LEAD_RENEW`]; when a node dies, another takes over within [`LEAD_LEASE_MS`].
+//!
+//! How far each agent's pushes got is kept in the store, the agent's webhook cursor
+//! ([`ConversationStore::webhook_cursor`]), advanced after every batch of at most
+//! [`WEBHOOK_BATCH`] entries. A worker that starts leading (also at start-up) goes on after
+//! the cursor, so a restart or a change of leader pushes again only the entries of the
+//! batch that was under way: at least once, never the whole inbox. An entry given up after
+//! [`WEBHOOK_ATTEMPTS`] counts as pushed; it stays in the inbox for the agent to read.
 //!
 //! [`ConversationStore::lead`]: crate::store::ConversationStore::lead
+//! [`ConversationStore::webhook_cursor`]: crate::store::ConversationStore::webhook_cursor
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,8 +42,8 @@ pub const WEBHOOK_FIRST_BACKOFF: Duration = Duration::from_millis(200);
 pub const WEBHOOK_MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long one POST may take.
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
-/// Inbox entries a worker reads at a time.
-const WEBHOOK_BATCH: usize = 64;
+/// Inbox entries a worker reads at a time, and pushes between two records of its cursor.
+pub const WEBHOOK_BATCH: usize = 64;
 /// How long a node's lead of webhook delivery lasts unless renewed.
 pub const LEAD_LEASE_MS: u64 = 10_000;
 /// How often the leading node renews its lead (and the others try to take it).
@@ -137,7 +142,8 @@ async fn worker(
     bell: Arc<Notify>,
     mut leading: watch::Receiver<bool>,
 ) {
-    let mut after = 0;
+    // How far this node's pushes got; read from the store on taking the lead.
+    let mut cursor: Option<u64> = None;
     let mut labeller = Labeller::new();
     loop {
         tokio::select! {
@@ -149,10 +155,21 @@ async fn worker(
             }
         }
         if !*leading.borrow_and_update() {
-            // Another node pushes; whoever leads next starts from what is not acknowledged.
-            after = 0;
+            // Another node pushes, and records how far it gets.
+            cursor = None;
             continue;
         }
+        let mut after = match cursor {
+            Some(after) => after,
+            None => match engine.store.webhook_cursor(&agent).await {
+                Ok(after) => after,
+                Err(error) => {
+                    tracing::warn!(%agent, %error, "webhook worker cannot read how far it got");
+                    continue;
+                }
+            },
+        };
+        cursor = Some(after);
         // Until the backlog is pushed, or the lead moves to another node.
         while *leading.borrow() {
             let entries = match engine.store.inbox(&agent, after, WEBHOOK_BATCH).await {
@@ -169,6 +186,11 @@ async fn worker(
                 after = entry.seq;
                 let item = labeller.item(&engine, entry).await;
                 push(&client, &metrics, &agent, &url, &item).await;
+            }
+            cursor = Some(after);
+            if let Err(error) = engine.store.advance_webhook_cursor(&agent, after).await {
+                // Not fatal: this node goes on from its own cursor; the next record covers it.
+                tracing::warn!(%agent, %error, "webhook worker cannot record how far it got");
             }
         }
     }

@@ -361,6 +361,14 @@ impl ConversationStore for MeteredStore {
         self.inner.acknowledge(agent, through).await
     }
 
+    async fn webhook_cursor(&self, agent: &str) -> Result<u64, StoreError> {
+        self.inner.webhook_cursor(agent).await
+    }
+
+    async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError> {
+        self.inner.advance_webhook_cursor(agent, seq).await
+    }
+
     async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {
         self.inner.lead(role, lease_ms).await
     }

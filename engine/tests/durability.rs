@@ -661,7 +661,7 @@ async fn webhook_receiver(pushed: Pushed) -> String {
 
 /// Two nodes push each webhook message once, whichever node accepted it: only the node that
 /// leads webhook delivery pushes. When it dies, the other takes the lead and pushes what
-/// comes after (and, at least once, what bob had not acknowledged).
+/// comes after.
 #[tokio::test]
 async fn two_nodes_push_each_webhook_message_once() {
     let Some(redis) = test_redis("two_nodes_push_each_webhook_message_once") else {
@@ -740,6 +740,100 @@ async fn two_nodes_push_each_webhook_message_once() {
             "acknowledged messages are not pushed again: {:?}",
             ids(&pushed)
         );
+    })
+    .await
+    .expect("within the test timeout");
+}
+
+/// The ids of the messages a webhook receiver got, in the order it got them.
+fn pushed_ids(pushed: &Pushed) -> Vec<String> {
+    let pushed = pushed.lock().expect("lock");
+    pushed.iter().map(|(_, id)| id.clone()).collect()
+}
+
+/// bob's webhook cursor in the SQLite file at `db`, read beside the running server; `None`
+/// until there is one (or while the file is busy).
+fn sqlite_webhook_cursor(db: &Path) -> Option<u64> {
+    let connection =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .ok()?;
+    connection
+        .query_row(
+            "SELECT through FROM webhook_cursors WHERE agent = 'bob'",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+        .ok()
+        .and_then(|through| u64::try_from(through).ok())
+}
+
+/// A server killed and restarted on its SQLite file goes on pushing bob's webhook where it
+/// got: bob never acknowledges his inbox, and still is not sent it all again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_pushes_webhooks_from_where_it_got() {
+    timeout(TEST_TIMEOUT, async {
+        let pushed: Pushed = Arc::default();
+        let hook = webhook_receiver(pushed.clone()).await;
+        let dir = scratch_dir("webhook-restart");
+        let templates = templates(&dir);
+        let agents = dir.join("agents.yaml");
+        std::fs::write(
+            &agents,
+            format!(
+                "agents:\n  - {{id: alice, token: alice-secret}}\n  \
+                 - {{id: bob, token: bob-secret, webhook: \"{hook}\"}}\n"
+            ),
+        )
+        .expect("agents file");
+        let agents_arg = ["--agents", agents.to_str().expect("utf-8 path")];
+        let db = dir.join("data/colloquy.db");
+        let store = format!("sqlite:{}", db.display());
+
+        let first = Server::start_with(&dir, &templates, &store, "first", &agents_arg);
+        let alice = Client::new(&first.url, "alice", Some("alice-secret")).expect("client");
+        for n in 0..3 {
+            alice
+                .start(&request(&format!("before-{n}"), "bob", None))
+                .await
+                .expect("start");
+        }
+        eventually("three pushes", || async {
+            (pushed_ids(&pushed).len() >= 3).then_some(())
+        })
+        .await;
+        // Killed once the cursor is on disk: the entries of a batch still under way at a
+        // crash are pushed again, by design (at least once).
+        eventually("bob's webhook cursor recorded", || async {
+            (sqlite_webhook_cursor(&db) == Some(3)).then_some(())
+        })
+        .await;
+        first.kill();
+
+        let second = Server::start_with(&dir, &templates, &store, "second", &agents_arg);
+        let alice = Client::new(&second.url, "alice", Some("alice-secret")).expect("client");
+        alice
+            .start(&request("after", "bob", None))
+            .await
+            .expect("start after the restart");
+        // Pushes go in inbox order, so anything pushed again would arrive before this.
+        eventually("the push after the restart", || async {
+            pushed_ids(&pushed)
+                .contains(&"after.request".to_owned())
+                .then_some(())
+        })
+        .await;
+        assert_eq!(
+            pushed_ids(&pushed),
+            [
+                "before-0.request",
+                "before-1.request",
+                "before-2.request",
+                "after.request"
+            ],
+            "each message pushed once, in order, across the restart"
+        );
+        drop(second);
+        let _ = std::fs::remove_dir_all(&dir);
     })
     .await
     .expect("within the test timeout");

@@ -257,3 +257,19 @@ pub async fn assert_a_large_acknowledgement_leaves_the_rest(
     );
     assert_eq!(store.inbox_head("bob").await.expect("head"), total);
 }
+
+/// Webhook cursors start at 0, are kept per agent and never move back. Returns with bob's
+/// cursor at 3, for a durable store's test to read again after a reopen.
+pub async fn assert_webhook_cursors_only_advance(store: &dyn ConversationStore) {
+    assert_eq!(store.webhook_cursor("bob").await.expect("cursor"), 0);
+    store
+        .advance_webhook_cursor("bob", 3)
+        .await
+        .expect("advance");
+    store
+        .advance_webhook_cursor("bob", 2)
+        .await
+        .expect("a lower seq");
+    assert_eq!(store.webhook_cursor("bob").await.expect("cursor"), 3);
+    assert_eq!(store.webhook_cursor("carol").await.expect("cursor"), 0);
+}

@@ -25,6 +25,8 @@ struct Record {
 struct Inbox {
     next_seq: u64,
     entries: VecDeque<InboxEntry>,
+    /// How far webhook delivery has got.
+    webhook_cursor: u64,
 }
 
 /// An in-process [`ConversationStore`].
@@ -172,6 +174,20 @@ impl ConversationStore for MemoryStore {
         Ok(())
     }
 
+    async fn webhook_cursor(&self, agent: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .inboxes()
+            .get(agent)
+            .map_or(0, |inbox| inbox.webhook_cursor))
+    }
+
+    async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError> {
+        let mut inboxes = self.inboxes();
+        let inbox = inboxes.entry(Arc::from(agent)).or_default();
+        inbox.webhook_cursor = inbox.webhook_cursor.max(seq);
+        Ok(())
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
         Ok(self
             .conversations
@@ -254,6 +270,7 @@ mod tests {
     use super::*;
     use crate::store::fixtures::{
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
+        assert_webhook_cursors_only_advance,
     };
 
     #[tokio::test]
@@ -267,5 +284,10 @@ mod tests {
         assert_a_message_to_several_reaches_each(&store, "c1").await;
         // Each inbox holds its own handle on a shared message: nothing to check there.
         assert_acknowledged_entries_go(&store, "c1", |_| async {}).await;
+    }
+
+    #[tokio::test]
+    async fn webhook_cursors_only_advance() {
+        assert_webhook_cursors_only_advance(&MemoryStore::new()).await;
     }
 }

@@ -213,6 +213,17 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// `through` is at most the head.
     async fn acknowledge(&self, agent: &str, through: u64) -> Result<(), StoreError>;
 
+    /// How far webhook delivery has got through `agent`'s inbox: the sequence number of the
+    /// last entry it pushed (or gave up on), 0 before the first. Kept with the inbox, so an
+    /// engine restarted on the store, or the node that takes over the lead of webhook
+    /// delivery, goes on after it instead of pushing every unacknowledged entry again.
+    async fn webhook_cursor(&self, agent: &str) -> Result<u64, StoreError>;
+
+    /// Records that webhook delivery has got through `agent`'s inbox up to `seq`. The cursor
+    /// never moves back: a lower `seq` (from a node that has just lost the lead) changes
+    /// nothing.
+    async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError>;
+
     /// The ids of the conversations `agent` is a party of (initiator or participant), in id
     /// order, or `None` when the store keeps no such index. Durable stores keep one, because
     /// after a restart (or on another node) the engine has not loaded those conversations;

@@ -20,6 +20,7 @@
 //! | `P:parties:{agent}` | set | ids of the conversations the agent is a party of |
 //! | `P:changes` | pub/sub channel | one JSON notice per commit that added events |
 //! | `P:lead:{role}` | string | the node leading `role` (webhook delivery), with the lease as its expiry |
+//! | `P:webhook-cursor` | hash | agent → sequence number of the last inbox entry webhook delivery pushed |
 //!
 //! A message is acknowledged when the script returned. For that to mean "durable", run
 //! Redis with `appendonly yes` and `appendfsync always` (the tests do); with the default
@@ -167,6 +168,16 @@ end
 return 0
 "#;
 
+/// Moves agent `ARGV[1]`'s webhook cursor in hash `KEYS[1]` to `ARGV[2]` unless it is
+/// further already (a node that has just lost the lead may still report an older one).
+const WEBHOOK_CURSOR_SCRIPT: &str = r#"
+local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > current then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+return 1
+"#;
+
 /// Inbox entries one run of [`ACK_SCRIPT`] deletes at most.
 const ACK_BATCH: usize = 1000;
 
@@ -220,6 +231,9 @@ impl Keys {
     fn lead(&self, role: &str) -> String {
         format!("{}:lead:{role}", self.prefix)
     }
+    fn webhook_cursors(&self) -> String {
+        format!("{}:webhook-cursor", self.prefix)
+    }
     fn message_refs(&self) -> String {
         format!("{}:msg-refs", self.prefix)
     }
@@ -246,6 +260,7 @@ pub struct RedisStore {
     remove_script: Script,
     ack_script: Script,
     lead_script: Script,
+    webhook_cursor_script: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -307,6 +322,7 @@ impl RedisStore {
             remove_script: Script::new(REMOVE_SCRIPT),
             ack_script: Script::new(ACK_SCRIPT),
             lead_script: Script::new(LEAD_SCRIPT),
+            webhook_cursor_script: Script::new(WEBHOOK_CURSOR_SCRIPT),
         })
     }
 
@@ -670,6 +686,28 @@ impl ConversationStore for RedisStore {
         }
     }
 
+    async fn webhook_cursor(&self, agent: &str) -> Result<u64, StoreError> {
+        let mut connection = self.connection.clone();
+        let cursor: Option<u64> = connection
+            .hget(self.keys.webhook_cursors(), agent)
+            .await
+            .map_err(store_error)?;
+        Ok(cursor.unwrap_or(0))
+    }
+
+    async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = self
+            .webhook_cursor_script
+            .key(self.keys.webhook_cursors())
+            .arg(agent)
+            .arg(seq)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
     async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {
         let mut connection = self.connection.clone();
         let leads: i64 = self
@@ -704,7 +742,7 @@ mod tests {
     use crate::store::fixtures::{
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_refuses_stale_writes, commit, started,
+        assert_refuses_stale_writes, assert_webhook_cursors_only_advance, commit, started,
     };
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
@@ -734,6 +772,18 @@ mod tests {
 
     fn unique_prefix(test: &str) -> String {
         format!("colloquy-test:{test}:{}", uuid::Uuid::now_v7())
+    }
+
+    /// Webhook cursors are shared: a second node on the same Redis reads where the first got.
+    #[tokio::test]
+    async fn webhook_cursors_only_advance_and_are_shared_by_nodes() {
+        let Some(url) = test_redis("webhook_cursors_only_advance_and_are_shared_by_nodes") else {
+            return;
+        };
+        let prefix = unique_prefix("webhook-cursors");
+        assert_webhook_cursors_only_advance(&open_store(&url, &prefix).await).await;
+        let other_node = open_store(&url, &prefix).await;
+        assert_eq!(other_node.webhook_cursor("bob").await.expect("cursor"), 3);
     }
 
     /// A message to several agents is one key that their inbox entries name; a message to

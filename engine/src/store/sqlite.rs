@@ -156,6 +156,12 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX inbox_message_row ON inbox (message_row) WHERE message_row IS NOT NULL;
      CREATE INDEX inbox_recent_message_row ON inbox_recent (message_row)
          WHERE message_row IS NOT NULL;",
+    // 5: how far webhook delivery has got through each agent's inbox, so a restart goes on
+    //    from there instead of pushing every unacknowledged entry again.
+    "CREATE TABLE webhook_cursors (
+         agent TEXT PRIMARY KEY,
+         through INTEGER NOT NULL
+     ) WITHOUT ROWID;",
 ];
 
 /// How far a commit must get before it is acknowledged.
@@ -245,6 +251,7 @@ enum Job {
     Remove(String, oneshot::Sender<Result<(), StoreError>>),
     /// Answers whether the acknowledgement is complete (see [`ACK_BATCH`]).
     Acknowledge(String, u64, oneshot::Sender<Result<bool, StoreError>>),
+    AdvanceWebhookCursor(String, u64, oneshot::Sender<Result<(), StoreError>>),
 }
 
 /// A [`ConversationStore`] in one SQLite file.
@@ -542,7 +549,8 @@ enum Answer {
         oneshot::Sender<Result<Vec<Arc<str>>, StoreError>>,
         Result<Vec<Arc<str>>, StoreError>,
     ),
-    Remove(
+    /// A job whose answer is only that it was applied: a removal, a webhook cursor.
+    Done(
         oneshot::Sender<Result<(), StoreError>>,
         Result<(), StoreError>,
     ),
@@ -602,11 +610,15 @@ impl Writer {
                     Job::Remove(id, reply) => {
                         remove(&transaction, &id)?;
                         versions.insert(Arc::from(id), 0);
-                        Answer::Remove(reply, Ok(()))
+                        Answer::Done(reply, Ok(()))
                     }
                     Job::Acknowledge(agent, through, reply) => {
                         let complete = acknowledge(&transaction, &agent, through, &mut counts)?;
                         Answer::Acknowledge(reply, Ok(complete))
+                    }
+                    Job::AdvanceWebhookCursor(agent, seq, reply) => {
+                        advance_webhook_cursor(&transaction, &agent, seq)?;
+                        Answer::Done(reply, Ok(()))
                     }
                 });
             }
@@ -650,11 +662,11 @@ fn send_answers(answers: Vec<Answer>, failure: Option<&str>) {
         match (answer, failure) {
             (Answer::Commit(reply, result), None) => drop(reply.send(result)),
             (Answer::Claim(reply, result), None) => drop(reply.send(result)),
-            (Answer::Remove(reply, result), None) => drop(reply.send(result)),
+            (Answer::Done(reply, result), None) => drop(reply.send(result)),
             (Answer::Acknowledge(reply, result), None) => drop(reply.send(result)),
             (Answer::Commit(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
             (Answer::Claim(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
-            (Answer::Remove(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
+            (Answer::Done(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
             (Answer::Acknowledge(reply, _), Some(_)) => drop(reply.send(Err(refused()))),
         }
     }
@@ -903,6 +915,30 @@ fn acknowledge(
     Ok(complete)
 }
 
+/// How far webhook delivery has got through `agent`'s inbox, 0 before the first push.
+fn webhook_cursor(connection: &Connection, agent: &str) -> Result<u64, rusqlite::Error> {
+    let through: Option<i64> = connection
+        .prepare_cached("SELECT through FROM webhook_cursors WHERE agent = ?1")?
+        .query_row(params![agent], |row| row.get(0))
+        .optional()?;
+    Ok(through.map(from_sql).unwrap_or(0))
+}
+
+/// Moves `agent`'s webhook cursor to `seq` unless it is further already.
+fn advance_webhook_cursor(
+    connection: &Connection,
+    agent: &str,
+    seq: u64,
+) -> Result<(), rusqlite::Error> {
+    connection
+        .prepare_cached(
+            "INSERT INTO webhook_cursors (agent, through) VALUES (?1, ?2)
+             ON CONFLICT (agent) DO UPDATE SET through = max(through, excluded.through)",
+        )?
+        .execute(params![agent, to_sql(seq)])?;
+    Ok(())
+}
+
 /// SQLite integers are signed; times and versions stay far below `i64::MAX`.
 fn to_sql(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -957,6 +993,18 @@ impl ConversationStore for SqliteStore {
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
         let agent = agent.to_owned();
         self.read(move |connection| inbox_head(connection, &agent).map_err(internal))
+            .await
+    }
+
+    async fn webhook_cursor(&self, agent: &str) -> Result<u64, StoreError> {
+        let agent = agent.to_owned();
+        self.read(move |connection| webhook_cursor(connection, &agent).map_err(internal))
+            .await
+    }
+
+    async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError> {
+        let agent = agent.to_owned();
+        self.submit(|reply| Job::AdvanceWebhookCursor(agent, seq, reply))
             .await
     }
 
@@ -1075,7 +1123,7 @@ mod tests {
     use crate::store::fixtures::{
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_refuses_stale_writes, commit, message, started,
+        assert_refuses_stale_writes, assert_webhook_cursors_only_advance, commit, message, started,
     };
 
     fn temp_db(name: &str) -> PathBuf {
@@ -1174,6 +1222,18 @@ mod tests {
     async fn a_large_acknowledgement_runs_in_batches() {
         let store = SqliteStore::open(temp_db("ack-batches")).expect("open");
         assert_a_large_acknowledgement_leaves_the_rest(&store, "c1", ACK_BATCH).await;
+    }
+
+    /// A restarted engine's webhook delivery goes on where the last one got.
+    #[tokio::test]
+    async fn webhook_cursors_only_advance_and_survive_a_reopen() {
+        let path = temp_db("webhook-cursors");
+        {
+            let store = SqliteStore::open(&path).expect("open");
+            assert_webhook_cursors_only_advance(&store).await;
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        assert_eq!(store.webhook_cursor("bob").await.expect("cursor"), 3);
     }
 
     #[tokio::test]
