@@ -1,13 +1,13 @@
 //! Inbox acknowledgements: an agent says how far it has handled its inbox, and the store
 //! deletes those entries. Without them a durable store keeps every message ever delivered.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use colloquy_protocol::api::{InboxAck, InboxAcked};
 
 use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::JsonBody;
+use super::extract::{JsonBody, PathParams};
 use super::json::JsonResponse;
 
 /// `POST /v1/agents/{id}/inbox/ack` `{"through": seq}`: deletes the agent's inbox entries up
@@ -17,7 +17,7 @@ use super::json::JsonResponse;
 pub async fn acknowledge(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent): Path<String>,
+    PathParams(agent): PathParams<String>,
     JsonBody(ack): JsonBody<InboxAck>,
 ) -> Result<JsonResponse<InboxAcked>, ApiError> {
     caller.check_inbox_owner(&agent, "acknowledge")?;

@@ -3,7 +3,7 @@
 
 use std::num::NonZeroUsize;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use colloquy_protocol::api::CommitmentList;
 use colloquy_protocol::conversation::{CommitmentState, CommitmentView};
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::QueryParams;
+use super::extract::{PathParams, QueryParams};
 use super::json::JsonResponse;
 
 /// Which side of a commitment an agent is on.
@@ -97,7 +97,7 @@ pub async fn list(
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
-    Path(segments): Path<Vec<String>>,
+    PathParams(segments): PathParams<Vec<String>>,
 ) -> Result<JsonResponse<CommitmentView>, ApiError> {
     let agent = caller.agent()?;
     let id = segments.join("/");
@@ -111,7 +111,7 @@ pub async fn release(
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(segments): Path<Vec<String>>,
+    PathParams(segments): PathParams<Vec<String>>,
 ) -> Result<JsonResponse<CommitmentView>, ApiError> {
     let agent = caller.agent()?;
     let id = segments.join("/");

@@ -2,7 +2,7 @@
 
 use std::num::NonZeroUsize;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use colloquy_protocol::api::ConversationPage;
@@ -14,7 +14,7 @@ use tracing::Instrument as _;
 use super::AppState;
 use super::auth::{Caller, MAX_AGENT_ID_LEN, valid_agent_id};
 use super::error::ApiError;
-use super::extract::{JsonBody, QueryParams};
+use super::extract::{JsonBody, PathParams, QueryParams};
 use super::json::JsonResponse;
 use crate::listing::ConversationFilter;
 use crate::log_safe::LogSafe;
@@ -81,7 +81,7 @@ pub async fn start(
 pub async fn send(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     JsonBody(message): JsonBody<SendMessage>,
 ) -> Result<(StatusCode, JsonResponse<SendReceipt>), ApiError> {
     let agent = caller.agent()?;
@@ -110,7 +110,7 @@ pub async fn send(
 pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Result<JsonResponse<ConversationView>, ApiError> {
     let view = state.engine().view(&id, caller.viewer()).await?;
     Ok(JsonResponse(view))

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use futures_util::FutureExt as _;
@@ -202,6 +202,30 @@ where
             .map(|Query(value)| QueryParams(value))
             .map_err(|rejection| ApiError::BadRequest {
                 code: "invalid_query",
+                message: rejection.body_text(),
+                pointer: None,
+            })
+    }
+}
+
+/// Path parameters; a malformed one (percent-encoded bytes that are not UTF-8) answers 400
+/// `invalid_path` naming the parameter, where axum's own `Path` answers in plain text.
+#[derive(Debug)]
+pub struct PathParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for PathParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| PathParams(value))
+            .map_err(|rejection| ApiError::BadRequest {
+                code: "invalid_path",
                 message: rejection.body_text(),
                 pointer: None,
             })

@@ -232,6 +232,21 @@ mod tests {
         let (status, body) = answer(request.expect("request")).await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(body["error"]["code"], "method_not_allowed");
+        // Percent-encoded bytes that are not UTF-8, in each kind of path parameter.
+        for (method, path) in [
+            ("GET", "/v1/conversations/%FF"),
+            ("GET", "/v1/agents/%FF/inbox"),
+            ("POST", "/v1/commitments/%FF/release"),
+        ] {
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("x-agent-id", "alice")
+                .body(Body::empty());
+            let (status, body) = answer(request.expect("request")).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+            assert_eq!(body["error"]["code"], "invalid_path", "{path}");
+        }
     }
 
     #[tokio::test]

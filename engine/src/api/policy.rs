@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::error::ApiError;
-use super::extract::{RawBody, unreadable};
+use super::extract::{PathParams, RawBody, unreadable};
 use super::json::JsonResponse;
 use super::ops;
 
@@ -218,7 +218,7 @@ fn wants_json(headers: &HeaderMap) -> bool {
 /// `GET /v1/templates/{name}`.
 async fn show(
     State(state): State<PolicyState>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     headers: HeaderMap,
 ) -> Result<Response, PolicyError> {
     let snapshot = state.0.live.snapshot();
@@ -270,7 +270,7 @@ async fn show(
 /// `GET /v1/templates/{name}/revisions`: newest first.
 async fn revisions(
     State(state): State<PolicyState>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
 ) -> Result<JsonResponse<RevisionList>, PolicyError> {
     let snapshot = state.0.live.snapshot();
     let current = snapshot.catalog.latest(&name).map(|t| t.revision.clone());
@@ -299,7 +299,7 @@ async fn revisions(
 /// revision of the template.
 async fn module(
     State(state): State<PolicyState>,
-    Path((name, sha256)): Path<(String, String)>,
+    PathParams((name, sha256)): PathParams<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, PolicyError> {
     let snapshot = state.0.live.snapshot();
@@ -361,7 +361,7 @@ fn same_secret(a: &str, b: &str) -> bool {
 /// for a new revision of an existing one; `422` with diagnostics when it does not compile.
 async fn upload(
     State(state): State<PolicyState>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, PolicyError> {
@@ -399,7 +399,7 @@ async fn upload(
 /// module; `422` with diagnostics when a template using it no longer passes.
 async fn upload_module(
     State(state): State<PolicyState>,
-    Path(file): Path<String>,
+    PathParams(file): PathParams<String>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, PolicyError> {
@@ -419,7 +419,7 @@ async fn upload_module(
 /// running ones finish on their revision.
 async fn remove(
     State(state): State<PolicyState>,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, PolicyError> {
     authorize(&state, &headers)?;

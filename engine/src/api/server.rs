@@ -160,7 +160,11 @@ pub fn launch(
     );
     let mut app = router(state);
     if let Some(routes) = options.routes {
-        app = app.merge(routes);
+        // The fallback goes to the routes registered before it, so again after the merge:
+        // a wrong method on a merged route is a JSON 405 too.
+        app = app
+            .merge(routes)
+            .method_not_allowed_fallback(super::ops::method_not_allowed);
     }
     let mut shutdown = closing_rx;
     let server = listen::spawn(listener, app, async move {

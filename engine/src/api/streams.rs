@@ -16,7 +16,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
 use colloquy_protocol::api::{InboxItem, InboxPage};
@@ -30,7 +30,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::QueryParams;
+use super::extract::{PathParams, QueryParams};
 use super::json::JsonResponse;
 use crate::engine::Engine;
 use crate::log_safe::LogSafe;
@@ -101,7 +101,7 @@ async fn wait(rung: OwnedNotified, tx: &mpsc::Sender<Event>, state: &AppState) -
 pub async fn events(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     QueryParams(query): QueryParams<After>,
 ) -> Result<SseStream, ApiError> {
@@ -230,7 +230,7 @@ impl Labeller {
 pub async fn inbox(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent): Path<String>,
+    PathParams(agent): PathParams<String>,
     headers: HeaderMap,
     QueryParams(query): QueryParams<After>,
 ) -> Result<SseStream, ApiError> {
@@ -318,7 +318,7 @@ pub struct PollQuery {
 pub async fn poll(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent): Path<String>,
+    PathParams(agent): PathParams<String>,
     QueryParams(query): QueryParams<PollQuery>,
 ) -> Result<JsonResponse<InboxPage>, ApiError> {
     caller.check_inbox_owner(&agent, "read")?;

@@ -298,6 +298,22 @@ async fn deleting_a_template_refuses_new_conversations_and_running_ones_finish()
     assert_eq!(code, 201, "other templates are untouched");
 }
 
+/// Mistakes on the policy routes merged into the service get its JSON errors too: a method
+/// the route does not have, and a name whose percent-encoding is not UTF-8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_policy_routes_answer_mistakes_in_json() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("errand.yaml"), errand("done")).expect("fixture");
+    let server = embedded(dir.path()).await;
+    let url = server.service.url();
+    let (code, body) = call(admin(Method::DELETE, format!("{url}/v1/templates"))).await;
+    assert_eq!(code, 405, "{body}");
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+    let (code, body) = call(admin(Method::GET, format!("{url}/v1/templates/%FF"))).await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_path");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_go_through_the_compiler_good_and_broken() {
     let dir = tempfile::tempdir().expect("temp dir");
