@@ -5,12 +5,16 @@
 //! every conversation (retention removes a conversation from both at once). An agent's
 //! listing (or one filtered by participant) starts from the agent's entries in the engine's
 //! [`PartyIndex`](crate::parties::PartyIndex), so it costs what the agent has, not what the
-//! engine holds; an administrator's unfiltered listing walks every loaded conversation. A
-//! durable store
-//! also keeps an index of each agent's conversations (`ConversationStore::conversations_of`):
-//! an agent's listing (or one filtered by participant) loads from it the conversations this
-//! engine has not loaded since it started, so nothing is missing after a restart or on
-//! another node. An administrator's unfiltered listing covers the loaded conversations only.
+//! engine holds; with the memory store an administrator's unfiltered listing walks every
+//! loaded conversation.
+//!
+//! A durable store also indexes each agent's conversations
+//! (`ConversationStore::conversations_of`) and every conversation id
+//! (`ConversationStore::conversation_ids`). An agent's listing loads from the first the
+//! conversations this engine has not loaded since it started; an administrator's listing
+//! pages through the second, a chunk at a time. So nothing is missing after a restart or on
+//! another node. Listing a conversation that is not loaded loads it (replays its log), as
+//! any read of it does.
 
 use std::sync::Arc;
 
@@ -23,6 +27,8 @@ use crate::error::EngineError;
 
 /// Largest page `list` returns; larger requested limits are cut to it.
 pub const MAX_PAGE: usize = 500;
+/// Ids an administrator's listing reads from a durable store's index at a time.
+const STORE_CHUNK: usize = 256;
 
 /// Which conversations to list.
 #[derive(Clone, Debug, Default)]
@@ -47,75 +53,113 @@ impl Engine {
         viewer: Option<&str>,
         filter: &ConversationFilter,
     ) -> (Vec<ConversationSummary>, bool) {
-        let after = filter.after.as_deref();
         // An agent's listing reads its own index entries, not every conversation here.
         let indexed_for = filter.participant.as_deref().or(viewer);
-        let mut ids: Vec<Arc<str>> = match indexed_for {
-            Some(agent) => self.parties.of(agent, after),
-            None => self.live.iter().map(|entry| entry.key().clone()).collect(),
-        };
-        if let Some(agent) = indexed_for {
-            match self.store.conversations_of(agent).await {
-                Ok(Some(indexed)) => ids.extend(indexed),
-                Ok(None) => {}
-                // The loaded conversations still list; the log says what is missing.
-                Err(error) => tracing::warn!(%agent, %error, "conversation index unreadable"),
+        let limit = filter.limit.clamp(1, MAX_PAGE);
+        let mut page = Vec::new();
+        let mut after: Option<Arc<str>> = filter.after.as_deref().map(Arc::from);
+        loop {
+            let (ids, complete) = self.candidates(indexed_for, after.as_deref()).await;
+            for id in &ids {
+                let Some(summary) = self.listed(id, viewer, filter, indexed_for).await else {
+                    continue;
+                };
+                if page.len() == limit {
+                    return (page, true);
+                }
+                page.push(summary);
+            }
+            match ids.last() {
+                Some(last) if !complete => after = Some(last.clone()),
+                _ => return (page, false),
             }
         }
+    }
+
+    /// The ids a listing looks at, after `after` and in order, and whether they are all of
+    /// them. An administrator's listing over a durable store reads the store's index a chunk
+    /// at a time (`false`: go on after the last id); the others get every candidate at once.
+    async fn candidates(
+        &self,
+        indexed_for: Option<&str>,
+        after: Option<&str>,
+    ) -> (Vec<Arc<str>>, bool) {
+        let mut ids: Vec<Arc<str>> = match indexed_for {
+            Some(agent) => {
+                let mut ids = self.parties.of(agent, after);
+                match self.store.conversations_of(agent).await {
+                    Ok(Some(indexed)) => ids.extend(indexed),
+                    Ok(None) => {}
+                    // The loaded conversations still list; the log says what is missing.
+                    Err(error) => tracing::warn!(%agent, %error, "conversation index unreadable"),
+                }
+                ids
+            }
+            None => match self.store.conversation_ids(after, STORE_CHUNK).await {
+                // Every stored conversation, loaded here or not, in id order.
+                Ok(Some(ids)) => {
+                    let complete = ids.len() < STORE_CHUNK;
+                    return (ids, complete);
+                }
+                Ok(None) => self.live.iter().map(|entry| entry.key().clone()).collect(),
+                Err(error) => {
+                    tracing::warn!(%error, "conversation index unreadable; listing the loaded ones");
+                    self.live.iter().map(|entry| entry.key().clone()).collect()
+                }
+            },
+        };
         ids.retain(|id| after.is_none_or(|after| &**id > after));
         ids.sort_unstable();
         ids.dedup();
-        let limit = filter.limit.clamp(1, MAX_PAGE);
-        let mut page = Vec::new();
-        for id in ids {
-            // Loaded, or indexed but not loaded here yet (or dropped from the cache after
-            // this node missed other nodes' commits): loaded now.
-            let slot = match self.loaded_slot(&id).await {
-                Ok(slot) => slot,
-                // Gone (retention, perhaps through another node) since it was indexed.
-                Err(EngineError::UnknownConversation(_)) => {
-                    if let Some(agent) = indexed_for {
-                        self.parties.forget_one(agent, &id);
-                    }
-                    continue;
+        (ids, true)
+    }
+
+    /// Conversation `id`'s summary if `viewer` may read it and it matches `filter`; loads it
+    /// when it is indexed but not loaded here yet (or was dropped from the cache after this
+    /// node missed other nodes' commits).
+    async fn listed(
+        &self,
+        id: &str,
+        viewer: Option<&str>,
+        filter: &ConversationFilter,
+        indexed_for: Option<&str>,
+    ) -> Option<ConversationSummary> {
+        let slot = match self.loaded_slot(id).await {
+            Ok(slot) => slot,
+            // Gone (retention, perhaps through another node) since it was indexed.
+            Err(EngineError::UnknownConversation(_)) => {
+                if let Some(agent) = indexed_for {
+                    self.parties.forget_one(agent, id);
                 }
-                Err(_) => continue,
-            };
-            let guard = slot.lock().await;
-            let Some(conversation) = guard.as_ref() else {
-                continue;
-            };
-            let started = &conversation.started;
-            let readable = viewer.is_none_or(|viewer| conversation.can_read(viewer));
-            let party = filter.participant.as_deref().is_none_or(|agent| {
-                &*started.initiator == agent || started.participants.iter().any(|p| &**p == agent)
-            });
-            let status = filter
-                .status
-                .is_none_or(|status| conversation.status == status);
-            let template = filter
-                .template
-                .as_deref()
-                .is_none_or(|name| &*started.template == name);
-            if !(readable && party && status && template) {
-                continue;
+                return None;
             }
-            if page.len() == limit {
-                return (page, true);
-            }
-            page.push(ConversationSummary {
-                id: started.id.clone(),
-                template: started.template.clone(),
-                revision: started.revision.clone(),
-                initiator: started.initiator.clone(),
-                participants: started.participants.clone(),
-                status: conversation.status,
-                outcome: conversation.outcome,
-                deadline: conversation.deadline,
-                version: conversation.version,
-            });
-        }
-        (page, false)
+            Err(_) => return None,
+        };
+        let guard = slot.lock().await;
+        let conversation = guard.as_ref()?;
+        let started = &conversation.started;
+        let readable = viewer.is_none_or(|viewer| conversation.can_read(viewer));
+        let party = filter.participant.as_deref().is_none_or(|agent| {
+            &*started.initiator == agent || started.participants.iter().any(|p| &**p == agent)
+        });
+        let status = filter
+            .status
+            .is_none_or(|status| conversation.status == status);
+        let template = filter
+            .template
+            .as_deref()
+            .is_none_or(|name| &*started.template == name);
+        (readable && party && status && template).then(|| ConversationSummary {
+            id: started.id.clone(),
+            template: started.template.clone(),
+            revision: started.revision.clone(),
+            initiator: started.initiator.clone(),
+            participants: started.participants.clone(),
+            status: conversation.status,
+            outcome: conversation.outcome,
+            deadline: conversation.deadline,
+            version: conversation.version,
+        })
     }
 
     /// The template name of a conversation, loading it if needed.

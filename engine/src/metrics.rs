@@ -377,6 +377,14 @@ impl ConversationStore for MeteredStore {
         self.inner.conversations_of(agent).await
     }
 
+    async fn conversation_ids(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        self.inner.conversation_ids(after, limit).await
+    }
+
     fn remote_changes(
         &self,
     ) -> Option<tokio::sync::broadcast::Receiver<crate::store::RemoteChange>> {

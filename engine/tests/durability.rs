@@ -839,6 +839,113 @@ async fn a_restarted_server_pushes_webhooks_from_where_it_got() {
     .expect("within the test timeout");
 }
 
+/// Every conversation id an administrator's `GET /v1/conversations` lists on the server at
+/// `url`, following `next_cursor` through pages of `limit`.
+async fn admin_listing(url: &str, query: &str, limit: usize) -> Vec<String> {
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut request = http
+            .get(format!("{url}/v1/conversations?limit={limit}{query}"))
+            .bearer_auth("admin-secret");
+        if let Some(cursor) = &cursor {
+            request = request.query(&[("cursor", cursor)]);
+        }
+        let page: serde_json::Value = request
+            .send()
+            .await
+            .expect("list as admin")
+            .json()
+            .await
+            .expect("a page");
+        let listed = page["conversations"].as_array().expect("conversations");
+        ids.extend(
+            listed
+                .iter()
+                .map(|c| c["id"].as_str().expect("id").to_owned()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return ids,
+        }
+    }
+}
+
+/// An agents file with the administrator and alice and bob; the `--agents` arguments.
+fn agents_with_admin(dir: &Path) -> [String; 2] {
+    let agents = dir.join("agents.yaml");
+    std::fs::write(
+        &agents,
+        "admin_token: admin-secret\nagents:\n  - {id: alice, token: alice-secret}\n  \
+         - {id: bob, token: bob-secret}\n",
+    )
+    .expect("agents file");
+    ["--agents".to_owned(), agents.display().to_string()]
+}
+
+/// An administrator lists every stored conversation: on a server restarted on its SQLite
+/// file, which has loaded none of them yet, and on a Redis node other than the one that ran
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_administrator_lists_conversations_this_node_has_not_loaded() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("admin-listing");
+        let templates = templates(&dir);
+        let agents = agents_with_admin(&dir);
+        let agents_arg = [agents[0].as_str(), agents[1].as_str()];
+        let ids: Vec<String> = (0..7).map(|n| format!("listed-{n}")).collect();
+        let start_all = |url: String| {
+            let ids = ids.clone();
+            async move {
+                let alice = Client::new(&url, "alice", Some("alice-secret")).expect("client");
+                for id in &ids {
+                    alice.start(&request(id, "bob", None)).await.expect("start");
+                }
+            }
+        };
+
+        let store = format!("sqlite:{}", dir.join("data/colloquy.db").display());
+        let first = Server::start_with(&dir, &templates, &store, "first", &agents_arg);
+        start_all(first.url.clone()).await;
+        first.kill();
+        let second = Server::start_with(&dir, &templates, &store, "second", &agents_arg);
+        assert_eq!(
+            admin_listing(&second.url, "", 3).await,
+            ids,
+            "after a restart"
+        );
+        assert_eq!(
+            admin_listing(&second.url, "&state=active&template=fipa-request", 2).await,
+            ids,
+            "filtered"
+        );
+        assert!(
+            admin_listing(&second.url, "&state=completed", 3)
+                .await
+                .is_empty()
+        );
+        drop(second);
+
+        if let Some(redis) =
+            test_redis("an_administrator_lists_conversations_this_node_has_not_loaded")
+        {
+            let url = emptied_database(&redis, 5).await;
+            let node_a = Server::start_with(&dir, &templates, &url, "node-a", &agents_arg);
+            let node_b = Server::start_with(&dir, &templates, &url, "node-b", &agents_arg);
+            start_all(node_a.url.clone()).await;
+            assert_eq!(
+                admin_listing(&node_b.url, "", 3).await,
+                ids,
+                "on another node"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("within the test timeout");
+}
+
 /// One administrator per server: the agents file's `admin_token` also uploads templates,
 /// `--admin-token` alone also reads everything, and two different tokens stop the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -273,3 +273,30 @@ pub async fn assert_webhook_cursors_only_advance(store: &dyn ConversationStore) 
     assert_eq!(store.webhook_cursor("bob").await.expect("cursor"), 3);
     assert_eq!(store.webhook_cursor("carol").await.expect("cursor"), 0);
 }
+
+/// The store's id index pages through conversations in id order, whatever order they were
+/// created in, and forgets a removed one.
+pub async fn assert_conversation_ids_page_in_order(store: &dyn ConversationStore) {
+    for id in ["c1", "c3", "c2"] {
+        store
+            .commit(commit(id, 0, vec![started(id)], None))
+            .await
+            .expect("create");
+    }
+    let ids = |ids: Option<Vec<Arc<str>>>| -> Vec<String> {
+        ids.expect("a durable store indexes ids")
+            .iter()
+            .map(|id| id.to_string())
+            .collect()
+    };
+    let first = store.conversation_ids(None, 2).await.expect("first page");
+    assert_eq!(ids(first), ["c1", "c2"]);
+    let next = store
+        .conversation_ids(Some("c2"), 2)
+        .await
+        .expect("next page");
+    assert_eq!(ids(next), ["c3"]);
+    store.remove("c2").await.expect("remove");
+    let all = store.conversation_ids(None, 10).await.expect("all");
+    assert_eq!(ids(all), ["c1", "c3"]);
+}

@@ -233,6 +233,19 @@ pub trait ConversationStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Up to `limit` ids of the stored conversations after `after` (all from the first when
+    /// `None`), in id order, or `None` when the store keeps no such index: the memory store,
+    /// whose engine has every conversation loaded. Durable stores answer it for an
+    /// administrator's listing, which must also show the conversations this engine has not
+    /// loaded (since a restart, or because another node runs them).
+    async fn conversation_ids(
+        &self,
+        _after: Option<&str>,
+        _limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        Ok(None)
+    }
+
     /// Takes or keeps, for `lease_ms`, the lead of `role`: work that one engine node of
     /// those sharing the store should do, not each of them (webhook delivery). True while
     /// this node leads; it must ask again before the lease runs out to keep it. A store only

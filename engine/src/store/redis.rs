@@ -21,6 +21,8 @@
 //! | `P:changes` | pub/sub channel | one JSON notice per commit that added events |
 //! | `P:lead:{role}` | string | the node leading `role` (webhook delivery), with the lease as its expiry |
 //! | `P:webhook-cursor` | hash | agent → sequence number of the last inbox entry webhook delivery pushed |
+//! | `P:ids` | sorted set | every conversation id, all scored 0 so they sort by id: an administrator's listing pages through it |
+//! | `P:ids-built` | string | set once `P:ids` also holds the conversations created before it existed |
 //!
 //! A message is acknowledged when the script returned. For that to mean "durable", run
 //! Redis with `appendonly yes` and `appendfsync always` (the tests do); with the default
@@ -59,7 +61,7 @@ pub const CHANGE_BUFFER: usize = 4096;
 /// Applies a commit (see the module docs). KEYS: conversation hash, log stream, wake set,
 /// inbox sequence hash, one inbox stream per delivery, one party set per party (creation
 /// only), one message key per message delivered to several agents, the shared-message
-/// count hash. ARGV: id, expected version, new version, wake-up or '', channel, notice or
+/// count hash, the id index (creation adds the id). ARGV: id, expected version, new version, wake-up or '', channel, notice or
 /// '', event count, delivery count, party count, parties JSON, the events as one JSON
 /// array, the shared message count, (JSON, receiver count) per shared message, then (agent,
 /// message JSON or '', shared message number or 0) per delivery. Returns {1} done, {2, v}
@@ -86,7 +88,10 @@ else
 end
 local n_events, n_deliveries, n_parties = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 redis.call('HSET', conv, 'version', ARGV[3])
-if expected == 0 then redis.call('HSET', conv, 'parties', ARGV[10]) end
+if expected == 0 then
+  redis.call('HSET', conv, 'parties', ARGV[10])
+  redis.call('ZADD', KEYS[4 + n_deliveries + n_parties + tonumber(ARGV[12]) + 2], 0, id)
+end
 if n_events > 0 then
   redis.call('XADD', log, string.format('%d-0', expected + n_events), 'b', ARGV[11])
 end
@@ -181,7 +186,7 @@ return 1
 /// Inbox entries one run of [`ACK_SCRIPT`] deletes at most.
 const ACK_BATCH: usize = 1000;
 
-/// Deletes a conversation: KEYS hash, log, wake set; ARGV id, party-set key prefix.
+/// Deletes a conversation: KEYS hash, log, wake set, id index; ARGV id, party-set key prefix.
 const REMOVE_SCRIPT: &str = r#"
 local parties = redis.call('HGET', KEYS[1], 'parties')
 if parties then
@@ -191,6 +196,7 @@ if parties then
 end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
 return 1
 "#;
 
@@ -233,6 +239,12 @@ impl Keys {
     }
     fn webhook_cursors(&self) -> String {
         format!("{}:webhook-cursor", self.prefix)
+    }
+    fn ids(&self) -> String {
+        format!("{}:ids", self.prefix)
+    }
+    fn ids_built(&self) -> String {
+        format!("{}:ids-built", self.prefix)
     }
     fn message_refs(&self) -> String {
         format!("{}:msg-refs", self.prefix)
@@ -311,7 +323,7 @@ impl RedisStore {
             node.clone(),
             changes.clone(),
         ));
-        Ok(RedisStore {
+        let store = RedisStore {
             connection,
             keys,
             node,
@@ -323,13 +335,74 @@ impl RedisStore {
             ack_script: Script::new(ACK_SCRIPT),
             lead_script: Script::new(LEAD_SCRIPT),
             webhook_cursor_script: Script::new(WEBHOOK_CURSOR_SCRIPT),
-        })
+        };
+        store.build_id_index().await?;
+        Ok(store)
+    }
+
+    /// Adds to the id index (`P:ids`) the conversations an engine created before the index
+    /// existed, once per database: the commit script indexes every conversation since.
+    async fn build_id_index(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let built: bool = connection
+            .exists(self.keys.ids_built())
+            .await
+            .map_err(store_error)?;
+        if built {
+            return Ok(());
+        }
+        let prefix = format!("{}:conv:", self.keys.prefix);
+        let pattern = format!("{}*", glob_escape(&prefix));
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut connection)
+                .await
+                .map_err(store_error)?;
+            let ids: Vec<(u8, &str)> = keys
+                .iter()
+                .filter_map(|key| key.strip_prefix(&prefix))
+                .map(|id| (0, id))
+                .collect();
+            if !ids.is_empty() {
+                let () = connection
+                    .zadd_multiple(self.keys.ids(), &ids)
+                    .await
+                    .map_err(store_error)?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let () = connection
+            .set(self.keys.ids_built(), 1)
+            .await
+            .map_err(store_error)?;
+        Ok(())
     }
 
     /// This node's id in change notices.
     pub fn node(&self) -> &str {
         &self.node
     }
+}
+
+/// `text` with Redis glob characters escaped, for a `SCAN MATCH` pattern.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 /// Listens to the change channel and passes other nodes' notices on; reconnects (with a
@@ -502,7 +575,9 @@ impl ConversationStore for RedisStore {
         for (key, _, _) in &shared {
             invocation.key(key);
         }
-        invocation.key(self.keys.message_refs());
+        invocation
+            .key(self.keys.message_refs())
+            .key(self.keys.ids());
         invocation
             .arg(&*id)
             .arg(expected_version)
@@ -595,6 +670,7 @@ impl ConversationStore for RedisStore {
             .key(self.keys.conversation(id))
             .key(self.keys.log(id))
             .key(self.keys.wake())
+            .key(self.keys.ids())
             .arg(id)
             .arg(self.keys.parties_prefix())
             .invoke_async(&mut connection)
@@ -731,6 +807,27 @@ impl ConversationStore for RedisStore {
         Ok(Some(ids.into_iter().map(Arc::from).collect()))
     }
 
+    async fn conversation_ids(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        let mut connection = self.connection.clone();
+        // Equal scores sort by member: a lexicographic range, exclusive of `after`.
+        let from = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
+        let ids: Vec<String> = ::redis::cmd("ZRANGEBYLEX")
+            .arg(self.keys.ids())
+            .arg(from)
+            .arg("+")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        Ok(Some(ids.into_iter().map(Arc::from).collect()))
+    }
+
     fn remote_changes(&self) -> Option<broadcast::Receiver<RemoteChange>> {
         Some(self.changes.subscribe())
     }
@@ -742,7 +839,8 @@ mod tests {
     use crate::store::fixtures::{
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_refuses_stale_writes, assert_webhook_cursors_only_advance, commit, started,
+        assert_conversation_ids_page_in_order, assert_refuses_stale_writes,
+        assert_webhook_cursors_only_advance, commit, started,
     };
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
@@ -772,6 +870,46 @@ mod tests {
 
     fn unique_prefix(test: &str) -> String {
         format!("colloquy-test:{test}:{}", uuid::Uuid::now_v7())
+    }
+
+    #[tokio::test]
+    async fn conversation_ids_page_in_order() {
+        let Some(url) = test_redis("conversation_ids_page_in_order") else {
+            return;
+        };
+        let store = open_store(&url, &unique_prefix("ids")).await;
+        assert_conversation_ids_page_in_order(&store).await;
+    }
+
+    /// Conversations an engine created before the id index existed are indexed when a node
+    /// connects, once: a database without the index gets it built from the conversation keys.
+    #[tokio::test]
+    async fn the_id_index_is_built_for_conversations_created_before_it() {
+        let Some(url) = test_redis("the_id_index_is_built_for_conversations_created_before_it")
+        else {
+            return;
+        };
+        let prefix = unique_prefix("ids-built");
+        let store = open_store(&url, &prefix).await;
+        for id in ["old-1", "old-2"] {
+            store
+                .commit(commit(id, 0, vec![started(id)], None))
+                .await
+                .expect("create");
+        }
+        // As an engine without the index would have left the database.
+        let mut connection = store.connection.clone();
+        let () = connection
+            .del(&[format!("{prefix}:ids"), format!("{prefix}:ids-built")])
+            .await
+            .expect("del");
+        assert_eq!(
+            store.conversation_ids(None, 10).await.expect("ids"),
+            Some(Vec::new())
+        );
+        let reconnected = open_store(&url, &prefix).await;
+        let ids = reconnected.conversation_ids(None, 10).await.expect("ids");
+        assert_eq!(ids, Some(vec![Arc::from("old-1"), Arc::from("old-2")]));
     }
 
     /// Webhook cursors are shared: a second node on the same Redis reads where the first got.

@@ -1087,6 +1087,30 @@ impl ConversationStore for SqliteStore {
         })
         .await
     }
+
+    async fn conversation_ids(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        let after = after.unwrap_or_default().to_owned();
+        self.read(move |connection| {
+            // The primary key's order: a range scan, however many conversations there are.
+            let mut select = connection
+                .prepare_cached("SELECT id FROM conversations WHERE id > ?1 ORDER BY id LIMIT ?2")
+                .map_err(internal)?;
+            let ids = select
+                .query_map(params![after, to_sql(limit as u64)], |row| {
+                    row.get::<_, String>(0)
+                })
+                .map_err(internal)?
+                .map(|row| row.map(Arc::from))
+                .collect::<Result<Vec<Arc<str>>, _>>()
+                .map_err(internal)?;
+            Ok(Some(ids))
+        })
+        .await
+    }
 }
 
 /// The events after `after_seq`: the rows of the commits that reach past it, decoded, less
@@ -1123,7 +1147,8 @@ mod tests {
     use crate::store::fixtures::{
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_refuses_stale_writes, assert_webhook_cursors_only_advance, commit, message, started,
+        assert_conversation_ids_page_in_order, assert_refuses_stale_writes,
+        assert_webhook_cursors_only_advance, commit, message, started,
     };
 
     fn temp_db(name: &str) -> PathBuf {
@@ -1222,6 +1247,12 @@ mod tests {
     async fn a_large_acknowledgement_runs_in_batches() {
         let store = SqliteStore::open(temp_db("ack-batches")).expect("open");
         assert_a_large_acknowledgement_leaves_the_rest(&store, "c1", ACK_BATCH).await;
+    }
+
+    #[tokio::test]
+    async fn conversation_ids_page_in_order() {
+        let store = SqliteStore::open(temp_db("ids")).expect("open");
+        assert_conversation_ids_page_in_order(&store).await;
     }
 
     /// A restarted engine's webhook delivery goes on where the last one got.
