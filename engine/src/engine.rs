@@ -615,6 +615,20 @@ impl Engine {
     }
 
     async fn load(&self, id: &str) -> Result<Option<Conversation>, EngineError> {
+        let Some((conversation, events)) = self.replay_stored(id).await? else {
+            return Ok(None);
+        };
+        self.parties.note(&conversation.started.id, &events);
+        Ok(Some(conversation))
+    }
+
+    /// Conversation `id` replayed from the store's log, with the log, or `None` when the
+    /// store has no such conversation. Neither cached nor indexed: [`Engine::load`] does
+    /// that for the conversations the engine works on.
+    pub(crate) async fn replay_stored(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Conversation, Vec<ConversationEvent>)>, EngineError> {
         let Some(events) = self.store.load(id).await? else {
             return Ok(None);
         };
@@ -630,8 +644,7 @@ impl Engine {
                 name: started.template.to_string(),
                 revision: started.revision.to_string(),
             })?;
-        self.parties.note(&started.id, &events);
-        Ok(Conversation::replay(template, &events))
+        Ok(Conversation::replay(template, &events).map(|conversation| (conversation, events)))
     }
 
     /// Runs `work` on the loaded conversation after firing its due timers, and commits the

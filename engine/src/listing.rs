@@ -13,8 +13,8 @@
 //! (`ConversationStore::conversation_ids`). An agent's listing loads from the first the
 //! conversations this engine has not loaded since it started; an administrator's listing
 //! pages through the second, a chunk at a time. So nothing is missing after a restart or on
-//! another node. Listing a conversation that is not loaded loads it (replays its log), as
-//! any read of it does.
+//! another node. A conversation that is not loaded is replayed from its log for the listing
+//! and not kept: paging through a large store does not load it all into memory.
 
 use std::sync::Arc;
 
@@ -114,9 +114,11 @@ impl Engine {
         (ids, true)
     }
 
-    /// Conversation `id`'s summary if `viewer` may read it and it matches `filter`; loads it
-    /// when it is indexed but not loaded here yet (or was dropped from the cache after this
-    /// node missed other nodes' commits).
+    /// Conversation `id`'s summary if `viewer` may read it and it matches `filter`. One this
+    /// engine has not loaded (indexed only in the store, or dropped from the cache after
+    /// this node missed other nodes' commits) is replayed from the store for the listing
+    /// alone: caching it would make a listing that pages through a large store load all of
+    /// it into memory.
     async fn listed(
         &self,
         id: &str,
@@ -124,42 +126,24 @@ impl Engine {
         filter: &ConversationFilter,
         indexed_for: Option<&str>,
     ) -> Option<ConversationSummary> {
-        let slot = match self.loaded_slot(id).await {
-            Ok(slot) => slot,
+        let cached = self.live.get(id).map(|slot| slot.clone());
+        if let Some(slot) = cached {
+            let guard = slot.lock().await;
+            if let Some(conversation) = guard.as_ref() {
+                return summary(conversation, viewer, filter);
+            }
+        }
+        match self.replay_stored(id).await {
+            Ok(Some((conversation, _))) => summary(&conversation, viewer, filter),
             // Gone (retention, perhaps through another node) since it was indexed.
-            Err(EngineError::UnknownConversation(_)) => {
+            Ok(None) => {
                 if let Some(agent) = indexed_for {
                     self.parties.forget_one(agent, id);
                 }
-                return None;
+                None
             }
-            Err(_) => return None,
-        };
-        let guard = slot.lock().await;
-        let conversation = guard.as_ref()?;
-        let started = &conversation.started;
-        let readable = viewer.is_none_or(|viewer| conversation.can_read(viewer));
-        let party = filter.participant.as_deref().is_none_or(|agent| {
-            &*started.initiator == agent || started.participants.iter().any(|p| &**p == agent)
-        });
-        let status = filter
-            .status
-            .is_none_or(|status| conversation.status == status);
-        let template = filter
-            .template
-            .as_deref()
-            .is_none_or(|name| &*started.template == name);
-        (readable && party && status && template).then(|| ConversationSummary {
-            id: started.id.clone(),
-            template: started.template.clone(),
-            revision: started.revision.clone(),
-            initiator: started.initiator.clone(),
-            participants: started.participants.clone(),
-            status: conversation.status,
-            outcome: conversation.outcome,
-            deadline: conversation.deadline,
-            version: conversation.version,
-        })
+            Err(_) => None,
+        }
     }
 
     /// The template name of a conversation, loading it if needed.
@@ -192,5 +176,102 @@ impl Engine {
             }
         }
         Err(EngineError::UnknownConversation(conversation_id.to_owned()))
+    }
+}
+
+/// `conversation`'s summary if `viewer` may read it and it matches `filter`.
+fn summary(
+    conversation: &Conversation,
+    viewer: Option<&str>,
+    filter: &ConversationFilter,
+) -> Option<ConversationSummary> {
+    let started = &conversation.started;
+    let readable = viewer.is_none_or(|viewer| conversation.can_read(viewer));
+    let party = filter.participant.as_deref().is_none_or(|agent| {
+        &*started.initiator == agent || started.participants.iter().any(|p| &**p == agent)
+    });
+    let status = filter
+        .status
+        .is_none_or(|status| conversation.status == status);
+    let template = filter
+        .template
+        .as_deref()
+        .is_none_or(|name| &*started.template == name);
+    (readable && party && status && template).then(|| ConversationSummary {
+        id: started.id.clone(),
+        template: started.template.clone(),
+        revision: started.revision.clone(),
+        initiator: started.initiator.clone(),
+        participants: started.participants.clone(),
+        status: conversation.status,
+        outcome: conversation.outcome,
+        deadline: conversation.deadline,
+        version: conversation.version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use colloquy_policy::{Catalog, TemplateCompiler};
+    use colloquy_protocol::message::{SendMessage, StartConversation};
+    use serde_json::json;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::engine::EngineConfig;
+    use crate::store::SqliteStore;
+
+    fn engine(store: SqliteStore) -> Engine {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/fipa-request.yaml");
+        let template = TemplateCompiler::new()
+            .compile_file(&path)
+            .unwrap_or_else(|diagnostics| panic!("{diagnostics}"));
+        Engine::new(
+            Arc::new(Catalog::new([Arc::new(template)])),
+            Arc::new(store),
+            Arc::new(SystemClock),
+            EngineConfig::default(),
+        )
+    }
+
+    /// After a restart, an administrator's listing shows the stored conversations, a page at
+    /// a time, without loading them into the engine.
+    #[tokio::test]
+    async fn an_administrators_listing_reads_the_store_and_caches_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("colloquy.db");
+        let ids = ["c1", "c2", "c3"];
+        {
+            let first = engine(SqliteStore::open(&path).expect("open"));
+            for id in ids {
+                let request = StartConversation {
+                    template: "fipa-request".to_owned(),
+                    participants: vec!["bob".to_owned()],
+                    conversation_id: Some(id.to_owned()),
+                    message: Some(SendMessage::new("request", json!({"action": "x"}))),
+                    ..StartConversation::default()
+                };
+                first.start("alice", request).await.expect("start");
+            }
+        }
+        let restarted = engine(SqliteStore::open(&path).expect("reopen"));
+        let filter = |after: Option<&str>| ConversationFilter {
+            after: after.map(str::to_owned),
+            limit: 2,
+            ..ConversationFilter::default()
+        };
+        let (page, more) = restarted.list(None, &filter(None)).await;
+        let listed: Vec<&str> = page.iter().map(|c| &*c.id).collect();
+        assert_eq!((listed, more), (vec!["c1", "c2"], true));
+        let (page, more) = restarted.list(None, &filter(Some("c2"))).await;
+        let listed: Vec<&str> = page.iter().map(|c| &*c.id).collect();
+        assert_eq!((listed, more), (vec!["c3"], false));
+        assert_eq!(
+            restarted.live_count(),
+            0,
+            "listing loads nothing into the engine"
+        );
     }
 }
