@@ -86,6 +86,19 @@ impl Server {
 
     /// [`Server::start`] with more `colloquy serve` arguments.
     fn start_with(dir: &Path, templates: &Path, store: &str, name: &str, extra: &[&str]) -> Server {
+        Server::start_logging(dir, templates, store, name, extra, "warn")
+    }
+
+    /// [`Server::start_with`] logging what `rust_log` (a `RUST_LOG` filter) lets through to
+    /// `DIR/NAME.log`.
+    fn start_logging(
+        dir: &Path,
+        templates: &Path,
+        store: &str,
+        name: &str,
+        extra: &[&str],
+        rust_log: &str,
+    ) -> Server {
         let log = dir.join(format!("{name}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_colloquy"))
             .arg("serve")
@@ -93,7 +106,7 @@ impl Server {
             .arg("--templates")
             .arg(templates)
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("create log"))
@@ -833,6 +846,98 @@ async fn a_restarted_server_pushes_webhooks_from_where_it_got() {
             "each message pushed once, in order, across the restart"
         );
         drop(second);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("within the test timeout");
+}
+
+/// `colloquy serve` logs at `info`, and every line a conversation's work writes names the
+/// conversation: a template's own `log` action, a condition that fails, a message refused
+/// by a rule. A real process, with its one global subscriber: a subscriber scoped to a test
+/// thread would share tracing's callsite cache with every other test of the binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_log_line_of_a_conversations_work_names_it() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("log-lines");
+        let templates = templates(&dir);
+        let logged = std::fs::read_to_string(templates.join("fipa-request.yaml"))
+            .expect("template")
+            .replace("name: fipa-request", "name: logged-request")
+            .replace(
+                "  commitments:",
+                "  actions:
+    on_message:
+      - name: note-every-message
+        then:
+          - log: { level: info, message: a message passed }
+      - name: a-broken-condition
+        when: \"content.no.such.field > 1\"
+        then:
+          - log: { level: warn, message: never }
+      - name: no-cancel
+        performatives: [cancel]
+        then:
+          - reject: { reason: cancelling is off }
+  commitments:",
+            );
+        assert!(logged.contains("note-every-message"), "the variant applies");
+        std::fs::write(templates.join("logged-request.yaml"), logged).expect("write template");
+        let server = Server::start_logging(&dir, &templates, "memory", "logged", &[], "info");
+        let log = dir.join("logged.log");
+        let read_log = || std::fs::read_to_string(&log).expect("read the log");
+        // The last start-up line comes after the address: the conversation's lines follow it.
+        eventually("the start-up lines", || async {
+            read_log().contains("open development mode").then_some(())
+        })
+        .await;
+        let before = read_log().len();
+        let (alice, bob) = (server.client("alice"), server.client("bob"));
+        let view = alice
+            .start(&StartConversation {
+                template: "logged-request".into(),
+                participants: vec!["bob".into()],
+                message: Some(SendMessage::new("request", json!({"action": "book"}))),
+                ..StartConversation::default()
+            })
+            .await
+            .expect("started");
+        let id = view.id.to_string();
+        alice
+            .send(&id, &SendMessage::new("cancel", json!({})))
+            .await
+            .expect_err("a rule refuses cancel");
+        for performative in ["agree", "inform"] {
+            bob.send(&id, &SendMessage::new(performative, json!({})))
+                .await
+                .expect("answered");
+        }
+        // Written before each answer left the server. The policy manager's own lines (its
+        // watcher may report the directory it was started on) are no conversation's work.
+        let text = read_log();
+        let lines: Vec<&str> = text[before..]
+            .lines()
+            .filter(|line| !line.contains(" colloquy_policy::"))
+            .collect();
+        assert!(
+            lines
+                .iter()
+                .filter(|line| line.contains("a message passed"))
+                .count()
+                >= 3,
+            "the template's log action ran for each message: {lines:#?}"
+        );
+        assert!(
+            lines.iter().any(|line| line.contains("WARN")),
+            "the broken condition warned: {lines:#?}"
+        );
+        for line in &lines {
+            assert!(
+                line.contains(&id),
+                "a line without the conversation id: {line}"
+            );
+        }
+        drop(server);
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await
