@@ -5,6 +5,7 @@
 //! work as a [`Step`], and acknowledges nothing before the store accepted the step's commit.
 //! A failed commit drops the live copy, so the next request reloads the truth from the store.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,12 +68,18 @@ impl TemplateSource for Catalog {
 pub struct EngineConfig {
     /// How long completed conversations are kept (default 5 minutes).
     pub retention_ms: u64,
+    /// Agents without an inbox: messages to them are recorded in their conversations (and
+    /// streamed from there) but not kept in an inbox. For agents that only start
+    /// conversations and follow them, which would otherwise leave every answer in an inbox
+    /// nobody reads or acknowledges. Empty by default.
+    pub inboxless: HashSet<AgentId>,
 }
 
 impl Default for EngineConfig {
     fn default() -> EngineConfig {
         EngineConfig {
             retention_ms: DEFAULT_RETENTION_MS,
+            inboxless: HashSet::new(),
         }
     }
 }
@@ -552,7 +559,13 @@ impl Engine {
     }
 
     /// Commits to the store, then tells subscribers.
-    pub(crate) async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+    pub(crate) async fn commit(&self, mut commit: Commit) -> Result<(), StoreError> {
+        if !self.config.inboxless.is_empty() {
+            let inboxless = &self.config.inboxless;
+            commit
+                .deliveries
+                .retain(|delivery| !inboxless.contains(&delivery.agent));
+        }
         let version = commit.expected_version + commit.events.len() as u64;
         let conversation_id = commit.conversation_id.clone();
         let mut agents: Vec<AgentId> = Vec::new();

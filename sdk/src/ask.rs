@@ -3,7 +3,8 @@
 //!
 //! They follow the conversation's event stream, so they see exactly what the engine
 //! recorded: replies, thread moves and expired deadlines. Intermediate messages can be
-//! watched through [`AskOptions::observe`]. The replies also land in the initiator's inbox;
+//! watched through [`AskOptions::observe`]. The replies also land in the initiator's inbox,
+//! unless the server's agents file gives it `inbox: false` (for an agent that only asks);
 //! an agent that never reads its inbox drops them with [`Client::acknowledge_inbox`], or a
 //! durable store keeps them.
 

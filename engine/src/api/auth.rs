@@ -12,11 +12,14 @@
 //!   - id: bob
 //!     token: "bob-token"
 //!     webhook: "http://127.0.0.1:9000/bob"   # optional push delivery
+//!   - id: carol
+//!     token: "carol-token"
+//!     inbox: false   # only starts conversations and follows them: no inbox to acknowledge
 //! ```
 //!
 //! Tokens are kept as SHA-256 digests, so a lookup's timing says nothing about a stored token.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use axum::extract::FromRequestParts;
@@ -76,6 +79,16 @@ pub struct AgentEntry {
     /// Where to push its inbox messages as well, if anywhere.
     #[serde(default)]
     pub webhook: Option<String>,
+    /// Whether messages to it are kept in an inbox (the default). `false` for an agent
+    /// that only starts conversations and follows them (as the SDK's request, query and
+    /// call-for-proposals helpers do): it would never read or acknowledge its inbox, which
+    /// a durable store would keep growing.
+    #[serde(default = "keeps_an_inbox")]
+    pub inbox: bool,
+}
+
+fn keeps_an_inbox() -> bool {
+    true
 }
 
 /// Why an agents file was refused. Each message is whole on its own (the cause is part of
@@ -166,6 +179,8 @@ pub enum Identity {
         callers: HashMap<Digest32, Caller>,
         /// Agent → webhook URL.
         webhooks: HashMap<AgentId, String>,
+        /// Agents without an inbox.
+        inboxless: HashSet<AgentId>,
     },
 }
 
@@ -192,6 +207,7 @@ impl Identity {
     pub fn from_agents(file: AgentsFile) -> Result<Identity, String> {
         let mut callers = HashMap::new();
         let mut webhooks = HashMap::new();
+        let mut inboxless = HashSet::new();
         if let Some(token) = &file.admin_token {
             if token.is_empty() {
                 return Err("admin_token is empty".into());
@@ -221,6 +237,15 @@ impl Identity {
             {
                 return Err(format!("agents[{index}].token is used twice"));
             }
+            if !agent.inbox {
+                if agent.webhook.is_some() {
+                    return Err(format!(
+                        "agents[{index}] has a webhook and `inbox: false`: webhooks push from \
+                         the inbox"
+                    ));
+                }
+                inboxless.insert(id.clone());
+            }
             if let Some(url) = agent.webhook {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(format!("agents[{index}].webhook is not an http(s) URL"));
@@ -228,7 +253,19 @@ impl Identity {
                 webhooks.insert(id, url);
             }
         }
-        Ok(Identity::Tokens { callers, webhooks })
+        Ok(Identity::Tokens {
+            callers,
+            webhooks,
+            inboxless,
+        })
+    }
+
+    /// Agents whose messages are not kept in an inbox (`inbox: false`).
+    pub fn inboxless(&self) -> HashSet<AgentId> {
+        match self {
+            Identity::Open => HashSet::new(),
+            Identity::Tokens { inboxless, .. } => inboxless.clone(),
+        }
     }
 
     /// Agents with a webhook URL.
@@ -339,6 +376,23 @@ mod tests {
             file("agents: [{id: 'colloquy:engine', token: t}]")
                 .unwrap_err()
                 .contains("reserved")
+        );
+    }
+
+    /// `inbox: false` names an agent without an inbox, which can then have no webhook.
+    #[test]
+    fn agents_without_an_inbox_are_listed_and_have_no_webhook() {
+        let identity =
+            file("agents: [{id: a, token: t1, inbox: false}, {id: b, token: t2}]").expect("valid");
+        assert_eq!(
+            identity.inboxless(),
+            HashSet::from([AgentId::from("a")]),
+            "b keeps an inbox by default"
+        );
+        assert!(
+            file("agents: [{id: a, token: t, inbox: false, webhook: 'http://127.0.0.1:1/a'}]")
+                .unwrap_err()
+                .contains("webhooks push from the inbox")
         );
     }
 

@@ -135,7 +135,9 @@ pub fn launch(
         Some(source) => source,
         None => Arc::new(catalog),
     };
-    let engine = Engine::new(source, store, options.clock, options.engine);
+    let mut config = options.engine;
+    config.inboxless.extend(options.identity.inboxless());
+    let engine = Engine::new(source, store, options.clock, config);
     let engine = Arc::new(match options.hooks {
         Some(runtime) => engine.with_hooks(runtime),
         None => engine,

@@ -391,3 +391,43 @@ async fn serve_acknowledges_what_it_handles() {
         .expect("acknowledged");
     assert_eq!(again.head, 3);
 }
+
+/// An agent with `inbox: false` in the agents file (one that only starts conversations and
+/// follows them) gets no inbox entries: the answer it gets is in the conversation, its inbox
+/// stays empty, and there is nothing for it to acknowledge. The other side's inbox works as
+/// ever.
+#[tokio::test]
+async fn an_agent_without_an_inbox_is_left_nothing_to_acknowledge() {
+    let identity = colloquy_engine::api::Identity::from_yaml(
+        "agents:\n  - {id: carol, token: carol-token, inbox: false}\n  \
+         - {id: dave, token: dave-token}\n",
+        "agents fixture",
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    let server = Server::with(identity, Vec::new()).await;
+    let carol = server.client("carol").await;
+    let dave = server.client("dave").await;
+    let view = bounded(carol.start(&StartConversation {
+        template: "fipa-request".into(),
+        participants: vec!["dave".into()],
+        message: Some(SendMessage::new("request", json!({"action": "archive"}))),
+        ..StartConversation::default()
+    }))
+    .await
+    .expect("started");
+    for performative in ["agree", "inform"] {
+        bounded(dave.send(&view.id, &SendMessage::new(performative, json!({}))))
+            .await
+            .expect("answered");
+    }
+    let seen = bounded(carol.conversation(&view.id)).await.expect("read");
+    assert_eq!(
+        seen.messages.len(),
+        3,
+        "the answers are in the conversation"
+    );
+    let inbox = bounded(carol.poll_inbox(0, 0)).await.expect("poll");
+    assert!(inbox.items.is_empty(), "carol keeps no inbox: {inbox:?}");
+    let requests = bounded(dave.poll_inbox(0, 0)).await.expect("poll");
+    assert_eq!(requests.items.len(), 1, "dave's inbox has the request");
+}

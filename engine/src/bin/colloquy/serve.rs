@@ -181,6 +181,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         hooks: Some(hooks),
         engine: EngineConfig {
             retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
+            ..EngineConfig::default()
         },
         ..ServiceOptions::default()
     };
