@@ -14,9 +14,11 @@
 //! which then schedules the tick that stops it. The period follows the budgets both ways: a
 //! call with a shorter budget than the period shortens it at once, and once no call with a
 //! short budget has come for a window (its template was edited or removed), the period
-//! grows back to the shortest budget still in use. Ticking every millisecond instead cost a loaded server (one core, a Rust
-//! hook on every message over HTTP) about 1.5 µs of CPU per request and 7% of its hooked
-//! throughput: a thousand wake-ups a second of a thread sharing the core.
+//! grows back to the shortest budget still in use.
+//!
+//! Ticking every millisecond instead cost a loaded server (one core, a Rust hook on every
+//! message over HTTP) about 1.5 µs of CPU per request and 7% of its hooked throughput: a
+//! thousand wake-ups a second of a thread sharing the core.
 //!
 //! When no call has started for [`IDLE_BEFORE_PARKING`], the ticker parks until the next
 //! one. It does not park as soon as nothing runs: a call lasts microseconds, and an engine

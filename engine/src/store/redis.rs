@@ -61,11 +61,11 @@ pub const CHANGE_BUFFER: usize = 4096;
 /// Applies a commit (see the module docs). KEYS: conversation hash, log stream, wake set,
 /// inbox sequence hash, one inbox stream per delivery, one party set per party (creation
 /// only), one message key per message delivered to several agents, the shared-message
-/// count hash, the id index (creation adds the id). ARGV: id, expected version, new version, wake-up or '', channel, notice or
-/// '', event count, delivery count, party count, parties JSON, the events as one JSON
-/// array, the shared message count, (JSON, receiver count) per shared message, then (agent,
-/// message JSON or '', shared message number or 0) per delivery. Returns {1} done, {2, v}
-/// duplicate, {3, v} conflict.
+/// count hash, and last the id index (creation adds the id). ARGV: id, expected version,
+/// new version, wake-up or '', channel, notice or '', event count, delivery count, party
+/// count, parties JSON, the events as one JSON array, the shared message count, (JSON,
+/// receiver count) per shared message, then (agent, message JSON or '', shared message
+/// number or 0) per delivery. Returns {1} done, {2, v} duplicate, {3, v} conflict.
 ///
 /// A message for one agent is written into its inbox entry (field `m`); a message for
 /// several is written once, under its own key, and their entries name that key (field `r`);
@@ -90,7 +90,7 @@ local n_events, n_deliveries, n_parties = tonumber(ARGV[7]), tonumber(ARGV[8]), 
 redis.call('HSET', conv, 'version', ARGV[3])
 if expected == 0 then
   redis.call('HSET', conv, 'parties', ARGV[10])
-  redis.call('ZADD', KEYS[4 + n_deliveries + n_parties + tonumber(ARGV[12]) + 2], 0, id)
+  redis.call('ZADD', KEYS[#KEYS], 0, id)
 end
 if n_events > 0 then
   redis.call('XADD', log, string.format('%d-0', expected + n_events), 'b', ARGV[11])
