@@ -330,7 +330,14 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Result<Option<&str>, Api
             "more than one `Authorization` header".into(),
         ));
     }
-    let Some((scheme, token)) = value.to_str().ok().and_then(|value| value.split_once(' ')) else {
+    let Ok(value) = value.to_str() else {
+        // Tokens are visible ASCII; saying "missing" here would send the caller looking for
+        // a header it did send.
+        return Err(ApiError::Unauthenticated(
+            "the `Authorization` header is not visible ASCII".into(),
+        ));
+    };
+    let Some((scheme, token)) = value.split_once(' ') else {
         return Ok(None);
     };
     let token = token.trim();
@@ -437,6 +444,16 @@ mod tests {
             .identify(&parts("Basic dDE="))
             .expect_err("not bearer");
         assert!(error.to_string().contains("missing"), "{error}");
+        let (mut latin1, ()) = axum::http::Request::builder()
+            .body(())
+            .expect("request")
+            .into_parts();
+        latin1.headers.insert(
+            "authorization",
+            axum::http::HeaderValue::from_bytes(b"Bearer t\xe9").expect("a header value"),
+        );
+        let error = identity.identify(&latin1).expect_err("not ASCII");
+        assert!(error.to_string().contains("not visible ASCII"), "{error}");
         // Two credentials are refused, not one of them picked.
         let (mut two, ()) = axum::http::Request::builder()
             .header("authorization", "Bearer t1")
