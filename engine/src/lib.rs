@@ -26,6 +26,7 @@
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
 //! - [`api`]: the HTTP service (axum) under `/v1`.
 
+pub mod allocator;
 pub mod api;
 pub mod clock;
 pub mod cluster;

@@ -94,6 +94,7 @@ enum TemplatesCommand {
 }
 
 fn main() -> ExitCode {
+    colloquy_engine::allocator::tune_for_server();
     let cli = Cli::parse();
     let default_filter = match cli.command {
         Command::Serve(_) | Command::PolicyManager { .. } => SERVE_LOG_FILTER,
