@@ -169,7 +169,6 @@ async fn worker(
                 }
             },
         };
-        cursor = Some(after);
         // Until the backlog is pushed, or the lead moves to another node.
         while *leading.borrow() {
             let entries = match engine.store.inbox(&agent, after, WEBHOOK_BATCH).await {
@@ -187,12 +186,12 @@ async fn worker(
                 let item = labeller.item(&engine, entry).await;
                 push(&client, &metrics, &agent, &url, &item).await;
             }
-            cursor = Some(after);
             if let Err(error) = engine.store.advance_webhook_cursor(&agent, after).await {
                 // Not fatal: this node goes on from its own cursor; the next record covers it.
                 tracing::warn!(%agent, %error, "webhook worker cannot record how far it got");
             }
         }
+        cursor = Some(after);
     }
 }
 

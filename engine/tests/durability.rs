@@ -686,16 +686,8 @@ async fn two_nodes_push_each_webhook_message_once() {
         let hook = webhook_receiver(pushed.clone()).await;
         let dir = scratch_dir("webhook-nodes");
         let templates = templates(&dir);
-        let agents = dir.join("agents.yaml");
-        std::fs::write(
-            &agents,
-            format!(
-                "agents:\n  - {{id: alice, token: alice-secret}}\n  \
-                 - {{id: bob, token: bob-secret, webhook: \"{hook}\"}}\n"
-            ),
-        )
-        .expect("agents file");
-        let agents_arg = ["--agents", agents.to_str().expect("utf-8 path")];
+        let agents = agents_file(&dir, Some(&hook));
+        let agents_arg = [agents[0].as_str(), agents[1].as_str()];
         let node_a = Server::start_with(&dir, &templates, &url, "node-a", &agents_arg);
         let node_b = Server::start_with(&dir, &templates, &url, "node-b", &agents_arg);
         let on_a = Client::new(&node_a.url, "alice", Some("alice-secret")).expect("client");
@@ -709,12 +701,7 @@ async fn two_nodes_push_each_webhook_message_once() {
             }
         }
         let ids = |pushed: &Pushed| -> Vec<String> {
-            let mut ids: Vec<String> = pushed
-                .lock()
-                .expect("lock")
-                .iter()
-                .map(|(_, id)| id.clone())
-                .collect();
+            let mut ids = pushed_ids(pushed);
             ids.sort();
             ids
         };
@@ -789,16 +776,8 @@ async fn a_restarted_server_pushes_webhooks_from_where_it_got() {
         let hook = webhook_receiver(pushed.clone()).await;
         let dir = scratch_dir("webhook-restart");
         let templates = templates(&dir);
-        let agents = dir.join("agents.yaml");
-        std::fs::write(
-            &agents,
-            format!(
-                "agents:\n  - {{id: alice, token: alice-secret}}\n  \
-                 - {{id: bob, token: bob-secret, webhook: \"{hook}\"}}\n"
-            ),
-        )
-        .expect("agents file");
-        let agents_arg = ["--agents", agents.to_str().expect("utf-8 path")];
+        let agents = agents_file(&dir, Some(&hook));
+        let agents_arg = [agents[0].as_str(), agents[1].as_str()];
         let db = dir.join("data/colloquy.db");
         let store = format!("sqlite:{}", db.display());
 
@@ -977,13 +956,17 @@ async fn admin_listing(url: &str, query: &str, limit: usize) -> Vec<String> {
     }
 }
 
-/// An agents file with the administrator and alice and bob; the `--agents` arguments.
-fn agents_with_admin(dir: &Path) -> [String; 2] {
+/// An agents file in `dir` with the administrator (`admin-secret`), alice and bob, bob
+/// with `bob_webhook` if given; the `--agents` arguments naming it.
+fn agents_file(dir: &Path, bob_webhook: Option<&str>) -> [String; 2] {
     let agents = dir.join("agents.yaml");
+    let webhook = bob_webhook.map_or(String::new(), |url| format!(", webhook: \"{url}\""));
     std::fs::write(
         &agents,
-        "admin_token: admin-secret\nagents:\n  - {id: alice, token: alice-secret}\n  \
-         - {id: bob, token: bob-secret}\n",
+        format!(
+            "admin_token: admin-secret\nagents:\n  - {{id: alice, token: alice-secret}}\n  \
+             - {{id: bob, token: bob-secret{webhook}}}\n"
+        ),
     )
     .expect("agents file");
     ["--agents".to_owned(), agents.display().to_string()]
@@ -997,7 +980,7 @@ async fn an_administrator_lists_conversations_this_node_has_not_loaded() {
     timeout(TEST_TIMEOUT, async {
         let dir = scratch_dir("admin-listing");
         let templates = templates(&dir);
-        let agents = agents_with_admin(&dir);
+        let agents = agents_file(&dir, None);
         let agents_arg = [agents[0].as_str(), agents[1].as_str()];
         let ids: Vec<String> = (0..7).map(|n| format!("listed-{n}")).collect();
         let start_all = |url: String| {
