@@ -22,8 +22,12 @@
 //! (HTTP, per backend; default 5), `--clients C`, `--backends LIST` (comma-separated among
 //! `sqlite`, `redis`; default both; memory always runs, as the reference).
 //!
-//! The last column, SQLite only (Linux), is the CPU time of the store's writer and syncer
-//! threads per message: steadier than messages per second on a shared, noisy machine.
+//! The SQLite-only column (Linux) is the CPU time of the store's writer, syncer and
+//! checkpointer threads per message: steadier than messages per second on a shared, noisy
+//! machine. The last columns are the 99th percentile and the longest time one message took
+//! (one engine call in process, one HTTP request), in milliseconds: a store that stops
+//! every commit for a while (a checkpoint on the writer thread did, for tens of
+//! milliseconds) shows there first.
 
 use std::collections::HashMap;
 use std::net::TcpListener as StdListener;
@@ -75,8 +79,44 @@ fn writer_ticks() -> HashMap<String, u64> {
         .collect()
 }
 
-/// Messages per second, and writer CPU microseconds per message.
-type Measured = (f64, f64);
+/// What one workload measured.
+#[derive(Clone, Copy)]
+struct Measured {
+    /// Messages per second.
+    rate: f64,
+    /// Writer CPU microseconds per message.
+    writer_us: f64,
+    /// 99th percentile of the time one message took, ms.
+    p99_ms: f64,
+    /// The longest, ms.
+    max_ms: f64,
+}
+
+/// The time each message took, in microseconds, as the clients recorded them.
+#[derive(Default)]
+struct Latencies(Vec<u32>);
+
+impl Latencies {
+    fn record(&mut self, since: Instant) {
+        self.0
+            .push(u32::try_from(since.elapsed().as_micros()).unwrap_or(u32::MAX));
+    }
+
+    fn merge(all: Vec<Latencies>) -> Latencies {
+        Latencies(all.into_iter().flat_map(|one| one.0).collect())
+    }
+
+    /// The 99th percentile and the maximum, in ms.
+    fn p99_and_max(mut self) -> (f64, f64) {
+        if self.0.is_empty() {
+            return (0.0, 0.0);
+        }
+        self.0.sort_unstable();
+        let p99 = self.0[(self.0.len() * 99 / 100).min(self.0.len() - 1)];
+        let max = self.0[self.0.len() - 1];
+        (f64::from(p99) / 1000.0, f64::from(max) / 1000.0)
+    }
+}
 
 /// Writer CPU microseconds per message over a workload that began at `ticks`.
 fn writer_us_per_message(ticks: HashMap<String, u64>, messages: usize) -> f64 {
@@ -140,28 +180,38 @@ async fn in_process(
             tokio::spawn(async move {
                 let initiator = format!("a{client}");
                 let participant = format!("b{client}");
+                let mut latencies = Latencies::default();
                 while next.fetch_add(1, Ordering::Relaxed) < conversations {
+                    let sent = Instant::now();
                     let view = engine
                         .start(&initiator, start_request(&participant))
                         .await
                         .expect("start");
+                    latencies.record(sent);
                     for json in [AGREE, INFORM] {
+                        let sent = Instant::now();
                         engine
                             .send(&view.id, &participant, parse(json))
                             .await
                             .expect("send");
+                        latencies.record(sent);
                     }
                 }
+                latencies
             })
         })
         .collect();
+    let mut latencies = Vec::new();
     for task in tasks {
-        task.await.expect("client");
+        latencies.push(task.await.expect("client"));
     }
-    (
-        (conversations * 3) as f64 / began.elapsed().as_secs_f64(),
-        writer_us_per_message(ticks, conversations * 3),
-    )
+    let (p99_ms, max_ms) = Latencies::merge(latencies).p99_and_max();
+    Measured {
+        rate: (conversations * 3) as f64 / began.elapsed().as_secs_f64(),
+        writer_us: writer_us_per_message(ticks, conversations * 3),
+        p99_ms,
+        max_ms,
+    }
 }
 
 /// Messages/s over HTTP for `seconds`, after a one-second warm-up.
@@ -193,7 +243,10 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
                     .build()
                     .expect("client");
                 let (initiator, participant) = (format!("a{client}"), format!("b{client}"));
+                let mut latencies = Latencies::default();
                 while !stop.load(Ordering::Relaxed) {
+                    let counts = counting.load(Ordering::Relaxed);
+                    let sent = Instant::now();
                     let view: serde_json::Value = http
                         .post(format!("{url}/v1/conversations"))
                         .header("X-Agent-Id", &initiator)
@@ -205,8 +258,12 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
                         .json()
                         .await
                         .expect("view");
+                    if counts {
+                        latencies.record(sent);
+                    }
                     let id = view["id"].as_str().expect("id").to_owned();
                     for json in [AGREE, INFORM] {
+                        let sent = Instant::now();
                         http.post(format!("{url}/v1/conversations/{id}/messages"))
                             .header("X-Agent-Id", &participant)
                             .header("content-type", "application/json")
@@ -215,11 +272,15 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
                             .await
                             .and_then(|r| r.error_for_status())
                             .expect("send");
+                        if counts {
+                            latencies.record(sent);
+                        }
                     }
-                    if counting.load(Ordering::Relaxed) {
+                    if counts {
                         messages.fetch_add(3, Ordering::Relaxed);
                     }
                 }
+                latencies
             })
         })
         .collect();
@@ -229,16 +290,21 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
     let began = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let counted = messages.load(Ordering::Relaxed);
-    let rate = (
-        counted as f64 / began.elapsed().as_secs_f64(),
-        writer_us_per_message(ticks, counted),
-    );
+    let rate = counted as f64 / began.elapsed().as_secs_f64();
+    let writer_us = writer_us_per_message(ticks, counted);
     stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
     for task in tasks {
-        task.await.expect("client");
+        latencies.push(task.await.expect("client"));
     }
     drop(service);
-    rate
+    let (p99_ms, max_ms) = Latencies::merge(latencies).p99_and_max();
+    Measured {
+        rate,
+        writer_us,
+        p99_ms,
+        max_ms,
+    }
 }
 
 /// A `redis-server` for the run, stopped on drop.
@@ -439,15 +505,15 @@ fn main() {
          in-process {conversations} conversations, HTTP {seconds}s per backend"
     );
     println!(
-        "(writer µs/msg: CPU time of the SQLite writer and syncer threads per message, \
-         in-process/HTTP)"
+        "(writer µs/msg: CPU time of the SQLite writer, syncer and checkpointer threads per \
+         message; p99 and max: ms one message took; each in-process/HTTP)"
     );
     println!(
         "(each backend's ratios are to a memory-store run made just before it: the machine's \
          other load drifts over a run)"
     );
     println!(
-        "{:<28} {:>14} {:>14} {:>8} {:>14} {:>14} {:>8} {:>15}",
+        "{:<28} {:>12} {:>10} {:>6} {:>10} {:>10} {:>6} {:>13} {:>11} {:>13}",
         "backend",
         "in-process/s",
         "memory",
@@ -455,18 +521,30 @@ fn main() {
         "HTTP msg/s",
         "memory",
         "ratio",
-        "writer µs/msg"
+        "writer µs/msg",
+        "p99 ms",
+        "max ms"
     );
     for Row {
         name,
-        reference: ((memory_in, _), (memory_http, _)),
-        measured: ((inside, inside_writer), (http, http_writer)),
+        reference: (memory_in, memory_http),
+        measured: (inside, http),
     } in &rows
     {
         println!(
-            "{name:<28} {inside:>14.0} {memory_in:>14.0} {:>7.2}x {http:>14.0} {memory_http:>14.0} {:>7.2}x {inside_writer:>7.1}/{http_writer:<7.1}",
-            inside / memory_in,
-            http / memory_http
+            "{name:<28} {:>12.0} {:>10.0} {:>5.2}x {:>10.0} {:>10.0} {:>5.2}x {:>6.1}/{:<6.1} {:>5.1}/{:<5.1} {:>6.1}/{:<6.1}",
+            inside.rate,
+            memory_in.rate,
+            inside.rate / memory_in.rate,
+            http.rate,
+            memory_http.rate,
+            http.rate / memory_http.rate,
+            inside.writer_us,
+            http.writer_us,
+            inside.p99_ms,
+            http.p99_ms,
+            inside.max_ms,
+            http.max_ms,
         );
     }
 }

@@ -3,14 +3,15 @@
 //! Writes go through one writer thread that applies every commit waiting in its queue inside
 //! one transaction and then answers all of them: **group commit**, one fsync for a batch
 //! instead of one per message. A commit is answered only after the transaction is durable.
-//! SQLite itself runs with `synchronous = NORMAL`; with [`Synchronous::Full`] (the default)
-//! a second thread, the *syncer*, fsyncs the WAL after each batch and only then answers its
+//! SQLite itself runs with `synchronous = NORMAL`; with [`Synchronous::Full`] (the default) a
+//! second thread, the *syncer*, fsyncs the WAL after each batch and only then answers its
 //! commits, while the writer already applies the next batch. [`Synchronous::Normal`] answers
-//! right after the transaction (in the OS, not on disk). Reads use a separate connection;
-//! WAL lets them run beside the writer. They see a batch as soon as the writer committed it,
-//! which under `Full` can be up to one fsync before its commits are answered: after a power
-//! loss (not after a crash of the engine) a reader may have seen a write that was never
-//! acknowledged and is gone.
+//! right after the transaction (in the OS, not on disk). The WAL is checkpointed mostly on a
+//! third thread, not inside the writer's commits (`sqlite/checkpoint.rs`). Reads use a separate
+//! connection; WAL lets them run beside the writer. They see a batch as soon as the writer
+//! committed it, which under `Full` can be up to one fsync before its commits are answered:
+//! after a power loss (not after a crash of the engine) a reader may have seen a write that was
+//! never acknowledged and is gone.
 //!
 //! Each dirty page costs one WAL frame per transaction, so the layout keeps the pages a
 //! batch touches few: one `events` row per commit, appended; new inbox entries and party
@@ -45,6 +46,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use super::{CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, StoreError};
+
+mod checkpoint;
 
 /// Most commits applied in one transaction. Bounds the latency a large batch adds to the
 /// first commit in it.
@@ -294,6 +297,14 @@ impl SqliteStore {
         path: impl AsRef<Path>,
         synchronous: Synchronous,
     ) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with_limits(path, synchronous, checkpoint::Limits::default())
+    }
+
+    fn open_with_limits(
+        path: impl AsRef<Path>,
+        synchronous: Synchronous,
+        checkpoints: checkpoint::Limits,
+    ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()
@@ -309,6 +320,11 @@ impl SqliteStore {
         let mut connection = connect(&path)?;
         migrate(&mut connection)?;
         let reader = connect(&path)?;
+        let checkpointer =
+            checkpoint::Checkpointer::start(&connection, connect(&path)?, &path, checkpoints)
+                .map_err(|error| {
+                    StoreError::Internal(format!("cannot start WAL checkpointer: {error}"))
+                })?;
         let (syncer, syncer_thread) = match synchronous {
             Synchronous::Normal => (None, None),
             Synchronous::Full => {
@@ -333,6 +349,7 @@ impl SqliteStore {
             recent: None,
             syncer,
             syncer_thread,
+            checkpointer,
             _lock: lock,
         };
         let writer_thread = thread::Builder::new()
@@ -431,7 +448,6 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
              PRAGMA busy_timeout = 5000;
              PRAGMA foreign_keys = OFF;
              PRAGMA cache_size = -65536;
-             PRAGMA wal_autocheckpoint = 16384;
              PRAGMA temp_store = MEMORY;",
         )
         .map_err(internal)?;
@@ -485,6 +501,8 @@ struct Writer {
     syncer: Option<mpsc::Sender<Vec<Answer>>>,
     /// Joined when the writer stops.
     syncer_thread: Option<thread::JoinHandle<()>>,
+    /// Decides when the WAL is checkpointed, and mostly does it on its own thread.
+    checkpointer: checkpoint::Checkpointer,
     /// Held for as long as the writer runs; see the module docs.
     _lock: File,
 }
@@ -648,8 +666,10 @@ impl Writer {
             Err(error) => {
                 tracing::error!(%error, "SQLite transaction failed; its commits were refused");
                 send_answers(answers, Some(&format!("SQLite write failed: {error}")));
+                return;
             }
         }
+        self.checkpointer.after_commit(&self.connection);
     }
 }
 
@@ -1632,6 +1652,54 @@ mod tests {
             .expect("indexed");
         assert_eq!(listed.len(), conversations - 2);
         assert_eq!(&*listed[0], "c00001");
+    }
+
+    /// Under steady commits the WAL is checkpointed and starts again from its beginning, so
+    /// it stays near the limits however much is written (each commit here is a transaction
+    /// of a few pages: without checkpoints the WAL would hold thousands of frames), and
+    /// everything written is in the database after a reopen.
+    #[tokio::test]
+    async fn the_wal_is_checkpointed_and_restarted_under_steady_writes() {
+        let path = temp_db("checkpoint");
+        let limits = checkpoint::Limits {
+            background: 64,
+            finish: 16,
+            passes: 3,
+            force: 512,
+        };
+        let conversations = 2_000;
+        {
+            let store =
+                SqliteStore::open_with_limits(&path, Synchronous::Normal, limits).expect("open");
+            for n in 0..conversations {
+                let id = format!("c{n}");
+                store
+                    .commit(commit(&id, 0, vec![started(&id)], None))
+                    .await
+                    .expect("commit");
+            }
+            let mut wal = path.clone().into_os_string();
+            wal.push("-wal");
+            // The WAL file keeps its largest size when it starts again: its high-water mark.
+            let bytes = std::fs::metadata(&wal).expect("the WAL").len();
+            let frames = bytes.saturating_sub(32) / (4096 + 24);
+            assert!(
+                frames <= 2 * limits.force,
+                "the WAL grew to {frames} frames for {conversations} commits"
+            );
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        let ids = store
+            .conversation_ids(None, 2 * conversations)
+            .await
+            .expect("ids")
+            .expect("listed");
+        assert_eq!(ids.len(), conversations);
+        let last = format!("c{}", conversations - 1);
+        assert_eq!(
+            store.load(&last).await.expect("load").expect("stored"),
+            vec![started(&last)]
+        );
     }
 
     #[tokio::test]

@@ -1,0 +1,228 @@
+//! Checkpoints of the WAL, mostly off the writer thread.
+//!
+//! A checkpoint copies the pages the WAL holds into the database file and syncs it; once
+//! every frame is copied, the next write transaction starts the WAL again from its
+//! beginning. SQLite's automatic checkpoint runs inside the commit that crosses its
+//! threshold, on the committing connection: on our writer thread, where copying 64 MiB and
+//! syncing the database held up every commit queued behind it for 25 to 85 ms (measured
+//! under the stores benchmark, a few times a second).
+//!
+//! Instead, the writer's connection has no automatic checkpoint; a WAL hook tells it the
+//! WAL's size after each commit, and:
+//! - from [`Limits::background`] frames on, a *checkpointer* thread with its own connection
+//!   runs passive checkpoints, which copy frames while the writer goes on appending, and
+//!   syncs the database file after each;
+//! - the WAL restarts only when a write transaction begins with every frame copied, which a
+//!   concurrent checkpoint under steady writes rarely leaves. So when a background pass has
+//!   left at most [`Limits::finish`] frames (or after [`Limits::passes`] passes), the writer
+//!   copies the rest itself, between two batches: a pause of a millisecond or two instead of
+//!   tens, after which the WAL starts again;
+//! - from [`Limits::force`] frames on (the checkpointer cannot keep up), the writer
+//!   checkpoints whatever is left itself, as SQLite would have, so the WAL stays bounded.
+//!
+//! Passive checkpoints never wait for readers or writers; a reader that still needs old
+//! frames just leaves them for a later pass. Both connections run `synchronous = NORMAL`,
+//! so a checkpoint syncs the WAL before copying and the database before it records the
+//! frames as copied: an acknowledged commit is never only in a frame the WAL may overwrite.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::os::raw::c_int;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::thread;
+
+use rusqlite::Connection;
+use rusqlite::hooks::Wal;
+
+/// When checkpoints happen, in WAL frames (one per page written, 4 KiB each).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// WAL size from which the checkpointer copies frames in the background.
+    pub background: u64,
+    /// Frames a background pass may leave for the writer to finish.
+    pub finish: u64,
+    /// Background passes per WAL after which the writer finishes whatever they left: when
+    /// the writer appends more than `finish` frames during every pass, they never get there.
+    pub passes: u32,
+    /// WAL size from which the writer checkpoints itself, whatever is left.
+    pub force: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            // 64 MiB: as many commits between checkpoints as SQLite's automatic checkpoint
+            // had here, so a page rewritten many times is copied once.
+            background: 16_384,
+            // 2 MiB: a millisecond or two of copying and syncing.
+            finish: 512,
+            passes: 3,
+            // 256 MiB.
+            force: 65_536,
+        }
+    }
+}
+
+thread_local! {
+    /// The WAL size (in frames) the writer's last commit left, set by [`record_wal_size`]
+    /// on the writer thread, which is the only thread that commits on its connection.
+    static WAL_FRAMES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The WAL hook of the writer's connection. Registering it also turns SQLite's automatic
+/// checkpoint off (both are the connection's one WAL hook).
+fn record_wal_size(_wal: &Wal, frames: c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.with(|size| size.set(u64::try_from(frames).unwrap_or(0)));
+    Ok(())
+}
+
+/// What the writer knows of the checkpointer.
+#[derive(Debug, Default)]
+struct Shared {
+    /// A background pass is under way.
+    running: bool,
+    /// The last background pass: the WAL generation it ran in and how many frames of it were
+    /// copied when it ended.
+    last: Option<(u64, u64)>,
+}
+
+/// The writer's side: decides after each commit whether a checkpoint is due and where.
+pub(super) struct Checkpointer {
+    limits: Limits,
+    shared: Arc<Mutex<Shared>>,
+    /// Wakes the checkpointer with the WAL generation to checkpoint; `None` once stopping.
+    wake: Option<mpsc::Sender<u64>>,
+    thread: Option<thread::JoinHandle<()>>,
+    /// Counts WAL restarts (seen as the WAL getting smaller), so a pass of an earlier WAL
+    /// is not taken for one of this WAL.
+    generation: u64,
+    /// The WAL size after the previous commit.
+    frames: u64,
+    /// Background passes asked for in this WAL generation.
+    passes: u32,
+}
+
+impl Checkpointer {
+    /// Turns off SQLite's automatic checkpoint on `writer` and starts the checkpointer
+    /// thread on `own` (a second connection to the same database).
+    pub fn start(
+        writer: &Connection,
+        own: Connection,
+        database: &Path,
+        limits: Limits,
+    ) -> std::io::Result<Checkpointer> {
+        let database = File::options().write(true).open(database)?;
+        writer.wal_hook(Some(record_wal_size));
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let (wake, passes) = mpsc::channel();
+        let thread = thread::Builder::new()
+            .name("colloquy-sqlite-checkpointer".to_owned())
+            .spawn({
+                let shared = shared.clone();
+                move || run(&own, &database, &passes, &shared)
+            })?;
+        Ok(Checkpointer {
+            limits,
+            shared,
+            wake: Some(wake),
+            thread: Some(thread),
+            generation: 0,
+            frames: 0,
+            passes: 0,
+        })
+    }
+
+    /// Called by the writer after each committed transaction (after answering it, as the
+    /// writer may checkpoint here).
+    pub fn after_commit(&mut self, writer: &Connection) {
+        let frames = WAL_FRAMES.with(Cell::get);
+        if frames < self.frames {
+            self.generation += 1;
+            self.passes = 0;
+        }
+        self.frames = frames;
+        if frames < self.limits.background {
+            return;
+        }
+        let mut shared = lock(&self.shared);
+        if shared.running {
+            return;
+        }
+        let copied = match shared.last {
+            Some((generation, copied)) if generation == self.generation => copied,
+            _ => 0,
+        };
+        if frames >= self.limits.force
+            || frames.saturating_sub(copied) <= self.limits.finish
+            || self.passes >= self.limits.passes
+        {
+            drop(shared);
+            if let Err(error) = passive_checkpoint(writer) {
+                tracing::warn!(%error, "SQLite WAL checkpoint failed; will try again");
+            }
+            return;
+        }
+        if let Some(wake) = &self.wake
+            && wake.send(self.generation).is_ok()
+        {
+            shared.running = true;
+            self.passes += 1;
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.wake = None;
+        if let Some(thread) = self.thread.take() {
+            // A panicked checkpointer has nothing left to clean up.
+            let _ = thread.join();
+        }
+    }
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // Two plain fields, each written whole: a panic cannot leave them inconsistent.
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The checkpointer thread: one passive checkpoint per wake-up, then a sync of the
+/// database file. A pass that ends before the WAL does (the writer appended meanwhile)
+/// leaves the pages it copied unsynced, for the checkpoint that copies the last frame to
+/// sync before the WAL can restart: that is the writer's, and syncing tens of megabytes
+/// there took it 10 to 20 ms. Synced here, the writer's sync finds only its own few pages.
+fn run(
+    connection: &Connection,
+    database: &File,
+    passes: &mpsc::Receiver<u64>,
+    shared: &Mutex<Shared>,
+) {
+    while let Ok(generation) = passes.recv() {
+        let outcome = passive_checkpoint(connection).and_then(|copied| {
+            database
+                .sync_data()
+                .map(|()| copied)
+                .map_err(|error| rusqlite::Error::ToSqlConversionFailure(Box::new(error)))
+        });
+        let mut shared = lock(shared);
+        shared.running = false;
+        match outcome {
+            Ok(copied) => shared.last = Some((generation, copied)),
+            Err(error) => {
+                tracing::warn!(%error, "SQLite WAL checkpoint failed; will try again");
+            }
+        }
+    }
+}
+
+/// Copies what it can of the WAL into the database without waiting for anyone; returns how
+/// many frames of the WAL are copied now.
+fn passive_checkpoint(connection: &Connection) -> rusqlite::Result<u64> {
+    connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        let copied: i64 = row.get(2)?;
+        Ok(u64::try_from(copied).unwrap_or(0))
+    })
+}
