@@ -87,13 +87,20 @@ struct Shared {
     last: Option<(u64, u64)>,
 }
 
-/// The writer's side: decides after each commit whether a checkpoint is due and where.
-pub(super) struct Checkpointer {
+/// What the writer does about the WAL after a commit.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Nothing,
+    /// Ask the checkpointer for a pass over this WAL generation.
+    Background(u64),
+    /// Copy what is left on the writer's own connection.
+    Finish,
+}
+
+/// The writer's bookkeeping, apart from any database so its decisions can be tested alone.
+#[derive(Debug)]
+struct Plan {
     limits: Limits,
-    shared: Arc<Mutex<Shared>>,
-    /// Wakes the checkpointer with the WAL generation to checkpoint; `None` once stopping.
-    wake: Option<mpsc::Sender<u64>>,
-    thread: Option<thread::JoinHandle<()>>,
     /// Counts WAL restarts (seen as the WAL getting smaller), so a pass of an earlier WAL
     /// is not taken for one of this WAL.
     generation: u64,
@@ -101,6 +108,52 @@ pub(super) struct Checkpointer {
     frames: u64,
     /// Background passes asked for in this WAL generation.
     passes: u32,
+}
+
+impl Plan {
+    fn new(limits: Limits) -> Plan {
+        Plan {
+            limits,
+            generation: 0,
+            frames: 0,
+            passes: 0,
+        }
+    }
+
+    /// The step after a commit that left `frames` in the WAL.
+    fn step(&mut self, frames: u64, checkpointer: &Shared) -> Step {
+        if frames < self.frames {
+            self.generation += 1;
+            self.passes = 0;
+        }
+        self.frames = frames;
+        if frames < self.limits.background || checkpointer.running {
+            return Step::Nothing;
+        }
+        let copied = match checkpointer.last {
+            Some((generation, copied)) if generation == self.generation => copied,
+            _ => 0,
+        };
+        if frames >= self.limits.force
+            || frames.saturating_sub(copied) <= self.limits.finish
+            || self.passes >= self.limits.passes
+        {
+            return Step::Finish;
+        }
+        // Counted even if the checkpointer cannot be woken: then the writer finishes after
+        // `passes` tries, as it would after that many passes.
+        self.passes += 1;
+        Step::Background(self.generation)
+    }
+}
+
+/// The writer's side: decides after each commit whether a checkpoint is due and where.
+pub(super) struct Checkpointer {
+    plan: Plan,
+    shared: Arc<Mutex<Shared>>,
+    /// Wakes the checkpointer with the WAL generation to checkpoint; `None` once stopping.
+    wake: Option<mpsc::Sender<u64>>,
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Checkpointer {
@@ -123,13 +176,10 @@ impl Checkpointer {
                 move || run(&own, &database, &passes, &shared)
             })?;
         Ok(Checkpointer {
-            limits,
+            plan: Plan::new(limits),
             shared,
             wake: Some(wake),
             thread: Some(thread),
-            generation: 0,
-            frames: 0,
-            passes: 0,
         })
     }
 
@@ -137,37 +187,22 @@ impl Checkpointer {
     /// writer may checkpoint here).
     pub fn after_commit(&mut self, writer: &Connection) {
         let frames = WAL_FRAMES.with(Cell::get);
-        if frames < self.frames {
-            self.generation += 1;
-            self.passes = 0;
-        }
-        self.frames = frames;
-        if frames < self.limits.background {
-            return;
-        }
         let mut shared = lock(&self.shared);
-        if shared.running {
-            return;
-        }
-        let copied = match shared.last {
-            Some((generation, copied)) if generation == self.generation => copied,
-            _ => 0,
-        };
-        if frames >= self.limits.force
-            || frames.saturating_sub(copied) <= self.limits.finish
-            || self.passes >= self.limits.passes
-        {
-            drop(shared);
-            if let Err(error) = passive_checkpoint(writer) {
-                tracing::warn!(%error, "SQLite WAL checkpoint failed; will try again");
+        match self.plan.step(frames, &shared) {
+            Step::Nothing => {}
+            Step::Background(generation) => {
+                if let Some(wake) = &self.wake
+                    && wake.send(generation).is_ok()
+                {
+                    shared.running = true;
+                }
             }
-            return;
-        }
-        if let Some(wake) = &self.wake
-            && wake.send(self.generation).is_ok()
-        {
-            shared.running = true;
-            self.passes += 1;
+            Step::Finish => {
+                drop(shared);
+                if let Err(error) = passive_checkpoint(writer) {
+                    tracing::warn!(%error, "SQLite WAL checkpoint failed; will try again");
+                }
+            }
         }
     }
 }
@@ -225,4 +260,80 @@ fn passive_checkpoint(connection: &Connection) -> rusqlite::Result<u64> {
         let copied: i64 = row.get(2)?;
         Ok(u64::try_from(copied).unwrap_or(0))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        background: 100,
+        finish: 10,
+        passes: 3,
+        force: 1_000,
+    };
+
+    fn idle(last: Option<(u64, u64)>) -> Shared {
+        Shared {
+            running: false,
+            last,
+        }
+    }
+
+    #[test]
+    fn a_small_wal_is_left_alone() {
+        let mut plan = Plan::new(LIMITS);
+        assert_eq!(plan.step(99, &idle(None)), Step::Nothing);
+    }
+
+    #[test]
+    fn the_checkpointer_copies_the_bulk_and_the_writer_the_rest() {
+        let mut plan = Plan::new(LIMITS);
+        assert_eq!(plan.step(100, &idle(None)), Step::Background(0));
+        let running = Shared {
+            running: true,
+            last: None,
+        };
+        assert_eq!(plan.step(130, &running), Step::Nothing);
+        // The pass copied 100 frames; 40 more came meanwhile: another pass.
+        assert_eq!(plan.step(140, &idle(Some((0, 100)))), Step::Background(0));
+        // That one left 5: the writer finishes.
+        assert_eq!(plan.step(150, &idle(Some((0, 145)))), Step::Finish);
+        // The WAL started again: a new generation, and a small WAL.
+        assert_eq!(plan.step(4, &idle(Some((0, 145)))), Step::Nothing);
+    }
+
+    #[test]
+    fn passes_that_never_catch_up_end_with_the_writer_finishing() {
+        let mut plan = Plan::new(LIMITS);
+        let mut frames = 100;
+        for _ in 0..LIMITS.passes {
+            assert_eq!(
+                plan.step(frames, &idle(Some((0, frames - 50)))),
+                Step::Background(0)
+            );
+            frames += 50;
+        }
+        assert_eq!(
+            plan.step(frames, &idle(Some((0, frames - 50)))),
+            Step::Finish
+        );
+    }
+
+    #[test]
+    fn past_the_force_size_the_writer_checkpoints() {
+        let mut plan = Plan::new(LIMITS);
+        assert_eq!(plan.step(1_000, &idle(None)), Step::Finish);
+    }
+
+    #[test]
+    fn a_pass_over_an_earlier_wal_does_not_count() {
+        let mut plan = Plan::new(LIMITS);
+        assert_eq!(plan.step(500, &idle(None)), Step::Background(0));
+        // The WAL restarted (it got smaller) and grew again past the background size.
+        assert_eq!(plan.step(50, &idle(None)), Step::Nothing);
+        // The pass that ended copied 495 frames, but of the earlier WAL: not these.
+        assert_eq!(plan.step(500, &idle(Some((0, 495)))), Step::Background(1));
+        assert_eq!(plan.step(510, &idle(Some((1, 505)))), Step::Finish);
+    }
 }
