@@ -466,6 +466,19 @@ impl AcceptedIds {
         }
     }
 
+    /// How many messages were accepted.
+    pub fn len(&self) -> usize {
+        match self {
+            AcceptedIds::Few(list) => list.len(),
+            AcceptedIds::Many(index) => index.len(),
+        }
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Records message `id` as accepted at `seq`.
     pub fn insert(&mut self, id: Arc<str>, seq: u64) {
         match self {

@@ -413,6 +413,14 @@ pub fn on_message(
             conversation.id().to_string(),
         ));
     }
+    if let Some(limit) = template.max_messages
+        && conversation.accepted.len() >= limit as usize
+    {
+        return Err(EngineError::MessageLimit {
+            conversation: conversation.id().to_string(),
+            limit,
+        });
+    }
     if template.enforcement == Enforcement::Enforce
         && let Some(Fit::OutOfProtocol { detail, .. }) = fits
             .iter()

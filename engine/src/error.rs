@@ -106,6 +106,17 @@ pub enum EngineError {
     /// The conversation has ended; later messages are absorbed.
     #[error("conversation `{0}` has ended")]
     ConversationEnded(String),
+    /// The conversation already holds as many messages as its template allows.
+    #[error(
+        "conversation `{conversation}` already holds {limit} messages, the most its template \
+         allows (spec.limits.max_messages); nothing was recorded"
+    )]
+    MessageLimit {
+        /// The conversation.
+        conversation: String,
+        /// The template's limit.
+        limit: u32,
+    },
     /// A routing rule, a declarative rule or a hook refused the message.
     #[error("refused by {rule}: {reason}")]
     Rejected {
@@ -155,6 +166,7 @@ impl EngineError {
             EngineError::RevisionGone { .. } => ErrorKind::Internal,
             EngineError::DuplicateConversation(_)
             | EngineError::OutOfProtocol(_)
+            | EngineError::MessageLimit { .. }
             | EngineError::CommitmentClosed(..) => ErrorKind::Conflict,
             EngineError::NotAParty { .. } | EngineError::Forbidden(_) => ErrorKind::Forbidden,
             EngineError::UnknownPerformative { .. }
@@ -190,6 +202,7 @@ impl EngineError {
             EngineError::ContextTooLarge { .. } => "context_too_large",
             EngineError::OutOfProtocol(_) => "out_of_protocol",
             EngineError::ConversationEnded(_) => "conversation_ended",
+            EngineError::MessageLimit { .. } => "message_limit",
             EngineError::Rejected { .. } => "rejected",
             EngineError::HookFailed { .. } => "hook_failed",
             EngineError::CommitmentClosed(..) => "commitment_closed",

@@ -61,6 +61,8 @@ pub struct CompiledTemplate {
     pub hook_module: Option<Arc<HookModule>>,
     /// Context cap.
     pub context: ContextSpec,
+    /// The most messages a conversation records (`spec.limits.max_messages`), if bounded.
+    pub max_messages: Option<u32>,
 }
 
 impl CompiledTemplate {

@@ -97,6 +97,9 @@ pub struct Spec {
     /// The context snapshot cap.
     #[serde(default)]
     pub context: ContextSpec,
+    /// Bounds on a conversation's size.
+    #[serde(default)]
+    pub limits: LimitsSpec,
 }
 
 /// The two roles of a FIPA interaction protocol.
@@ -522,6 +525,18 @@ pub enum FailurePolicy {
     FailClosed,
     /// Carry on and record a `hook_error` violation.
     FailOpen,
+}
+
+/// Bounds on a conversation's size.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LimitsSpec {
+    /// The most messages one conversation records (every message: the parties', late ones,
+    /// those recorded with a violation, and the engine's own). A message past it is refused
+    /// (409 `message_limit`). Guards against agents that answer each other for ever. None
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<u32>,
 }
 
 /// The context snapshot cap.

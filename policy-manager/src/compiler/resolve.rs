@@ -123,6 +123,9 @@ pub(super) fn resolve(
     if spec.context.max_bytes == 0 {
         resolver.positive("spec.context.max_bytes");
     }
+    if spec.limits.max_messages == Some(0) {
+        resolver.positive("spec.limits.max_messages");
+    }
 
     let Resolver {
         mut problems,
@@ -151,6 +154,7 @@ pub(super) fn resolve(
             hooks: spec.hooks.clone(),
             hook_module,
             context: spec.context.clone(),
+            max_messages: spec.limits.max_messages,
             source: template,
         }),
         _ => {

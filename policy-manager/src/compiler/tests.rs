@@ -425,6 +425,26 @@ impl Drop for TempDir {
     }
 }
 
+/// `spec.limits.max_messages` is absent (unbounded) by default, taken as written, and must
+/// be positive.
+#[test]
+fn the_message_limit_is_optional_and_positive() {
+    let minimal = minimal_named("limited");
+    let compiler = TemplateCompiler::new();
+    let unbounded = compiler.compile_str(&minimal, None).expect("compiles");
+    assert_eq!(unbounded.max_messages, None);
+    let with = |limit: u32| minimal.clone() + &format!("  limits: {{ max_messages: {limit} }}\n");
+    let bounded = compiler.compile_str(&with(40), None).expect("compiles");
+    assert_eq!(bounded.max_messages, Some(40));
+    let diagnostics = compiler.compile_str(&with(0), None).expect_err("zero");
+    assert!(
+        diagnostics
+            .to_string()
+            .contains("spec.limits.max_messages: must be greater than 0"),
+        "{diagnostics}"
+    );
+}
+
 fn minimal_named(name: &str) -> String {
     fs::read_to_string(manifest_dir().join("fixtures/valid/minimal.yaml"))
         .expect("fixture exists")

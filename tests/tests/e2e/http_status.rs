@@ -198,6 +198,62 @@ async fn conflict_for_enforced_protocols_and_duplicate_ids() {
     assert_eq!(code(&body), "out_of_protocol");
 }
 
+/// A conversation at its template's `limits.max_messages` refuses the next message with 409
+/// `message_limit` and records nothing; a retry of a message it holds still gets its receipt.
+#[tokio::test]
+async fn conflict_past_the_message_limit() {
+    let limited = variant(
+        "fipa-request.yaml",
+        &[
+            ("name: fipa-request", "name: fipa-request-limited"),
+            (
+                "enforcement: report",
+                "enforcement: report\n  limits: { max_messages: 3 }",
+            ),
+        ],
+    );
+    let server = Server::with(colloquy_tests::http::identity(&[]), vec![limited]).await;
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({
+                "template": "fipa-request-limited",
+                "participants": ["bob"],
+                "conversation_id": "limited-1",
+                "message": {"performative": "request", "content": {"action": "x"}}
+            })),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let send = |message_id: &str| {
+        server
+            .as_agent(Method::POST, "/v1/conversations/limited-1/messages", "bob")
+            .json(&json!({"message_id": message_id, "performative": "agree"}))
+    };
+    // The second agree is out of protocol, recorded under `report`: the third message.
+    for id in ["agree-1", "agree-2"] {
+        let (status, body) = call(send(id)).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let (status, body) = call(send("agree-3")).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(code(&body), "message_limit");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("3 messages") && m.contains("max_messages")),
+        "{body}"
+    );
+    let (status, body) = call(send("agree-2")).await;
+    assert_eq!(status, 202, "a retry of a recorded message: {body}");
+    assert_eq!(body["duplicate"], true);
+    let (status, body) =
+        call(server.as_agent(Method::GET, "/v1/conversations/limited-1", "alice")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(3), "{body}");
+    assert_eq!(body["status"], "active");
+}
+
 #[tokio::test]
 async fn gone_after_the_conversation_ended() {
     let server = Server::start().await;
