@@ -6,7 +6,7 @@
 //! threshold, on the committing connection: on our writer thread, where copying 64 MiB and
 //! syncing the database held up every commit queued behind it, a few times a second under
 //! load (in the stores benchmark, the longest a message took was 43 to 180 ms with it and
-//! 16 to 34 ms with this).
+//! mostly 16 to 34 ms with this).
 //!
 //! Instead, the writer's connection has no automatic checkpoint; a WAL hook tells it the
 //! WAL's size after each commit, and:
