@@ -555,6 +555,7 @@ pub fn on_message(
     }
     apply_effects(step, effects, Some(&message));
     check_completion(step);
+    end_at_message_limit(step);
     Ok(())
 }
 
@@ -1028,10 +1029,32 @@ pub fn fire_due(step: &mut Step<'_>) {
         expire(step);
     }
     check_completion(step);
+    end_at_message_limit(step);
 }
 
 /// The conversation deadline passed: every open thread goes to the template's expiry state.
 fn expire(step: &mut Step<'_>) {
+    cut_off(step, "conversation deadline passed");
+}
+
+/// Ends a conversation that still runs but records as many messages as its template's
+/// `limits.max_messages`, as its deadline would: it can take no more messages, so it would
+/// only wait (without a deadline, for ever).
+fn end_at_message_limit(step: &mut Step<'_>) {
+    if let Some(limit) = step.conversation.template.max_messages
+        && step.conversation.accepted.len() >= limit as usize
+        && !step.conversation.is_completed()
+    {
+        cut_off(
+            step,
+            &format!("message limit of {limit} reached (spec.limits.max_messages)"),
+        );
+    }
+}
+
+/// Moves every open thread to the template's expiry state and completes the conversation
+/// with `reason` (its outcome by the template's rules), clearing its deadline.
+fn cut_off(step: &mut Step<'_>, reason: &str) {
     let template = step.conversation.template.clone();
     let to = template.machine.on_expiry;
     for thread in 0..step.conversation.threads.len() {
@@ -1051,7 +1074,7 @@ fn expire(step: &mut Step<'_>) {
         let outcome = decide_outcome(step);
         step.emit(EventKind::Completed {
             outcome,
-            reason: Some("conversation deadline passed".to_owned()),
+            reason: Some(reason.to_owned()),
         });
     }
 }

@@ -106,10 +106,11 @@ pub enum EngineError {
     /// The conversation has ended; later messages are absorbed.
     #[error("conversation `{0}` has ended")]
     ConversationEnded(String),
-    /// The conversation already holds as many messages as its template allows.
+    /// The conversation already holds as many messages as its template allows (it ended
+    /// with the last of them; only a late reply gets this far).
     #[error(
         "conversation `{conversation}` already holds {limit} messages, the most its template \
-         allows (spec.limits.max_messages); nothing was recorded"
+         allows (spec.limits.max_messages), and ended with the last; nothing was recorded"
     )]
     MessageLimit {
         /// The conversation.

@@ -532,9 +532,10 @@ pub enum FailurePolicy {
 #[schemars(deny_unknown_fields)]
 pub struct LimitsSpec {
     /// The most messages one conversation records (every message: the parties', late ones,
-    /// those recorded with a violation, and the engine's own). A message past it is refused
-    /// (409 `message_limit`). Guards against agents that answer each other for ever. None
-    /// when absent.
+    /// those recorded with a violation, and the engine's own). The message that reaches it
+    /// ends the conversation as its deadline would (open threads move to `on_expiry`); a
+    /// late reply past it is refused (409 `message_limit`). Guards against agents that
+    /// answer each other for ever. None when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<u32>,
 }

@@ -1,6 +1,6 @@
 //! Every status code of the API from a real request, with the JSON error body each carries.
 
-use colloquy_tests::http::{Server, call};
+use colloquy_tests::http::{Server, bounded, call};
 use colloquy_tests::variant;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -198,10 +198,12 @@ async fn conflict_for_enforced_protocols_and_duplicate_ids() {
     assert_eq!(code(&body), "out_of_protocol");
 }
 
-/// A conversation at its template's `limits.max_messages` refuses the next message with 409
-/// `message_limit` and records nothing; a retry of a message it holds still gets its receipt.
+/// A conversation that records its template's `limits.max_messages` ends as its deadline
+/// would (open threads to `on_expiry`); a late reply past the limit, which an ended
+/// conversation otherwise takes, is refused with 409 `message_limit` and records nothing; a
+/// retry of a message it holds still gets its receipt.
 #[tokio::test]
-async fn conflict_past_the_message_limit() {
+async fn ended_at_the_message_limit() {
     let limited = variant(
         "fipa-request.yaml",
         &[
@@ -225,17 +227,22 @@ async fn conflict_past_the_message_limit() {
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    let send = |message_id: &str| {
+    let send = |message_id: &str, performative: &str| {
         server
             .as_agent(Method::POST, "/v1/conversations/limited-1/messages", "bob")
-            .json(&json!({"message_id": message_id, "performative": "agree"}))
+            .json(&json!({"message_id": message_id, "performative": performative}))
     };
-    // The second agree is out of protocol, recorded under `report`: the third message.
-    for id in ["agree-1", "agree-2"] {
-        let (status, body) = call(send(id)).await;
-        assert_eq!(status, 202, "{body}");
-    }
-    let (status, body) = call(send("agree-3")).await;
+    let (status, body) = call(send("agree-1", "agree")).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["status"], "active", "{body}");
+    // The second agree is out of protocol, recorded under `report`: the third message, and
+    // the conversation ends with it.
+    let (status, body) = call(send("agree-2", "agree")).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["status"], "completed", "{body}");
+    assert_eq!(body["outcome"], "timeout", "{body}");
+    // `timed_out` takes late replies (`late: flag`), but not past the limit.
+    let (status, body) = call(send("inform-1", "inform")).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(code(&body), "message_limit");
     assert!(
@@ -244,14 +251,34 @@ async fn conflict_past_the_message_limit() {
             .is_some_and(|m| m.contains("3 messages") && m.contains("max_messages")),
         "{body}"
     );
-    let (status, body) = call(send("agree-2")).await;
+    let (status, body) = call(send("agree-2", "agree")).await;
     assert_eq!(status, 202, "a retry of a recorded message: {body}");
     assert_eq!(body["duplicate"], true);
     let (status, body) =
         call(server.as_agent(Method::GET, "/v1/conversations/limited-1", "alice")).await;
     assert_eq!(status, 200);
     assert_eq!(body["messages"].as_array().map(Vec::len), Some(3), "{body}");
-    assert_eq!(body["status"], "active");
+    assert_eq!(body["status"], "completed", "{body}");
+    assert_eq!(body["threads"][0]["state"], "timed_out", "{body}");
+    // The event stream of an ended conversation closes after `completed`, which says why.
+    let events = bounded(
+        server
+            .as_agent(Method::GET, "/v1/conversations/limited-1/events", "alice")
+            .send(),
+    )
+    .await
+    .expect("connected");
+    let text = bounded(events.text()).await.expect("whole stream");
+    let completed = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .find(|event| event["type"] == "completed")
+        .expect("a completed event");
+    assert_eq!(
+        completed["reason"], "message limit of 3 reached (spec.limits.max_messages)",
+        "{completed}"
+    );
 }
 
 #[tokio::test]

@@ -273,6 +273,57 @@ async fn request_conversation_deadline_gives_timeout() {
     assert_eq!(state(&view.threads, "bob"), "timed_out");
 }
 
+/// A timer pass whose rules send messages ends the conversation when they bring it to its
+/// `limits.max_messages`, though the same rules pushed its deadline back.
+#[tokio::test]
+async fn timer_messages_that_reach_the_message_limit_end_the_conversation() {
+    let nudging = colloquy_tests::compile(
+        "apiVersion: colloquy.dev/v1
+kind: ConversationTemplate
+metadata: { name: nudging, version: 1.0.0 }
+spec:
+  roles: { participants: { min: 1 } }
+  deadlines: { conversation_ms: 1000 }
+  limits: { max_messages: 3 }
+  thread:
+    initial: open
+    on_expiry: cut_off
+    states:
+      open: { transitions: [{ performative: request, from: initiator, to: open }] }
+      cut_off: { terminal: timeout }
+  actions:
+    on_timeout:
+      - name: nudge
+        when: \"timeout.kind == 'conversation'\"
+        then:
+          - send: { performative: inform, to: [ops-desk], content: { note: still open } }
+          - extend_deadline: { by_ms: 1000 }
+",
+    );
+    let h = Harness::with(vec![nudging]);
+    let c = h
+        .engine
+        .start("alice", start_request("nudging", &["bob"]))
+        .await
+        .expect("start");
+    for nudges in 1..=2 {
+        h.advance(1000).await;
+        let view = h.view(&c.id).await;
+        assert_eq!(view.messages.len(), nudges);
+        assert_eq!(view.status, ConversationStatus::Active, "after {nudges}");
+    }
+    h.advance(1000).await;
+    let view = h.view(&c.id).await;
+    assert_eq!(view.messages.len(), 3);
+    assert_eq!(view.status, ConversationStatus::Completed);
+    assert_eq!(view.outcome, Some(Outcome::Timeout));
+    assert_eq!(state(&view.threads, "bob"), "cut_off");
+    assert_eq!(view.deadline, None);
+    // Nothing fires any more.
+    h.advance(10_000).await;
+    assert_eq!(h.view(&c.id).await.messages.len(), 3);
+}
+
 #[tokio::test]
 async fn completed_conversations_are_removed_after_retention() {
     let h = Harness::new();
