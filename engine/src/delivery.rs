@@ -1,11 +1,14 @@
-//! Push delivery: messages also go to an agent's webhook URL, when it has one.
+//! Push delivery: messages also go to an agent's webhook URL, when it has one, or to its A2A
+//! endpoint, when it is a remote A2A agent ([`crate::a2a`]).
 //!
 //! Every message already sits in the receiver's inbox in the store when the engine
 //! publishes its commit notice; webhooks are a second, best-effort copy. One worker per
 //! agent follows its inbox from a cursor and POSTs each [`InboxItem`] in order, retrying a
 //! failed POST with exponential backoff. Workers are woken by the engine's notices and never
 //! hold anything the pipeline waits for: a slow or dead webhook delays only its own agent's
-//! pushes, and the inbox (SSE or long-poll) still has every message.
+//! pushes, and the inbox (SSE or long-poll) still has every message. An A2A agent's worker
+//! sends each item as an A2A message and records the answer as the agent's reply; as
+//! nothing else reads that inbox, it acknowledges each batch it has handled.
 //!
 //! Engine nodes sharing a store (Redis) would each push every message, so the workers push
 //! only while their node leads the `webhooks` role ([`ConversationStore::lead`]), renewed
@@ -54,26 +57,31 @@ const WEBHOOKS_ROLE: &str = "webhooks";
 /// Header naming the agent a push is for.
 pub const AGENT_HEADER: &str = "x-colloquy-agent";
 
-/// Starts one worker per agent in `webhooks` and the task that wakes them. Aborting the
+/// Where an agent's inbox is pushed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// POSTed to this webhook URL, as is.
+    Webhook(String),
+    /// Sent to the remote A2A agent at this JSON-RPC endpoint, whose answers become its
+    /// replies.
+    A2a(String),
+}
+
+/// Starts one worker per agent in `channels` and the task that wakes them. Aborting the
 /// returned task stops the workers too.
-pub fn spawn_webhooks(
+pub fn spawn_push(
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
-    webhooks: HashMap<AgentId, String>,
+    channels: HashMap<AgentId, Channel>,
 ) -> JoinHandle<()> {
-    let client = reqwest::Client::builder()
-        .timeout(WEBHOOK_TIMEOUT)
-        .build()
-        .unwrap_or_else(|error| {
-            tracing::warn!(%error, "webhook client settings refused; using defaults");
-            reqwest::Client::new()
-        });
+    // Each call sets its own timeout: a webhook's is short, an A2A call waits for the work.
+    let client = reqwest::Client::new();
     let mut notices = engine.subscribe();
     let (leads, leading) = watch::channel(false);
     let lead = tokio::spawn(keep_the_lead(engine.clone(), leads));
     let mut bells: HashMap<AgentId, Arc<Notify>> = HashMap::new();
     let mut workers = Vec::new();
-    for (agent, url) in webhooks {
+    for (agent, channel) in channels {
         let bell = Arc::new(Notify::new());
         // Deliver whatever is already in the inbox.
         bell.notify_one();
@@ -83,7 +91,7 @@ pub fn spawn_webhooks(
             metrics.clone(),
             client.clone(),
             agent,
-            url,
+            channel,
             bell,
             leading.clone(),
         )));
@@ -138,12 +146,15 @@ async fn worker(
     metrics: Arc<Metrics>,
     client: reqwest::Client,
     agent: AgentId,
-    url: String,
+    channel: Channel,
     bell: Arc<Notify>,
     mut leading: watch::Receiver<bool>,
 ) {
     // How far this node's pushes got; read from the store on taking the lead.
     let mut cursor: Option<u64> = None;
+    // An A2A agent's running tasks, each followed until it ends; dropped (stopped) with the
+    // worker.
+    let mut pollers = tokio::task::JoinSet::new();
     let mut labeller = Labeller::new();
     loop {
         tokio::select! {
@@ -184,11 +195,24 @@ async fn worker(
             for entry in entries {
                 after = entry.seq;
                 let item = labeller.item(&engine, entry).await;
-                push(&client, &metrics, &agent, &url, &item).await;
+                match &channel {
+                    Channel::Webhook(url) => push(&client, &metrics, &agent, url, &item).await,
+                    Channel::A2a(url) => {
+                        crate::a2a::bridge(&client, &engine, &mut pollers, &agent, url, &item).await
+                    }
+                }
             }
             if let Err(error) = engine.store.advance_webhook_cursor(&agent, after).await {
                 // Not fatal: this node goes on from its own cursor; the next record covers it.
                 tracing::warn!(%agent, %error, "webhook worker cannot record how far it got");
+            }
+            // Forget the pollers that are done.
+            while pollers.try_join_next().is_some() {}
+            if matches!(channel, Channel::A2a(_))
+                && let Err(error) = engine.acknowledge_inbox(&agent, after).await
+            {
+                // Not fatal either: the entries stay until a later batch's acknowledgement.
+                tracing::warn!(%agent, %error, "A2A bridge cannot acknowledge the inbox");
             }
         }
         cursor = Some(after);
@@ -207,6 +231,7 @@ async fn push(
     for attempt in 1..=WEBHOOK_ATTEMPTS {
         let result = client
             .post(url)
+            .timeout(WEBHOOK_TIMEOUT)
             .header(AGENT_HEADER, agent)
             .json(item)
             .send()

@@ -22,10 +22,12 @@
 //! - [`sight`]: what each reader may see of a conversation (a participant: its own thread).
 //! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
-//! - [`delivery`]: webhook push delivery of inbox messages.
+//! - [`delivery`]: push delivery of inbox messages: webhooks, and A2A agents through
+//!   [`a2a`], the bridge to remote agents that speak A2A.
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
 //! - [`api`]: the HTTP service (axum) under `/v1`.
 
+pub mod a2a;
 pub mod allocator;
 pub mod api;
 pub mod clock;

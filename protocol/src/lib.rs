@@ -14,8 +14,10 @@
 //! - [`error`]: the one JSON error body every API answers with.
 //! - [`api`]: the other bodies of the HTTP API (listings, inbox items, readiness).
 //! - [`policy`]: bodies of the policy manager's API (templates, revisions, status, change feed).
+//! - [`a2a`]: the A2A (Agent2Agent) JSON-RPC bodies the engine sends remote agents.
 #![deny(missing_docs)]
 
+pub mod a2a;
 pub mod action;
 pub mod api;
 pub mod conversation;

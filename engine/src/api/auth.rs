@@ -15,6 +15,8 @@
 //!   - id: carol
 //!     token: "carol-token"
 //!     inbox: false   # only starts conversations and follows them: no inbox to acknowledge
+//!   - id: translator
+//!     a2a: "https://translator.example/a2a"   # a remote A2A agent; needs no token
 //! ```
 //!
 //! Tokens are kept as SHA-256 digests, so a lookup's timing says nothing about a stored token.
@@ -74,11 +76,16 @@ impl AgentsFile {
 pub struct AgentEntry {
     /// Its id.
     pub id: String,
-    /// Its bearer token.
-    pub token: String,
+    /// Its bearer token; optional for an A2A agent, which never calls the engine.
+    #[serde(default)]
+    pub token: Option<String>,
     /// Where to push its inbox messages as well, if anywhere.
     #[serde(default)]
     pub webhook: Option<String>,
+    /// The A2A (JSON-RPC) endpoint of a remote agent: the engine sends it every message in
+    /// its inbox and records its answers as its replies (`crate::a2a`).
+    #[serde(default)]
+    pub a2a: Option<String>,
     /// Whether messages to it are kept in an inbox (the default). `false` for an agent
     /// that only starts conversations and follows them (as the SDK's request, query and
     /// call-for-proposals helpers do): it would never read or acknowledge its inbox, which
@@ -89,6 +96,10 @@ pub struct AgentEntry {
 
 fn keeps_an_inbox() -> bool {
     true
+}
+
+fn is_http_url(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
 }
 
 /// Why an agents file was refused. Each message is whole on its own (the cause is part of
@@ -179,6 +190,8 @@ pub enum Identity {
         callers: HashMap<Digest32, Caller>,
         /// Agent → webhook URL.
         webhooks: HashMap<AgentId, String>,
+        /// Agent → A2A endpoint.
+        a2a: HashMap<AgentId, String>,
         /// Agents without an inbox.
         inboxless: HashSet<AgentId>,
     },
@@ -207,6 +220,7 @@ impl Identity {
     pub fn from_agents(file: AgentsFile) -> Result<Identity, String> {
         let mut callers = HashMap::new();
         let mut webhooks = HashMap::new();
+        let mut a2a = HashMap::new();
         let mut inboxless = HashSet::new();
         if let Some(token) = &file.admin_token {
             if token.is_empty() {
@@ -221,8 +235,16 @@ impl Identity {
                     agent.id
                 ));
             }
-            if agent.token.is_empty() {
-                return Err(format!("agents[{index}].token is empty"));
+            match (&agent.token, &agent.a2a) {
+                (Some(token), _) if token.is_empty() => {
+                    return Err(format!("agents[{index}].token is empty"));
+                }
+                (None, None) => {
+                    return Err(format!(
+                        "agents[{index}] has no token (only an `a2a` agent may go without)"
+                    ));
+                }
+                _ => {}
             }
             if agent.id == ENGINE_PARTY {
                 return Err(format!(
@@ -231,31 +253,54 @@ impl Identity {
                 ));
             }
             let id = AgentId::from(agent.id.as_str());
-            if callers
-                .insert(digest(&agent.token), Caller::Agent(id.clone()))
-                .is_some()
+            if let Some(token) = &agent.token
+                && callers
+                    .insert(digest(token), Caller::Agent(id.clone()))
+                    .is_some()
             {
                 return Err(format!("agents[{index}].token is used twice"));
             }
             if !agent.inbox {
-                if agent.webhook.is_some() {
+                if agent.webhook.is_some() || agent.a2a.is_some() {
                     return Err(format!(
-                        "agents[{index}] has a webhook and `inbox: false`: webhooks push from \
-                         the inbox"
+                        "agents[{index}] has a {} and `inbox: false`: {} from the inbox",
+                        if agent.a2a.is_some() {
+                            "a2a endpoint"
+                        } else {
+                            "webhook"
+                        },
+                        if agent.a2a.is_some() {
+                            "A2A agents are sent their messages"
+                        } else {
+                            "webhooks push"
+                        }
                     ));
                 }
                 inboxless.insert(id.clone());
             }
+            if agent.webhook.is_some() && agent.a2a.is_some() {
+                return Err(format!(
+                    "agents[{index}] has both a webhook and an a2a endpoint: an A2A agent \
+                     gets its messages through A2A"
+                ));
+            }
             if let Some(url) = agent.webhook {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                if !is_http_url(&url) {
                     return Err(format!("agents[{index}].webhook is not an http(s) URL"));
                 }
-                webhooks.insert(id, url);
+                webhooks.insert(id.clone(), url);
+            }
+            if let Some(url) = agent.a2a {
+                if !is_http_url(&url) {
+                    return Err(format!("agents[{index}].a2a is not an http(s) URL"));
+                }
+                a2a.insert(id, url);
             }
         }
         Ok(Identity::Tokens {
             callers,
             webhooks,
+            a2a,
             inboxless,
         })
     }
@@ -273,6 +318,14 @@ impl Identity {
         match self {
             Identity::Open => HashMap::new(),
             Identity::Tokens { webhooks, .. } => webhooks.clone(),
+        }
+    }
+
+    /// Remote A2A agents, with their endpoints.
+    pub fn a2a_agents(&self) -> HashMap<AgentId, String> {
+        match self {
+            Identity::Open => HashMap::new(),
+            Identity::Tokens { a2a, .. } => a2a.clone(),
         }
     }
 
@@ -400,6 +453,37 @@ mod tests {
             file("agents: [{id: a, token: t, inbox: false, webhook: 'http://127.0.0.1:1/a'}]")
                 .unwrap_err()
                 .contains("webhooks push from the inbox")
+        );
+    }
+
+    /// An A2A agent needs no token, keeps an inbox (its messages are sent from there) and
+    /// has no webhook; every other agent needs a token.
+    #[test]
+    fn a2a_agents_need_no_token_and_no_webhook() {
+        let identity =
+            file("agents: [{id: a, token: t}, {id: remote, a2a: 'http://127.0.0.1:1/a2a'}]")
+                .expect("valid");
+        assert_eq!(
+            identity.a2a_agents(),
+            HashMap::from([(AgentId::from("remote"), "http://127.0.0.1:1/a2a".to_owned())])
+        );
+        assert!(identity.webhooks().is_empty());
+        let refused = |yaml: &str, says: &str| {
+            let error = file(yaml).unwrap_err();
+            assert!(error.contains(says), "{yaml}: {error}");
+        };
+        refused("agents: [{id: a}]", "has no token");
+        refused(
+            "agents: [{id: a, a2a: 'ftp://x'}]",
+            "a2a is not an http(s) URL",
+        );
+        refused(
+            "agents: [{id: a, a2a: 'http://x', webhook: 'http://y'}]",
+            "both a webhook and an a2a endpoint",
+        );
+        refused(
+            "agents: [{id: a, a2a: 'http://x', inbox: false}]",
+            "A2A agents are sent their messages from the inbox",
         );
     }
 

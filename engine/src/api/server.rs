@@ -1,6 +1,7 @@
 //! Putting the service together: a metered store, the engine and its scheduler, webhook
 //! delivery, and the router on a listener, with a graceful shutdown.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -145,12 +146,24 @@ pub fn launch(
     let mut background = vec![engine.spawn_scheduler(options.scheduler_period)];
     // Other engine nodes' commits (shared Redis store) reach this node's streams.
     background.extend(engine.follow_store());
-    let webhooks = options.identity.webhooks();
-    if !webhooks.is_empty() {
-        background.push(delivery::spawn_webhooks(
+    let channels: HashMap<_, _> = options
+        .identity
+        .webhooks()
+        .into_iter()
+        .map(|(agent, url)| (agent, delivery::Channel::Webhook(url)))
+        .chain(
+            options
+                .identity
+                .a2a_agents()
+                .into_iter()
+                .map(|(agent, url)| (agent, delivery::Channel::A2a(url))),
+        )
+        .collect();
+    if !channels.is_empty() {
+        background.push(delivery::spawn_push(
             engine.clone(),
             metrics.clone(),
-            webhooks,
+            channels,
         ));
     }
     let (closing, closing_rx) = watch::channel(false);

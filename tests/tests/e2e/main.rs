@@ -3,6 +3,7 @@
 //! same over a real HTTP service with SDK agents; `policy_manager`: hot reload, uploads and
 //! remote engines following a policy manager.
 
+mod a2a;
 mod commitments;
 mod contract_net;
 mod custom_protocol;

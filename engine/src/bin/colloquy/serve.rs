@@ -27,8 +27,8 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
-    /// YAML file of agent ids, bearer tokens, webhooks and the admin token. Without it the
-    /// server runs in open development mode (`X-Agent-Id` names the caller).
+    /// YAML file of agent ids, bearer tokens, webhooks, A2A agents and the admin token.
+    /// Without it the server runs in open development mode (`X-Agent-Id` names the caller).
     #[arg(long, value_name = "FILE")]
     agents: Option<PathBuf>,
     /// Where conversations live: `sqlite:PATH` (one file, survives restarts), `redis://HOST:PORT`

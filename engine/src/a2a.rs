@@ -1,0 +1,723 @@
+//! Remote A2A agents as conversation parties: the A2A bridge.
+//!
+//! An agent with an `a2a` endpoint in the agents file lives elsewhere and speaks A2A
+//! (Agent2Agent, JSON-RPC 2.0), not Colloquy. Its inbox is followed like a webhook's
+//! (`crate::delivery`: one worker per agent, in inbox order, from a cursor kept in the
+//! store, on the node that leads push delivery), and each message in it becomes one A2A
+//! `message/send`:
+//! - the conversation is the A2A *context* (`contextId` = the conversation id) and the
+//!   Colloquy message id is the A2A `messageId`; every message starts a new A2A task, as A2A
+//!   wants for a context whose last task ended;
+//! - the content is one part: `data` (a JSON string becomes a `text` part);
+//! - `metadata.colloquy` says what A2A has no field for: the performative, the sender, the
+//!   conversation and its template.
+//!
+//! The agent's answer becomes its reply in the conversation, sent as that agent (`in_reply_to`
+//! the bridged message). A2A has no performatives, so the reply's is chosen from what the
+//! agent's thread may send next ([`Engine::replies_open_to`]), by what the answer says
+//! ([`Verdict`]): a finished task (or a plain message) is an `inform` where the thread may
+//! inform, a `propose` where it is called for proposals; a rejected task a `refuse`; a
+//! failed one a `failure`; an error or a task that wants input a `not-understood`. An agent
+//! that knows Colloquy can name the performative itself (`metadata.colloquy.performative`).
+//! A task still running when `message/send` returns gets an `agree` where the thread may
+//! agree, and is then polled with `tasks/get` until it ends.
+//!
+//! Delivery is at least once: a restart goes on from the cursor, and the replies' ids are
+//! derived from the bridged message's, so a repeated answer is a duplicate, not a second
+//! reply. An agent that cannot be reached (8 attempts, as webhooks) gives no answer; the
+//! conversation's deadlines deal with silence as they do for any agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use colloquy_protocol::a2a::{
+    A2aMessage, MessageSendParams, Part, Request, Response, RpcError, SendConfiguration,
+    SendResult, Task, TaskQueryParams,
+};
+use colloquy_protocol::api::InboxItem;
+use colloquy_protocol::message::SendMessage;
+use serde_json::{Map, Value, json};
+use tokio::task::JoinSet;
+
+use crate::delivery::{WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_BACKOFF, WEBHOOK_MAX_BACKOFF};
+use crate::engine::{Engine, MAX_ID_LEN};
+
+/// How long one A2A call may take: `message/send` asks the agent to answer when the work is
+/// done, which can take a while.
+pub const A2A_TIMEOUT: Duration = Duration::from_secs(60);
+/// First wait before asking again about a task still running; doubled up to
+/// [`POLL_MAX_WAIT`].
+pub const POLL_FIRST_WAIT: Duration = Duration::from_millis(500);
+/// Longest wait between two `tasks/get`.
+pub const POLL_MAX_WAIT: Duration = Duration::from_secs(30);
+/// Largest answer read from an agent: the HTTP API's limit for a request body.
+pub const MAX_ANSWER_BYTES: usize = crate::api::extract::MAX_BODY_BYTES;
+/// Most `tasks/get` calls for one task (about two hours at the longest wait), unless the
+/// conversation leaves the agent nothing to answer first.
+pub const MAX_POLLS: u32 = 250;
+
+/// What an answer of the remote agent amounts to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Done, with a result (a `completed` task or a plain message).
+    Done,
+    /// It will not do it (`rejected`).
+    Refused,
+    /// It tried and failed, or the task was cancelled (`failed`, `canceled`).
+    Failed,
+    /// It could not take the message: a JSON-RPC error, a task that wants input or
+    /// authentication, or a state this engine does not know.
+    NotUnderstood,
+    /// Still at it (`submitted`, `working`).
+    Working,
+}
+
+impl Verdict {
+    /// The verdict of a task state.
+    pub fn of_state(state: &str) -> Verdict {
+        match state {
+            "completed" => Verdict::Done,
+            "rejected" => Verdict::Refused,
+            "failed" | "canceled" => Verdict::Failed,
+            "submitted" | "working" => Verdict::Working,
+            _ => Verdict::NotUnderstood,
+        }
+    }
+
+    /// The performatives that carry it, most fitting first.
+    fn performatives(self) -> &'static [&'static str] {
+        match self {
+            Verdict::Done => &["inform", "propose", "confirm", "agree"],
+            Verdict::Refused => &["refuse", "reject-proposal"],
+            Verdict::Failed => &["failure"],
+            Verdict::NotUnderstood => &["not-understood", "failure"],
+            Verdict::Working => &["agree"],
+        }
+    }
+}
+
+/// The reply an answer makes: its performative (when the thread may send one that fits)
+/// and content.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// The performative.
+    pub performative: String,
+    /// The content.
+    pub content: Value,
+}
+
+/// The reply to `answer` in a thread that may send `open`; `None` when nothing fits. A
+/// performative the agent names itself is taken as it is, fitting or not (the conversation
+/// then judges it as any message).
+pub fn reply_to(answer: &Answer, open: &[Arc<str>]) -> Option<Reply> {
+    let performative = match answer.named_performative() {
+        Some(named) => named,
+        None => answer
+            .verdict()
+            .performatives()
+            .iter()
+            .find(|wanted| open.iter().any(|open| &**open == **wanted))?,
+    };
+    let content = match performative {
+        // The answers that say why not carry the agent's words as their reason.
+        "refuse" | "reject-proposal" | "failure" | "not-understood" => {
+            json!({ "reason": answer.reason() })
+        }
+        "agree" if answer.verdict() == Verdict::Working => json!({}),
+        _ => content_of(answer.parts()),
+    };
+    Some(Reply {
+        performative: performative.to_owned(),
+        content,
+    })
+}
+
+/// What the remote agent answered a call with.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// A task or a message.
+    Result(Box<SendResult>),
+    /// A JSON-RPC error.
+    Error(RpcError),
+}
+
+/// An [`Answer`], looked into.
+enum Said<'a> {
+    Task(&'a Task),
+    Message(&'a A2aMessage),
+    Error(&'a RpcError),
+}
+
+impl Answer {
+    fn said(&self) -> Said<'_> {
+        match self {
+            Answer::Result(result) => match &**result {
+                SendResult::Task(task) => Said::Task(task),
+                SendResult::Message(message) => Said::Message(message),
+            },
+            Answer::Error(error) => Said::Error(error),
+        }
+    }
+
+    /// What it amounts to.
+    pub fn verdict(&self) -> Verdict {
+        match self.said() {
+            Said::Task(task) => Verdict::of_state(&task.status.state),
+            Said::Message(_) => Verdict::Done,
+            Said::Error(_) => Verdict::NotUnderstood,
+        }
+    }
+
+    /// The parts that carry its result: a task's artifacts (or else its status message), a
+    /// message's own.
+    fn parts(&self) -> Vec<&Part> {
+        match self.said() {
+            Said::Task(task) => {
+                let artifacts: Vec<&Part> = task.artifacts.iter().flat_map(|a| &a.parts).collect();
+                if artifacts.is_empty() {
+                    task.status.message.iter().flat_map(|m| &m.parts).collect()
+                } else {
+                    artifacts
+                }
+            }
+            Said::Message(message) => message.parts.iter().collect(),
+            Said::Error(_) => Vec::new(),
+        }
+    }
+
+    /// Why, for a refusal or a failure: the agent's words, or the state it named.
+    fn reason(&self) -> String {
+        match self.said() {
+            Said::Error(error) => error.message.clone(),
+            Said::Task(task) => {
+                let said = texts(task.status.message.iter().flat_map(|m| &m.parts));
+                if said.is_empty() {
+                    format!("the A2A task ended `{}`", task.status.state)
+                } else {
+                    said
+                }
+            }
+            Said::Message(message) => {
+                let said = texts(&message.parts);
+                if said.is_empty() {
+                    "the A2A agent gave no reason".to_owned()
+                } else {
+                    said
+                }
+            }
+        }
+    }
+
+    /// The performative the agent named in `metadata.colloquy.performative`, on the task,
+    /// its status message, or the message.
+    fn named_performative(&self) -> Option<&str> {
+        fn named(metadata: Option<&Map<String, Value>>) -> Option<&str> {
+            metadata?
+                .get("colloquy")?
+                .get("performative")?
+                .as_str()
+                .filter(|name| !name.is_empty())
+        }
+        match self.said() {
+            Said::Task(task) => named(task.metadata.as_ref())
+                .or_else(|| named(task.status.message.as_ref()?.metadata.as_ref())),
+            Said::Message(message) => named(message.metadata.as_ref()),
+            Said::Error(_) => None,
+        }
+    }
+}
+
+/// The text parts, joined by newlines.
+fn texts<'a>(parts: impl IntoIterator<Item = &'a Part>) -> String {
+    parts
+        .into_iter()
+        .filter_map(|part| match part {
+            Part::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A reply's content from the parts of an answer: the value of a lone data part (the
+/// usual answer of an agent that returns structured results), else `{"text": …}` with the
+/// text parts joined, plus `"data"` and `"files"` lists when there are such parts.
+pub fn content_of(parts: Vec<&Part>) -> Value {
+    if let [Part::Data { data }] = parts.as_slice() {
+        return data.clone();
+    }
+    let mut content = Map::new();
+    let text = texts(parts.iter().copied());
+    if !text.is_empty() {
+        content.insert("text".to_owned(), Value::String(text));
+    }
+    let data: Vec<Value> = parts
+        .iter()
+        .filter_map(|part| match part {
+            Part::Data { data } => Some(data.clone()),
+            _ => None,
+        })
+        .collect();
+    if !data.is_empty() {
+        content.insert("data".to_owned(), Value::Array(data));
+    }
+    let files: Vec<Value> = parts
+        .iter()
+        .filter_map(|part| match part {
+            Part::File { file } => Some(file.clone()),
+            _ => None,
+        })
+        .collect();
+    if !files.is_empty() {
+        content.insert("files".to_owned(), Value::Array(files));
+    }
+    Value::Object(content)
+}
+
+/// The `message/send` request for one inbox item.
+pub fn message_send(item: &InboxItem) -> Request<MessageSendParams> {
+    let message = &item.message;
+    let content = message.content.value();
+    let part = match content {
+        Value::String(text) => Part::Text { text },
+        data => Part::Data { data },
+    };
+    let mut colloquy = Map::new();
+    colloquy.insert("conversation".into(), json!(&*item.conversation_id));
+    if let Some(template) = &item.template {
+        colloquy.insert("template".into(), json!(&**template));
+    }
+    colloquy.insert("performative".into(), json!(message.performative.name()));
+    colloquy.insert("sender".into(), json!(&*message.sender));
+    if let Some(in_reply_to) = &message.in_reply_to {
+        colloquy.insert("in_reply_to".into(), json!(&**in_reply_to));
+    }
+    if let Some(reply_by) = message.reply_by {
+        colloquy.insert("reply_by".into(), json!(reply_by));
+    }
+    let mut metadata = Map::new();
+    metadata.insert("colloquy".into(), Value::Object(colloquy));
+    Request::new(
+        format!("{}/{}", item.conversation_id, message.id),
+        "message/send",
+        MessageSendParams {
+            message: A2aMessage {
+                kind: "message".to_owned(),
+                role: "user".to_owned(),
+                message_id: message.id.to_string(),
+                context_id: Some(item.conversation_id.to_string()),
+                task_id: None,
+                parts: vec![part],
+                metadata: Some(metadata),
+            },
+            configuration: Some(SendConfiguration { blocking: true }),
+        },
+    )
+}
+
+/// Why a call got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Not reached, or not 2xx, after every attempt.
+    #[error("{0}")]
+    Unreachable(String),
+    /// Answered with something that is no JSON-RPC response of A2A's, or too large; not
+    /// asked again, as the same call would get the same.
+    #[error("{0}")]
+    Broken(String),
+}
+
+/// Bridges one inbox item of `agent`: sends it, records the answer as the agent's reply,
+/// and leaves a task that is still running to a poller in `pollers` (the worker's, so they
+/// stop with it). Failures are logged; the worker goes on with the next item.
+pub async fn bridge(
+    client: &reqwest::Client,
+    engine: &Arc<Engine>,
+    pollers: &mut JoinSet<()>,
+    agent: &str,
+    url: &str,
+    item: &InboxItem,
+) {
+    let request = message_send(item);
+    let answer = match call(client, url, &request, agent).await {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::warn!(%agent, %error, conversation = %item.conversation_id, message = %item.message.id,
+                "no answer from the A2A agent; none is recorded");
+            return;
+        }
+    };
+    answer_in_conversation(engine, agent, item, &answer).await;
+    if let Said::Task(task) = answer.said()
+        && answer.verdict() == Verdict::Working
+    {
+        pollers.spawn(follow_task(
+            client.clone(),
+            engine.clone(),
+            agent.to_owned(),
+            url.to_owned(),
+            item.clone(),
+            task.id.clone(),
+        ));
+    }
+}
+
+/// Polls a running task until it ends and answers with its end; stops early when the
+/// conversation leaves the agent nothing to say.
+async fn follow_task(
+    client: reqwest::Client,
+    engine: Arc<Engine>,
+    agent: String,
+    url: String,
+    item: InboxItem,
+    task: String,
+) {
+    let mut wait = POLL_FIRST_WAIT;
+    for poll in 1..=MAX_POLLS {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(POLL_MAX_WAIT);
+        match engine.replies_open_to(&item.conversation_id, &agent).await {
+            Ok(open) if open.is_empty() => return,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(%agent, %error, conversation = %item.conversation_id, "stops following an A2A task");
+                return;
+            }
+        }
+        let request = Request::new(
+            format!("{}/{}/{poll}", item.conversation_id, item.message.id),
+            "tasks/get",
+            TaskQueryParams { id: task.clone() },
+        );
+        let answer = match call(&client, &url, &request, &agent).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                tracing::warn!(%agent, %error, task, "no answer from the A2A agent about its task; asking again later");
+                continue;
+            }
+        };
+        if answer.verdict() != Verdict::Working {
+            answer_in_conversation(&engine, &agent, &item, &answer).await;
+            return;
+        }
+    }
+    tracing::warn!(%agent, task, conversation = %item.conversation_id, "A2A task still running after {MAX_POLLS} polls; no longer followed");
+}
+
+/// Sends the reply `answer` makes, if the agent's thread may send one that fits.
+async fn answer_in_conversation(engine: &Engine, agent: &str, item: &InboxItem, answer: &Answer) {
+    let conversation = &*item.conversation_id;
+    let open = match engine.replies_open_to(conversation, agent).await {
+        Ok(open) => open,
+        Err(error) => {
+            tracing::warn!(%agent, %error, conversation, "cannot answer for an A2A agent");
+            return;
+        }
+    };
+    let Some(reply) = reply_to(answer, &open) else {
+        tracing::debug!(%agent, conversation, verdict = ?answer.verdict(), "nothing for the A2A agent's answer to say here");
+        return;
+    };
+    let message_id = format!("a2a:{}:{}", item.message.id, reply.performative);
+    let mut message = SendMessage::new(&reply.performative, reply.content);
+    message.in_reply_to = Some(item.message.id.to_string());
+    message.message_id = (message_id.len() <= MAX_ID_LEN).then_some(message_id);
+    if let Err(error) = engine.send(conversation, agent, message).await {
+        tracing::warn!(%agent, %error, conversation, performative = reply.performative, "the A2A agent's answer was not accepted");
+    }
+}
+
+/// The body of `response`, refused past [`MAX_ANSWER_BYTES`]: an agent's answer is
+/// recorded in the conversation, so it gets no more room than a message sent over HTTP.
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, CallError> {
+    let too_large = || CallError::Broken(format!("an answer over {MAX_ANSWER_BYTES} bytes"));
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_ANSWER_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|error| CallError::Unreachable(error.to_string()))?
+    {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// One JSON-RPC call with retries: the answer, or why there was none.
+async fn call<P: serde::Serialize>(
+    client: &reqwest::Client,
+    url: &str,
+    request: &Request<P>,
+    agent: &str,
+) -> Result<Answer, CallError> {
+    let mut backoff = WEBHOOK_FIRST_BACKOFF;
+    let mut last = String::new();
+    for attempt in 1..=WEBHOOK_ATTEMPTS {
+        match call_once(client, url, request).await {
+            Ok(answer) => return Ok(answer),
+            Err(CallError::Unreachable(error)) => {
+                tracing::debug!(%agent, attempt, %error, method = request.method, "A2A call failed");
+                last = error;
+            }
+            Err(broken) => return Err(broken),
+        }
+        if attempt < WEBHOOK_ATTEMPTS {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(WEBHOOK_MAX_BACKOFF);
+        }
+    }
+    Err(CallError::Unreachable(format!(
+        "{} failed {WEBHOOK_ATTEMPTS} times, last: {last}",
+        request.method
+    )))
+}
+
+async fn call_once<P: serde::Serialize>(
+    client: &reqwest::Client,
+    url: &str,
+    request: &Request<P>,
+) -> Result<Answer, CallError> {
+    let response = client
+        .post(url)
+        .timeout(A2A_TIMEOUT)
+        .json(request)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|error| CallError::Unreachable(error.to_string()))?;
+    let body = read_capped(response).await?;
+    let response: Response<SendResult> = serde_json::from_slice(&body).map_err(|error| {
+        CallError::Broken(format!(
+            "{} answered no A2A JSON-RPC response: {error}",
+            request.method
+        ))
+    })?;
+    match (response.result, response.error) {
+        (_, Some(error)) => Ok(Answer::Error(error)),
+        (Some(result), None) => Ok(Answer::Result(Box::new(result))),
+        (None, None) => Err(CallError::Broken(format!(
+            "{} answered a JSON-RPC response with neither result nor error",
+            request.method
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colloquy_protocol::a2a::{Artifact, TaskStatus};
+    use colloquy_protocol::message::{Content, Message};
+    use colloquy_protocol::{FipaAct, Performative};
+
+    fn open(names: &[&str]) -> Vec<Arc<str>> {
+        names.iter().map(|name| Arc::from(*name)).collect()
+    }
+
+    fn task(state: &str, status_text: Option<&str>, artifacts: Vec<Part>) -> Answer {
+        Answer::Result(Box::new(SendResult::Task(colloquy_protocol::a2a::Task {
+            kind: "task".to_owned(),
+            id: "t".to_owned(),
+            context_id: None,
+            status: TaskStatus {
+                state: state.to_owned(),
+                message: status_text.map(|text| agent_message(vec![text_part(text)], None)),
+            },
+            artifacts: if artifacts.is_empty() {
+                Vec::new()
+            } else {
+                vec![Artifact {
+                    artifact_id: Some("a".to_owned()),
+                    parts: artifacts,
+                }]
+            },
+            metadata: None,
+        })))
+    }
+
+    fn agent_message(parts: Vec<Part>, metadata: Option<Value>) -> A2aMessage {
+        A2aMessage {
+            kind: "message".to_owned(),
+            role: "agent".to_owned(),
+            message_id: "r".to_owned(),
+            context_id: None,
+            task_id: None,
+            parts,
+            metadata: metadata.and_then(|m| m.as_object().cloned()),
+        }
+    }
+
+    fn text_part(text: &str) -> Part {
+        Part::Text {
+            text: text.to_owned(),
+        }
+    }
+
+    fn data_part(data: Value) -> Part {
+        Part::Data { data }
+    }
+
+    fn performative(reply: Option<Reply>) -> Option<String> {
+        reply.map(|reply| reply.performative)
+    }
+
+    /// The same finished task informs where the thread may inform (a request) and proposes
+    /// where it is called for proposals (a contract-net), carrying the artifact's data.
+    #[test]
+    fn a_finished_task_answers_with_what_the_thread_may_send() {
+        let done = task("completed", None, vec![data_part(json!({"price": 10}))]);
+        let request = open(&["agree", "refuse", "inform", "failure", "not-understood"]);
+        assert_eq!(
+            reply_to(&done, &request),
+            Some(Reply {
+                performative: "inform".to_owned(),
+                content: json!({"price": 10})
+            })
+        );
+        let called = open(&["propose", "refuse", "failure", "not-understood"]);
+        assert_eq!(
+            performative(reply_to(&done, &called)).as_deref(),
+            Some("propose")
+        );
+        // Nothing fits an ended thread.
+        assert_eq!(reply_to(&done, &[]), None);
+    }
+
+    #[test]
+    fn refusals_failures_and_errors_carry_a_reason() {
+        let request = open(&["agree", "refuse", "inform", "failure", "not-understood"]);
+        let refused = reply_to(&task("rejected", Some("not my job"), vec![]), &request);
+        assert_eq!(
+            refused,
+            Some(Reply {
+                performative: "refuse".to_owned(),
+                content: json!({"reason": "not my job"})
+            })
+        );
+        let failed = reply_to(&task("canceled", None, vec![]), &request).expect("failure");
+        assert_eq!(failed.performative, "failure");
+        assert_eq!(
+            failed.content,
+            json!({"reason": "the A2A task ended `canceled`"})
+        );
+        let error = Answer::Error(RpcError {
+            code: -32602,
+            message: "bad params".to_owned(),
+            data: None,
+        });
+        assert_eq!(
+            reply_to(&error, &request),
+            Some(Reply {
+                performative: "not-understood".to_owned(),
+                content: json!({"reason": "bad params"})
+            })
+        );
+        let wants_input = task("input-required", Some("which language?"), vec![]);
+        assert_eq!(
+            performative(reply_to(&wants_input, &open(&["failure"]))).as_deref(),
+            Some("failure"),
+            "not-understood where the thread may not say it"
+        );
+    }
+
+    #[test]
+    fn a_running_task_agrees_only_where_agreeing_is_open() {
+        let working = task("working", None, vec![]);
+        assert_eq!(
+            reply_to(&working, &open(&["agree", "inform"])),
+            Some(Reply {
+                performative: "agree".to_owned(),
+                content: json!({})
+            })
+        );
+        assert_eq!(reply_to(&working, &open(&["inform"])), None);
+    }
+
+    #[test]
+    fn an_agent_may_name_its_performative() {
+        let message = Answer::Result(Box::new(SendResult::Message(agent_message(
+            vec![text_part("tomorrow at nine")],
+            Some(json!({"colloquy": {"performative": "propose"}})),
+        ))));
+        assert_eq!(
+            reply_to(&message, &open(&["inform"])),
+            Some(Reply {
+                performative: "propose".to_owned(),
+                content: json!({"text": "tomorrow at nine"})
+            })
+        );
+        // A named refusal carries the agent's words as its reason, like a rejected task's.
+        let refusal = Answer::Result(Box::new(SendResult::Message(agent_message(
+            vec![text_part("booked out")],
+            Some(json!({"colloquy": {"performative": "refuse"}})),
+        ))));
+        assert_eq!(
+            reply_to(&refusal, &open(&["refuse"])),
+            Some(Reply {
+                performative: "refuse".to_owned(),
+                content: json!({"reason": "booked out"})
+            })
+        );
+    }
+
+    #[test]
+    fn content_is_a_lone_data_value_or_the_parts_by_kind() {
+        assert_eq!(content_of(vec![&data_part(json!([1, 2]))]), json!([1, 2]));
+        let (a, b, c) = (
+            text_part("one"),
+            text_part("two"),
+            data_part(json!({"x": 1})),
+        );
+        assert_eq!(
+            content_of(vec![&a, &b, &c]),
+            json!({"text": "one\ntwo", "data": [{"x": 1}]})
+        );
+        assert_eq!(content_of(Vec::new()), json!({}));
+    }
+
+    #[test]
+    fn a_message_becomes_a_message_send_in_its_conversations_context() {
+        let item = InboxItem {
+            seq: 3,
+            conversation_id: Arc::from("c-1"),
+            template: Some(Arc::from("fipa-request")),
+            message: Message {
+                id: Arc::from("m-1"),
+                performative: Performative::Fipa(FipaAct::Request),
+                sender: Arc::from("alice"),
+                receivers: vec![Arc::from("translator")],
+                content: Content::from_value(&json!({"text": "hello"})),
+                in_reply_to: None,
+                reply_by: Some(5),
+                sent_at: 1,
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(message_send(&item)).expect("json"),
+            json!({"jsonrpc": "2.0", "id": "c-1/m-1", "method": "message/send", "params": {
+                "message": {"kind": "message", "role": "user", "messageId": "m-1",
+                    "contextId": "c-1", "parts": [{"kind": "data", "data": {"text": "hello"}}],
+                    "metadata": {"colloquy": {"conversation": "c-1", "template": "fipa-request",
+                        "performative": "request", "sender": "alice", "reply_by": 5}}},
+                "configuration": {"blocking": true}}})
+        );
+        let text = InboxItem {
+            message: Message {
+                content: Content::from_value(&json!("hello")),
+                ..item.message.clone()
+            },
+            ..item
+        };
+        assert_eq!(
+            message_send(&text).params.message.parts,
+            [text_part("hello")]
+        );
+    }
+}

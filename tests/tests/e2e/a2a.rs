@@ -1,0 +1,641 @@
+//! The A2A bridge over real HTTP: an agent declared with `a2a: URL` in the agents file is a
+//! remote agent speaking A2A (JSON-RPC 2.0). Each message to it is POSTed there as
+//! `message/send`, and the engine answers in the conversation as that agent, from the
+//! remote's Task or Message. The remote here is a fake A2A agent on `127.0.0.1:0` that
+//! records every request and answers from a per-test script.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use colloquy_engine::api::Identity;
+use colloquy_tests::http::{ADMIN_TOKEN, STEP, Server, call};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+/// One request the fake A2A agent received.
+#[derive(Clone, Debug)]
+struct Seen {
+    content_type: Option<String>,
+    /// The JSON-RPC request (`null` if the body was not JSON).
+    body: Value,
+}
+
+/// What the fake answers one request.
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+/// A fake remote A2A agent: every request is recorded, then answered by `script(request,
+/// attempt)`, where `attempt` counts the earlier requests with the same JSON-RPC method
+/// (0 for the first `message/send`, 0 for the first `tasks/get`, ...).
+struct FakeAgent {
+    url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
+
+impl FakeAgent {
+    async fn start(script: impl Fn(&Value, usize) -> Answer + Send + Sync + 'static) -> FakeAgent {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/", listener.local_addr().expect("addr"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let script: Arc<Script> = Arc::new(script);
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (log, script) = (Arc::clone(&log), Arc::clone(&script));
+                let service = service_fn(move |request: Request<Incoming>| {
+                    let (log, script) = (Arc::clone(&log), Arc::clone(&script));
+                    async move {
+                        let answer = answer(request, &log, &*script).await;
+                        let response = Response::builder()
+                            .status(answer.status)
+                            .header(CONTENT_TYPE, "application/json")
+                            .body(Full::new(Bytes::from(answer.body.to_string())))
+                            .expect("a response");
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                // hyper's server side comes with `colloquy-engine`, whose accept loop is
+                // hyper's HTTP/1 server.
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+            }
+        });
+        FakeAgent { url, seen }
+    }
+
+    /// The JSON-RPC requests received so far with this method.
+    fn requests(&self, method: &str) -> Vec<Seen> {
+        let seen = self.seen.lock().expect("lock");
+        seen.iter()
+            .filter(|s| s.body["method"] == method)
+            .cloned()
+            .collect()
+    }
+
+    /// Every request body received so far, for failure messages.
+    fn all(&self) -> Vec<Value> {
+        let seen = self.seen.lock().expect("lock");
+        seen.iter().map(|s| s.body.clone()).collect()
+    }
+}
+
+/// Records `request` and asks the script for its answer.
+async fn answer(request: Request<Incoming>, log: &Mutex<Vec<Seen>>, script: &Script) -> Answer {
+    let content_type = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let attempt = {
+        let mut log = log.lock().expect("lock");
+        let attempt = log
+            .iter()
+            .filter(|s| s.body["method"] == body["method"])
+            .count();
+        log.push(Seen {
+            content_type,
+            body: body.clone(),
+        });
+        attempt
+    };
+    script(&body, attempt)
+}
+
+/// A JSON-RPC success answering `request`.
+fn result(request: &Value, result: Value) -> Answer {
+    Answer {
+        status: 200,
+        body: json!({"jsonrpc": "2.0", "id": request["id"], "result": result}),
+    }
+}
+
+/// A JSON-RPC error answering `request`.
+fn rpc_error(request: &Value, code: i64, message: &str) -> Answer {
+    Answer {
+        status: 200,
+        body: json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": code, "message": message}}),
+    }
+}
+
+/// An A2A Task in `state`.
+fn task(id: &str, state: &str) -> Value {
+    json!({"kind": "task", "id": id, "contextId": "remote-context", "status": {"state": state}})
+}
+
+/// A completed Task with one artifact holding one data part.
+fn completed(id: &str, data: Value) -> Value {
+    let mut task = task(id, "completed");
+    task["artifacts"] = json!([{"artifactId": "a1", "parts": [{"kind": "data", "data": data}]}]);
+    task
+}
+
+/// A Task in `state` whose status message says `text`.
+fn explained(id: &str, state: &str, text: &str) -> Value {
+    let mut task = task(id, state);
+    task["status"]["message"] = json!({
+        "kind": "message", "role": "agent", "messageId": format!("{id}-status"),
+        "parts": [{"kind": "text", "text": text}]
+    });
+    task
+}
+
+/// The agents file: alice and bob with tokens (`<id>-token`), translator behind the bridge.
+fn agents(a2a_url: &str) -> Identity {
+    let yaml = format!(
+        "admin_token: {ADMIN_TOKEN}\n\
+         agents:\n  \
+           - id: alice\n    token: alice-token\n  \
+           - id: bob\n    token: bob-token\n  \
+           - id: translator\n    a2a: \"{a2a_url}\"\n"
+    );
+    Identity::from_yaml(&yaml, "a2a agents fixture").unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// A server whose `translator` is `fake`.
+async fn server_for(fake: &FakeAgent) -> Server {
+    Server::with(agents(&fake.url), Vec::new()).await
+}
+
+/// Alice starts `template` with `participants` and an opening `performative`; returns the
+/// conversation's id and the opening message's id.
+async fn start(
+    server: &Server,
+    template: &str,
+    participants: &[&str],
+    performative: &str,
+    content: &Value,
+) -> (String, String) {
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({
+                "template": template,
+                "participants": participants,
+                "message": {"performative": performative, "content": content}
+            })),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().expect("a conversation id").to_owned();
+    let opening = body["messages"][0]["id"]
+        .as_str()
+        .expect("the opening message's id")
+        .to_owned();
+    (id, opening)
+}
+
+/// Polls the conversation (as alice, who sees all of it) until `done` holds of it, and
+/// returns it; fails after [`STEP`] with what it last saw and what the fake received.
+async fn until(
+    server: &Server,
+    fake: &FakeAgent,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut last = Value::Null;
+    let found = tokio::time::timeout(STEP, async {
+        loop {
+            let (status, view) =
+                call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice"))
+                    .await;
+            assert_eq!(status, 200, "{view}");
+            if done(&view) {
+                return view;
+            }
+            last = view;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| {
+        panic!(
+            "no {what} within {STEP:?}\nlast view: {last:#}\nthe fake received: {:#}",
+            Value::from(fake.all())
+        )
+    })
+}
+
+/// Alice asks translator (behind the bridge) for `content` in a fipa-request and waits for
+/// the conversation to end: its id, the request's id and the ended conversation.
+async fn request_until_ended(
+    server: &Server,
+    fake: &FakeAgent,
+    content: Value,
+) -> (String, String, Value) {
+    let (id, request_id) =
+        start(server, "fipa-request", &["translator"], "request", &content).await;
+    let view = until(server, fake, &id, "completed conversation", completed_view).await;
+    (id, request_id, view)
+}
+
+fn completed_view(view: &Value) -> bool {
+    view["status"] == "completed"
+}
+
+fn performatives(view: &Value) -> Vec<&str> {
+    view["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["performative"].as_str().unwrap_or("?"))
+        .collect()
+}
+
+fn last_message(view: &Value) -> &Value {
+    view["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message")
+}
+
+/// The request goes out as one A2A `message/send` (the data part, the colloquy message id,
+/// the conversation as context, who sent what in the metadata), and a completed Task's one
+/// data artifact comes back as translator's `inform` answering it: fipa-request succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_task_comes_back_as_an_inform_with_its_artifact() {
+    let fake = FakeAgent::start(|request, _| {
+        result(request, completed("t-1", json!({"translated": "hallo"})))
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let content = json!({"action": "translate", "text": "hello", "to": "de"});
+    let (id, request_id, view) = request_until_ended(&server, &fake, content.clone()).await;
+    assert_eq!(view["outcome"], "success", "{view:#}");
+    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    let reply = last_message(&view);
+    assert_eq!(reply["sender"], "translator", "{reply}");
+    assert_eq!(reply["content"], json!({"translated": "hallo"}), "{reply}");
+    assert_eq!(reply["in_reply_to"], request_id.as_str(), "{reply}");
+
+    let sent = fake.requests("message/send");
+    assert_eq!(
+        sent.len(),
+        1,
+        "one message/send: {:#}",
+        Value::from(fake.all())
+    );
+    let rpc = &sent[0].body;
+    assert!(
+        sent[0]
+            .content_type
+            .as_deref()
+            .is_some_and(|t| t.starts_with("application/json")),
+        "content type {:?}",
+        sent[0].content_type
+    );
+    assert_eq!(rpc["jsonrpc"], "2.0", "{rpc:#}");
+    assert!(rpc["id"].is_string(), "a string JSON-RPC id: {rpc:#}");
+    assert_eq!(rpc["params"]["configuration"]["blocking"], true, "{rpc:#}");
+    let message = &rpc["params"]["message"];
+    assert_eq!(message["kind"], "message", "{rpc:#}");
+    assert_eq!(message["role"], "user", "{rpc:#}");
+    assert_eq!(message["messageId"], request_id.as_str(), "{rpc:#}");
+    assert_eq!(message["contextId"], id.as_str(), "{rpc:#}");
+    assert_eq!(
+        message["parts"],
+        json!([{"kind": "data", "data": content}]),
+        "{rpc:#}"
+    );
+    let colloquy = &message["metadata"]["colloquy"];
+    assert_eq!(colloquy["conversation"], id.as_str(), "{rpc:#}");
+    assert_eq!(colloquy["template"], "fipa-request", "{rpc:#}");
+    assert_eq!(colloquy["performative"], "request", "{rpc:#}");
+    assert_eq!(colloquy["sender"], "alice", "{rpc:#}");
+}
+
+/// A `rejected` Task comes back as a `refuse` whose reason is the status message's text:
+/// fipa-request ends `refused`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_task_comes_back_as_a_refusal_with_its_reason() {
+    let fake =
+        FakeAgent::start(|request, _| result(request, explained("t-1", "rejected", "not my job")))
+            .await;
+    let server = server_for(&fake).await;
+    let (_, request_id, view) =
+        request_until_ended(&server, &fake, json!({"action": "wash-car"})).await;
+    assert_eq!(view["outcome"], "refused", "{view:#}");
+    assert_eq!(performatives(&view), ["request", "refuse"], "{view:#}");
+    let reply = last_message(&view);
+    assert_eq!(reply["sender"], "translator", "{reply}");
+    assert_eq!(reply["content"], json!({"reason": "not my job"}), "{reply}");
+    assert_eq!(reply["in_reply_to"], request_id.as_str(), "{reply}");
+}
+
+/// A Task still `working` when `message/send` returns is an `agree`; the engine then polls
+/// `tasks/get` for it (here once more while it is still working) and answers the completed
+/// Task with an `inform`: fipa-request's agree-then-inform path, ending `success`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_working_task_is_agreed_then_polled_until_it_completes() {
+    let fake = FakeAgent::start(|request, attempt| match request["method"].as_str() {
+        Some("message/send") => result(request, task("t-1", "working")),
+        Some("tasks/get") if attempt == 0 => result(request, task("t-1", "working")),
+        Some("tasks/get") => result(request, completed("t-1", json!({"translated": "hallo"}))),
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (_, request_id, view) = request_until_ended(
+        &server,
+        &fake,
+        json!({"action": "translate", "text": "hello"}),
+    )
+    .await;
+    assert_eq!(view["outcome"], "success", "{view:#}");
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "inform"],
+        "{view:#}"
+    );
+    let messages = view["messages"].as_array().expect("messages");
+    let (agree, inform) = (&messages[1], &messages[2]);
+    assert_eq!(agree["sender"], "translator", "{agree}");
+    assert_eq!(agree["content"], json!({}), "{agree}");
+    assert_eq!(agree["in_reply_to"], request_id.as_str(), "{agree}");
+    assert_eq!(inform["sender"], "translator", "{inform}");
+    assert_eq!(
+        inform["content"],
+        json!({"translated": "hallo"}),
+        "{inform}"
+    );
+    assert_eq!(inform["in_reply_to"], request_id.as_str(), "{inform}");
+
+    let polls = fake.requests("tasks/get");
+    assert!(
+        polls.len() >= 2,
+        "polled until the task left `working`: {:#}",
+        Value::from(fake.all())
+    );
+    for poll in &polls {
+        assert_eq!(poll.body["jsonrpc"], "2.0", "{:#}", poll.body);
+        assert_eq!(poll.body["params"]["id"], "t-1", "{:#}", poll.body);
+    }
+    assert_eq!(
+        fake.requests("message/send").len(),
+        1,
+        "{:#}",
+        Value::from(fake.all())
+    );
+}
+
+/// A JSON-RPC error answer comes back as `not-understood` whose reason is the error's
+/// message: fipa-request ends `not_understood` (its terminal state's outcome).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_rpc_error_comes_back_as_not_understood_with_its_message() {
+    let fake = FakeAgent::start(|request, _| rpc_error(request, -32602, "bad params")).await;
+    let server = server_for(&fake).await;
+    let (_, request_id, view) =
+        request_until_ended(&server, &fake, json!({"action": "translate"})).await;
+    assert_eq!(view["outcome"], "not_understood", "{view:#}");
+    assert_eq!(
+        performatives(&view),
+        ["request", "not-understood"],
+        "{view:#}"
+    );
+    let reply = last_message(&view);
+    assert_eq!(reply["sender"], "translator", "{reply}");
+    assert_eq!(reply["content"], json!({"reason": "bad params"}), "{reply}");
+    assert_eq!(reply["in_reply_to"], request_id.as_str(), "{reply}");
+    assert_eq!(
+        fake.requests("message/send").len(),
+        1,
+        "a JSON-RPC error is an answer, not retried: {:#}",
+        Value::from(fake.all())
+    );
+}
+
+/// An HTTP 500 from the remote is a transport failure: the same message is sent again, and
+/// the answer to the retry comes back as the `inform`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_post_is_retried_and_the_retry_answered() {
+    let fake = FakeAgent::start(|request, attempt| {
+        if attempt == 0 {
+            Answer {
+                status: 500,
+                body: json!({"error": "try again"}),
+            }
+        } else {
+            result(request, completed("t-1", json!({"translated": "hallo"})))
+        }
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (_, request_id, view) = request_until_ended(
+        &server,
+        &fake,
+        json!({"action": "translate", "text": "hello"}),
+    )
+    .await;
+    assert_eq!(view["outcome"], "success", "{view:#}");
+    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    let reply = last_message(&view);
+    assert_eq!(reply["sender"], "translator", "{reply}");
+    assert_eq!(reply["content"], json!({"translated": "hallo"}), "{reply}");
+    assert_eq!(reply["in_reply_to"], request_id.as_str(), "{reply}");
+
+    let sent = fake.requests("message/send");
+    assert_eq!(
+        sent.len(),
+        2,
+        "one failure, one retry: {:#}",
+        Value::from(fake.all())
+    );
+    for attempt in &sent {
+        assert_eq!(
+            attempt.body["params"]["message"]["messageId"],
+            request_id.as_str(),
+            "the retry carries the same message: {:#}",
+            attempt.body
+        );
+    }
+}
+
+/// In a Contract-Net the bridged agent bids like any other: the manager's `cfp` reaches the
+/// remote as `message/send`, and its completed answer is translator's `propose` carrying
+/// the data, moving only translator's thread (bob, a token agent, has not answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_task_answers_a_call_for_proposals_with_a_proposal() {
+    let fake =
+        FakeAgent::start(|request, _| result(request, completed("t-1", json!({"price": 10}))))
+            .await;
+    let server = server_for(&fake).await;
+    let task = json!({"action": "translate", "words": 1200});
+    let (id, cfp_id) = start(
+        &server,
+        "fipa-contract-net",
+        &["translator", "bob"],
+        "cfp",
+        &task,
+    )
+    .await;
+
+    let proposed = |view: &Value| {
+        view["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["sender"] == "translator"))
+    };
+    let view = until(&server, &fake, &id, "answer from translator", proposed).await;
+    let reply = view["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["sender"] == "translator")
+        .expect("translator's answer");
+    assert_eq!(reply["performative"], "propose", "{view:#}");
+    assert_eq!(reply["content"], json!({"price": 10}), "{reply}");
+    assert_eq!(reply["in_reply_to"], cfp_id.as_str(), "{reply}");
+    let state = |who: &str| {
+        view["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["participant"] == who)
+            .map(|t| t["state"].clone())
+    };
+    assert_eq!(state("translator"), Some(json!("proposed")), "{view:#}");
+    assert_eq!(state("bob"), Some(json!("called")), "{view:#}");
+    assert_eq!(view["status"], "active", "{view:#}");
+
+    let sent = fake.requests("message/send");
+    assert_eq!(
+        sent.len(),
+        1,
+        "only translator's cfp is bridged: {:#}",
+        Value::from(fake.all())
+    );
+    let message = &sent[0].body["params"]["message"];
+    assert_eq!(
+        message["metadata"]["colloquy"]["performative"], "cfp",
+        "{message:#}"
+    );
+    assert_eq!(
+        message["metadata"]["colloquy"]["template"], "fipa-contract-net",
+        "{message:#}"
+    );
+    assert_eq!(
+        message["parts"],
+        json!([{"kind": "data", "data": task}]),
+        "{message:#}"
+    );
+}
+
+/// An agent that names its performative (`metadata.colloquy.performative`) is taken at its
+/// word, here on a plain Message: a `failure`, whose reason is the message's text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_performative_the_agent_names_is_taken_at_its_word() {
+    let fake = FakeAgent::start(|request, _| {
+        result(
+            request,
+            json!({"kind": "message", "role": "agent", "messageId": "r-1",
+                "parts": [{"kind": "text", "text": "the printer is on fire"}],
+                "metadata": {"colloquy": {"performative": "failure"}}}),
+        )
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (id, request_id) = start(
+        &server,
+        "fipa-request",
+        &["translator"],
+        "request",
+        &json!({"action": "print"}),
+    )
+    .await;
+    let view = until(
+        &server,
+        &fake,
+        &id,
+        "completed conversation",
+        completed_view,
+    )
+    .await;
+    assert_eq!(view["outcome"], "failure", "{view:#}");
+    assert_eq!(performatives(&view), ["request", "failure"], "{view:#}");
+    let reply = last_message(&view);
+    assert_eq!(
+        reply["content"],
+        json!({"reason": "the printer is on fire"}),
+        "{reply}"
+    );
+    assert_eq!(reply["in_reply_to"], request_id.as_str(), "{reply}");
+}
+
+/// An answer that is no A2A JSON-RPC response records nothing and is not asked for again
+/// (the same call would get the same); the agent's next message still goes out and is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
+    let fake = FakeAgent::start(|request, attempt| {
+        if attempt == 0 {
+            Answer {
+                status: 200,
+                body: json!({"hello": "not json-rpc"}),
+            }
+        } else {
+            result(request, completed("t-2", json!({"translated": "hallo"})))
+        }
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (garbled, _) = start(
+        &server,
+        "fipa-request",
+        &["translator"],
+        "request",
+        &json!({"action": "translate", "text": "first"}),
+    )
+    .await;
+    let (answered, _) = start(
+        &server,
+        "fipa-request",
+        &["translator"],
+        "request",
+        &json!({"action": "translate", "text": "second"}),
+    )
+    .await;
+    let view = until(
+        &server,
+        &fake,
+        &answered,
+        "completed conversation",
+        completed_view,
+    )
+    .await;
+    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    // Messages go out in inbox order, so the first one's call is over by now.
+    let (status, view) = call(server.as_agent(
+        Method::GET,
+        &format!("/v1/conversations/{garbled}"),
+        "alice",
+    ))
+    .await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["status"], "active", "{view:#}");
+    assert_eq!(performatives(&view), ["request"], "{view:#}");
+    assert_eq!(
+        fake.requests("message/send").len(),
+        2,
+        "one call per message, none repeated: {:#}",
+        Value::from(fake.all())
+    );
+}
