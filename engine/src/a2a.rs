@@ -41,6 +41,7 @@ use tokio::task::JoinSet;
 
 use crate::delivery::{WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_BACKOFF, WEBHOOK_MAX_BACKOFF};
 use crate::engine::{Engine, MAX_ID_LEN};
+use crate::metrics::{A2aCallResult, Metrics};
 
 /// How long one A2A call may take: `message/send` asks the agent to answer when the work is
 /// done, which can take a while.
@@ -333,13 +334,14 @@ pub enum CallError {
 pub async fn bridge(
     client: &reqwest::Client,
     engine: &Arc<Engine>,
+    metrics: &Arc<Metrics>,
     pollers: &mut JoinSet<()>,
     agent: &str,
     url: &str,
     item: &InboxItem,
 ) {
     let request = message_send(item);
-    let answer = match call(client, url, &request, agent).await {
+    let answer = match call(client, metrics, url, &request, agent).await {
         Ok(answer) => answer,
         Err(error) => {
             tracing::warn!(%agent, %error, conversation = %item.conversation_id, message = %item.message.id,
@@ -354,6 +356,7 @@ pub async fn bridge(
         pollers.spawn(follow_task(
             client.clone(),
             engine.clone(),
+            metrics.clone(),
             agent.to_owned(),
             url.to_owned(),
             item.clone(),
@@ -367,6 +370,7 @@ pub async fn bridge(
 async fn follow_task(
     client: reqwest::Client,
     engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
     agent: String,
     url: String,
     item: InboxItem,
@@ -389,7 +393,7 @@ async fn follow_task(
             "tasks/get",
             TaskQueryParams { id: task.clone() },
         );
-        let answer = match call(&client, &url, &request, &agent).await {
+        let answer = match call(&client, &metrics, &url, &request, &agent).await {
             Ok(answer) => answer,
             Err(error) => {
                 tracing::warn!(%agent, %error, task, "no answer from the A2A agent about its task; asking again later");
@@ -454,26 +458,41 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, CallErr
 /// One JSON-RPC call with retries: the answer, or why there was none.
 async fn call<P: serde::Serialize>(
     client: &reqwest::Client,
+    metrics: &Metrics,
     url: &str,
     request: &Request<P>,
     agent: &str,
 ) -> Result<Answer, CallError> {
+    // The two methods the bridge calls, as metric labels.
+    let method = if request.method == "tasks/get" {
+        "tasks/get"
+    } else {
+        "message/send"
+    };
     let mut backoff = WEBHOOK_FIRST_BACKOFF;
     let mut last = String::new();
     for attempt in 1..=WEBHOOK_ATTEMPTS {
         match call_once(client, url, request).await {
-            Ok(answer) => return Ok(answer),
+            Ok(answer) => {
+                metrics.a2a_call(method, A2aCallResult::Answered);
+                return Ok(answer);
+            }
             Err(CallError::Unreachable(error)) => {
-                tracing::debug!(%agent, attempt, %error, method = request.method, "A2A call failed");
+                tracing::debug!(%agent, attempt, %error, method, "A2A call failed");
                 last = error;
             }
-            Err(broken) => return Err(broken),
+            Err(broken) => {
+                metrics.a2a_call(method, A2aCallResult::Failed);
+                return Err(broken);
+            }
         }
         if attempt < WEBHOOK_ATTEMPTS {
+            metrics.a2a_call(method, A2aCallResult::Retried);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(WEBHOOK_MAX_BACKOFF);
         }
     }
+    metrics.a2a_call(method, A2aCallResult::Failed);
     Err(CallError::Unreachable(format!(
         "{} failed {WEBHOOK_ATTEMPTS} times, last: {last}",
         request.method

@@ -198,7 +198,16 @@ async fn worker(
                 match &channel {
                     Channel::Webhook(url) => push(&client, &metrics, &agent, url, &item).await,
                     Channel::A2a(url) => {
-                        crate::a2a::bridge(&client, &engine, &mut pollers, &agent, url, &item).await
+                        crate::a2a::bridge(
+                            &client,
+                            &engine,
+                            &metrics,
+                            &mut pollers,
+                            &agent,
+                            url,
+                            &item,
+                        )
+                        .await
                     }
                 }
             }

@@ -4,8 +4,8 @@
 //! succeeded: messages by template and performative, violations, thread timeouts,
 //! conversations started and completed. Counting at the store boundary sees the scheduler's
 //! work (deadlines, automatic replies) as well as the API's, and never counts a write that
-//! lost a race. The API adds the messages it refused ([`Metrics::refused`]) and the webhook
-//! deliveries. [`Metrics::render`] writes the Prometheus text format.
+//! lost a race. The API adds the messages it refused ([`Metrics::refused`]), the webhook
+//! deliveries and the calls to A2A agents. [`Metrics::render`] writes the Prometheus text format.
 //!
 //! Hook call durations come from the hook runtime ([`crate::runtime::latency`]) and are
 //! rendered here as the `colloquy_hook_duration_seconds` histogram.
@@ -51,6 +51,27 @@ impl WebhookResult {
     }
 }
 
+/// What a call to a remote A2A agent came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum A2aCallResult {
+    /// The agent answered (a task, a message or a JSON-RPC error).
+    Answered,
+    /// An attempt failed (not reached, not 2xx) and another one is scheduled.
+    Retried,
+    /// Given up: every attempt failed, or the answer was no A2A JSON-RPC response.
+    Failed,
+}
+
+impl A2aCallResult {
+    fn label(self) -> &'static str {
+        match self {
+            A2aCallResult::Answered => "answered",
+            A2aCallResult::Retried => "retried",
+            A2aCallResult::Failed => "failed",
+        }
+    }
+}
+
 /// The process's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -66,6 +87,8 @@ pub struct Metrics {
     /// (template, outcome).
     completed: Counter<(Arc<str>, &'static str)>,
     webhooks: Counter<&'static str>,
+    /// (method, result) of calls to A2A agents.
+    a2a_calls: Counter<(&'static str, &'static str)>,
 }
 
 /// `colloquy_hook_duration_seconds`, a histogram by event and result.
@@ -134,6 +157,11 @@ impl Metrics {
     /// Counts one webhook delivery attempt's result.
     pub fn webhook(&self, result: WebhookResult) {
         bump(&self.webhooks, result.label());
+    }
+
+    /// Counts what one call (`message/send` or `tasks/get`) to an A2A agent came to.
+    pub fn a2a_call(&self, method: &'static str, result: A2aCallResult) {
+        bump(&self.a2a_calls, (method, result.label()));
     }
 
     fn count(&self, template: &Arc<str>, tallies: impl IntoIterator<Item = Tally>) {
@@ -223,6 +251,19 @@ impl Metrics {
             "counter",
             &self.webhooks,
             |result| vec![("result", (*result).to_owned())],
+        );
+        family(
+            &mut out,
+            "colloquy_a2a_calls_total",
+            "Calls to remote A2A agents, by JSON-RPC method and result.",
+            "counter",
+            &self.a2a_calls,
+            |(method, result)| {
+                vec![
+                    ("method", (*method).to_owned()),
+                    ("result", (*result).to_owned()),
+                ]
+            },
         );
         let _ = writeln!(
             out,

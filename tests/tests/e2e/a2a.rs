@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use colloquy_engine::api::Identity;
-use colloquy_tests::http::{ADMIN_TOKEN, STEP, Server, call};
+use colloquy_tests::http::{ADMIN_TOKEN, STEP, Server, bounded, call};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
@@ -467,6 +467,16 @@ async fn a_failed_post_is_retried_and_the_retry_answered() {
             "the retry carries the same message: {:#}",
             attempt.body
         );
+    }
+    let metrics = bounded(server.anonymous(Method::GET, "/metrics").send())
+        .await
+        .expect("metrics");
+    let metrics = bounded(metrics.text()).await.expect("metrics text");
+    for line in [
+        r#"colloquy_a2a_calls_total{method="message/send",result="retried"} 1"#,
+        r#"colloquy_a2a_calls_total{method="message/send",result="answered"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
     }
 }
 
