@@ -1,10 +1,11 @@
 //! `colloquy demo`: the built-in protocols played by simulated agents over HTTP, each
 //! conversation printed as a transcript drawn from the engine's event log.
 //!
-//! The demo starts a server in-process on `127.0.0.1:0` (memory store, open development
-//! mode) and runs every agent as an SDK client: initiators use the SDK's `request`, `query`
-//! and `call_for_proposals` helpers, participants answer from handlers running over their
-//! inbox streams. Decisions such as "accept the cheapest proposal" are taken from what the
+//! The demo starts a server in-process on `127.0.0.1:0` (memory store, an agents file with a
+//! token per agent) and runs every agent as an SDK client: initiators use the SDK's
+//! `request`, `query` and `call_for_proposals` helpers, participants answer from handlers
+//! running over their inbox streams. One participant is no SDK client but a remote agent
+//! that speaks A2A on a port of its own (`a2a_agent`), which the engine talks to. Decisions such as "accept the cheapest proposal" are taken from what the
 //! server reported, as a real agent would. Each scenario states the outcome it expects, and
 //! the demo fails when a conversation ends differently.
 
@@ -13,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use colloquy_engine::api::{self, RunningService, ServiceOptions};
+use colloquy_engine::api::{self, Identity, RunningService, ServiceOptions};
 use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use colloquy_policy::{Catalog, TemplateCompiler};
 use colloquy_protocol::conversation::{CommitmentState, ConversationView, Outcome};
@@ -25,7 +26,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::transcript;
+use crate::{a2a_agent, transcript};
 
 /// How long the contract-net contractors have to propose. Long enough for the proposals
 /// over loopback HTTP, short enough that the demo finishes well within two seconds.
@@ -37,6 +38,38 @@ const CREDIT_TEMPLATE: &str = "examples/credit-assessment/credit-assessment.yaml
 const LATE_BY_MS: u64 = 200;
 /// Longest any one step of a scenario may take before the demo gives up on it.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The agents that call the service, each with the token `<id>-demo-token`.
+const AGENTS: &[&str] = &[
+    "alice",
+    "bob",
+    "carol",
+    "dave",
+    "buyer",
+    "acme",
+    "globex",
+    "initech",
+    "loan-desk",
+    "risk-desk",
+    "emma",
+];
+/// The remote A2A agent, reached through its `a2a` endpoint.
+const TRANSLATOR: &str = "translator";
+
+/// The agents file: a token per agent in [`AGENTS`], and the translator at `a2a_url`.
+fn identity(a2a_url: &str) -> anyhow::Result<Identity> {
+    let mut yaml = String::from("agents:\n");
+    for agent in AGENTS {
+        yaml.push_str(&format!("  - {{id: {agent}, token: {agent}-demo-token}}\n"));
+    }
+    yaml.push_str(&format!("  - {{id: {TRANSLATOR}, a2a: \"{a2a_url}\"}}\n"));
+    Ok(Identity::from_yaml(&yaml, "the demo's agents")?)
+}
+
+/// An SDK client for `agent`, with its token.
+async fn connect(url: &str, agent: &str) -> anyhow::Result<Client> {
+    let token = format!("{agent}-demo-token");
+    Ok(Client::connect(url, agent, Some(&token)).await?)
+}
 
 /// What one scenario produced: its conversation and whether it ended as expected.
 struct Played {
@@ -84,16 +117,18 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
     );
     let hooks =
         HookRuntime::new(HookRuntimeConfig::default()).context("starting the wasm hook runtime")?;
+    let (translator_url, translator) = a2a_agent::start().await?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let catalog = Catalog::new(compiled.into_iter().chain(credit).map(std::sync::Arc::new));
     let options = ServiceOptions {
+        identity: identity(&translator_url)?,
         hooks: Some(std::sync::Arc::new(hooks)),
         ..ServiceOptions::default()
     };
     let service = api::launch(catalog, listener, options)?;
     writeln!(
         out,
-        "Colloquy demo: the built-in protocols, played by SDK agents over HTTP ({}).",
+        "Colloquy demo: SDK agents and a remote A2A agent over HTTP ({}).",
         service.url()
     )?;
     for (name, revision) in &names {
@@ -104,6 +139,7 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
     let participants = Participants::start(&service).await?;
     let result = play_all(&service, width, with_credit, out).await;
     participants.stop();
+    translator.abort();
     // Streams end and requests drain; a failure here changes nothing the demo showed.
     if let Err(error) = service.shutdown().await {
         tracing::warn!(%error, "demo server did not shut down cleanly");
@@ -134,6 +170,11 @@ async fn play_all(
              cheapest wins.",
         ),
         (
+            Scenario::A2a,
+            "emma asks translator, a remote agent that speaks A2A, to translate; the engine \
+             sends it an A2A message/send and records its completed task as its inform.",
+        ),
+        (
             Scenario::Credit,
             "loan-desk asks risk-desk to assess a loan for crypto mining rigs; the Rust wasm \
              hook marks it pending and routes it to special-risk-assessment.",
@@ -143,6 +184,7 @@ async fn play_all(
             Scenario::Request => request(&url).await,
             Scenario::Query => query(&url).await,
             Scenario::ContractNet => contract_net(&url).await,
+            Scenario::A2a => a2a_request(&url).await,
             Scenario::Credit if !with_credit => continue,
             Scenario::Credit => credit(&url).await,
         };
@@ -197,6 +239,7 @@ enum Scenario {
     Request,
     Query,
     ContractNet,
+    A2a,
     Credit,
 }
 
@@ -206,6 +249,7 @@ impl Scenario {
             Scenario::Request => "fipa-request",
             Scenario::Query => "fipa-query",
             Scenario::ContractNet => "fipa-contract-net",
+            Scenario::A2a => "fipa-request",
             Scenario::Credit => "credit-assessment",
         }
     }
@@ -227,7 +271,7 @@ impl Participants {
         };
         // bob books rooms: agrees first, then reports the booking.
         spawn(
-            Client::connect(&url, "bob", None).await?,
+            connect(&url, "bob").await?,
             Handlers::new().on("fipa-request", "request", |msg| async move {
                 msg.agree(json!({})).await?;
                 msg.inform(json!({"done": true, "booking": "LV-0412"}))
@@ -237,7 +281,7 @@ impl Participants {
         );
         // risk-desk assesses loans (the hook decides who else sees them).
         spawn(
-            Client::connect(&url, "risk-desk", None).await?,
+            connect(&url, "risk-desk").await?,
             Handlers::new().on("credit-assessment", "request", |msg| async move {
                 msg.inform(json!({"score": 640, "decision": "refer"}))
                     .await?;
@@ -246,7 +290,7 @@ impl Participants {
         );
         // dave answers price queries at once.
         spawn(
-            Client::connect(&url, "dave", None).await?,
+            connect(&url, "dave").await?,
             Handlers::new().on("fipa-query", "query-ref", |msg| async move {
                 msg.inform(json!({"value": {"eur": 3160}})).await?;
                 Ok(())
@@ -272,7 +316,7 @@ impl Participants {
                     msg.inform(json!({"done": true, "delivered": 40})).await?;
                     Ok(())
                 });
-            spawn(Client::connect(&url, name, None).await?, handlers);
+            spawn(connect(&url, name).await?, handlers);
         }
         Ok(Participants(tasks))
     }
@@ -304,7 +348,7 @@ async fn finished(
 
 /// FIPA Request: request → agree → inform.
 async fn request(url: &str) -> anyhow::Result<Played> {
-    let alice = Client::connect(url, "alice", None).await?;
+    let alice = connect(url, "alice").await?;
     let (seen, mut observed) = tokio::sync::mpsc::unbounded_channel();
     let answer = alice
         .request(
@@ -343,11 +387,43 @@ async fn request(url: &str) -> anyhow::Result<Played> {
     })
 }
 
+/// FIPA Request to a remote A2A agent: the engine sends the request as A2A `message/send`
+/// and the translator's completed task comes back as its `inform`.
+async fn a2a_request(url: &str) -> anyhow::Result<Played> {
+    let emma = connect(url, "emma").await?;
+    let answer = emma
+        .request(
+            TRANSLATOR,
+            json!({"action": "translate", "text": "good morning", "to": "de"}),
+            AskOptions::default().timeout(STEP_TIMEOUT),
+        )
+        .await?;
+    let (view, events) = finished(&emma, &answer.conversation_id).await?;
+    let mut problems = Vec::new();
+    let translation = answer
+        .reply
+        .as_ref()
+        .filter(|reply| reply.performative.to_string() == "inform")
+        .map(|reply| reply.content.value());
+    if translation.as_ref().and_then(|c| c.get("translation")) != Some(&json!("Guten Morgen")) {
+        problems.push(format!(
+            "expected translator's inform with \"Guten Morgen\", got {translation:?}"
+        ));
+    }
+    Ok(Played {
+        title: "a2a-request",
+        expected: Outcome::Success,
+        view,
+        events,
+        problems,
+    })
+}
+
 /// The credit-assessment example: the Rust hook stamps the application pending, lets the
 /// amount through (under the template's limit) and routes the crypto purpose to
 /// `special-risk-assessment`.
 async fn credit(url: &str) -> anyhow::Result<Played> {
-    let desk = Client::connect(url, "loan-desk", None).await?;
+    let desk = connect(url, "loan-desk").await?;
     let mut options = AskOptions::default()
         .timeout(STEP_TIMEOUT)
         .template("credit-assessment");
@@ -389,7 +465,7 @@ async fn credit(url: &str) -> anyhow::Result<Played> {
 
 /// FIPA Query: query-ref answered by an inform, agree skipped.
 async fn query(url: &str) -> anyhow::Result<Played> {
-    let carol = Client::connect(url, "carol", None).await?;
+    let carol = connect(url, "carol").await?;
     let answer = carol
         .query(
             "dave",
@@ -421,7 +497,7 @@ async fn query(url: &str) -> anyhow::Result<Played> {
 /// FIPA Contract Net with three contractors: two proposals in time, one silence that turns
 /// into a late proposal, an award to the cheapest and a rejection for the other.
 async fn contract_net(url: &str) -> anyhow::Result<Played> {
-    let buyer = Client::connect(url, "buyer", None).await?;
+    let buyer = connect(url, "buyer").await?;
     let reply_by = now_ms() + CFP_WINDOW_MS;
     let collected = buyer
         .call_for_proposals(
@@ -566,7 +642,12 @@ mod tests {
                 .expect("the demo finishes");
         let out = String::from_utf8(out).expect("transcripts are UTF-8");
         assert!(result.is_ok(), "{result:?}\n{out}");
-        let mut titles = vec!["fipa-request", "fipa-query", "fipa-contract-net"];
+        let mut titles = vec![
+            "fipa-request",
+            "fipa-query",
+            "fipa-contract-net",
+            "a2a-request",
+        ];
         // Built by templates/examples/build.sh, which the test command runs first.
         if templates()
             .join(CREDIT_TEMPLATE)

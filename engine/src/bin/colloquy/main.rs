@@ -13,6 +13,7 @@
 //! set-up of `serve`), `demo` (the scenarios), `transcript` (sequence diagrams
 //! of a conversation's event log), `templates` (the `templates` subcommands).
 
+mod a2a_agent;
 mod demo;
 mod policy_manager;
 mod serve;
