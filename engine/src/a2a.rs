@@ -554,6 +554,7 @@ mod tests {
             } else {
                 vec![Artifact {
                     artifact_id: Some("a".to_owned()),
+                    name: None,
                     parts: artifacts,
                 }]
             },

@@ -563,6 +563,11 @@ impl Engine {
         })
     }
 
+    /// The revision of template `name` new conversations start with now.
+    pub fn latest_template(&self, name: &str) -> Option<Arc<CompiledTemplate>> {
+        self.templates.latest(name)
+    }
+
     /// The templates new conversations can start now, sorted.
     pub fn template_names(&self) -> Vec<Arc<str>> {
         self.templates.names()

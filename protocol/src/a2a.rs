@@ -1,8 +1,10 @@
-//! The part of the A2A protocol (Agent2Agent, JSON-RPC 2.0 binding) the engine speaks to
-//! remote agents: `message/send` and `tasks/get`, their messages, tasks and parts.
+//! The part of the A2A protocol (Agent2Agent, JSON-RPC 2.0 binding, version 0.3) the engine
+//! speaks: `message/send`, `tasks/get` and `tasks/cancel`, their messages, tasks and parts,
+//! and the agent card. The engine calls remote agents with them and answers A2A clients
+//! with them.
 //!
-//! Only what the engine reads or writes is modelled; everything else a remote agent sends
-//! (extensions, file parts' details, history) is accepted and ignored, so agents on newer
+//! Only what the engine reads or writes is modelled; everything else a peer sends
+//! (extensions, file parts' details, history) is accepted and ignored, so peers on newer
 //! minor versions of A2A keep working.
 
 use serde::{Deserialize, Serialize};
@@ -83,6 +85,69 @@ pub struct TaskQueryParams {
     pub id: String,
 }
 
+/// Parameters of `tasks/cancel` (and of `tasks/get`, which may add a history length the
+/// engine does not use).
+pub type TaskIdParams = TaskQueryParams;
+
+/// The A2A protocol version the engine speaks.
+pub const PROTOCOL_VERSION: &str = "0.3.0";
+
+/// An agent card: what an A2A client reads at `/.well-known/agent-card.json` to learn how
+/// to reach an agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCard {
+    /// [`PROTOCOL_VERSION`].
+    pub protocol_version: String,
+    /// The agent's name (its Colloquy id).
+    pub name: String,
+    /// What it is.
+    pub description: String,
+    /// Its JSON-RPC endpoint.
+    pub url: String,
+    /// `JSONRPC`.
+    pub preferred_transport: String,
+    /// The version of the software serving it.
+    pub version: String,
+    /// What the endpoint supports beyond request and response.
+    pub capabilities: Capabilities,
+    /// Media types it takes.
+    pub default_input_modes: Vec<String>,
+    /// Media types it answers with.
+    pub default_output_modes: Vec<String>,
+    /// What one can ask of it.
+    pub skills: Vec<Skill>,
+    /// How callers authenticate, by scheme name (OpenAPI security schemes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_schemes: Option<Map<String, Value>>,
+    /// Which schemes a call needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<Vec<Map<String, Value>>>,
+}
+
+/// An agent card's `capabilities`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// `message/stream` and `tasks/resubscribe`.
+    pub streaming: bool,
+    /// Push notifications of task updates.
+    pub push_notifications: bool,
+}
+
+/// One skill of an agent card.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skill {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Keywords.
+    pub tags: Vec<String>,
+}
+
 /// An A2A message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -105,6 +170,21 @@ pub struct A2aMessage {
     /// Free-form; the engine's own details go under `colloquy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Map<String, Value>>,
+}
+
+impl A2aMessage {
+    /// An agent's message (`role: agent`) saying `text`, as a task's status message.
+    pub fn agent_text(message_id: String, context_id: Option<String>, text: String) -> A2aMessage {
+        A2aMessage {
+            kind: "message".to_owned(),
+            role: "agent".to_owned(),
+            message_id,
+            context_id,
+            task_id: None,
+            parts: vec![Part::Text { text }],
+            metadata: None,
+        }
+    }
 }
 
 /// One piece of a message's or an artifact's content.
@@ -197,6 +277,9 @@ pub struct Artifact {
     /// Its id.
     #[serde(default)]
     pub artifact_id: Option<String>,
+    /// Its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Its content.
     #[serde(default)]
     pub parts: Vec<Part>,

@@ -321,6 +321,19 @@ impl Identity {
         }
     }
 
+    /// Whether `agent` is one of the agents file's (in open mode, anyone is).
+    pub fn knows(&self, agent: &str) -> bool {
+        match self {
+            Identity::Open => true,
+            Identity::Tokens { callers, a2a, .. } => {
+                a2a.contains_key(agent)
+                    || callers
+                        .values()
+                        .any(|caller| matches!(caller, Caller::Agent(id) if &**id == agent))
+            }
+        }
+    }
+
     /// Remote A2A agents, with their endpoints.
     pub fn a2a_agents(&self) -> HashMap<AgentId, String> {
         match self {

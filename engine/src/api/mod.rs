@@ -1,4 +1,5 @@
-//! The HTTP service under `/v1` (axum): the only place axum appears.
+//! The HTTP service under `/v1`, and the A2A endpoints under `/a2a` (axum): the only place
+//! axum appears.
 //!
 //! # Layout
 //! - [`router`]: every route, as a function of the shared [`AppState`].
@@ -9,6 +10,8 @@
 //! - [`conversations`]: start, send, read and list conversations.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
 //!   long-poll inbox.
+//! - [`a2a`]: Colloquy agents as A2A agents: agent cards and the JSON-RPC endpoint A2A
+//!   clients call (`/a2a/{agent}`).
 //! - [`acks`]: inbox acknowledgements, which let the store delete handled entries.
 //! - [`commitments`]: listing, releasing and cancelling commitments.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/v1/openapi.json`.
@@ -19,6 +22,7 @@
 //!   heads, graceful shutdown).
 //! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
 
+pub mod a2a;
 pub mod acks;
 pub mod auth;
 pub mod commitments;
@@ -171,6 +175,12 @@ pub fn routes() -> Vec<Route> {
             "/v1/commitments/{conversation}/{n}/cancel",
             post(commitments::cancel),
         ),
+        route(
+            "get",
+            "/a2a/{agent}/.well-known/agent-card.json",
+            get(a2a::card),
+        ),
+        route("post", "/a2a/{agent}", post(a2a::rpc)),
         route("get", "/v1/openapi.json", get(ops::openapi)),
         route("get", "/healthz", get(ops::healthz)),
         route("get", "/readyz", get(ops::readyz)),

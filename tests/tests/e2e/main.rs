@@ -4,6 +4,7 @@
 //! remote engines following a policy manager.
 
 mod a2a;
+mod a2a_server;
 mod commitments;
 mod contract_net;
 mod custom_protocol;

@@ -109,6 +109,7 @@ fn translate(message: &A2aMessage) -> Task {
             "completed",
             vec![Artifact {
                 artifact_id: Some("translation".to_owned()),
+                name: Some("translation".to_owned()),
                 parts: vec![Part::Data {
                     data: json!({"translation": translation, "language": to}),
                 }],
@@ -127,14 +128,12 @@ fn translate(message: &A2aMessage) -> Task {
         context_id: message.context_id.clone(),
         status: TaskStatus {
             state: state.to_owned(),
-            message: said.map(|text| A2aMessage {
-                kind: "message".to_owned(),
-                role: "agent".to_owned(),
-                message_id: format!("status-{}", message.message_id),
-                context_id: message.context_id.clone(),
-                task_id: None,
-                parts: vec![Part::Text { text }],
-                metadata: None,
+            message: said.map(|text| {
+                A2aMessage::agent_text(
+                    format!("status-{}", message.message_id),
+                    message.context_id.clone(),
+                    text,
+                )
             }),
         },
         artifacts,

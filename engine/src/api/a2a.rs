@@ -1,0 +1,490 @@
+//! Colloquy agents as A2A agents: A2A clients (JSON-RPC 2.0, A2A 0.3) talk to an agent
+//! through the engine, each A2A task being a conversation.
+//!
+//! - `GET /a2a/{agent}/.well-known/agent-card.json`: the agent's card; its skills are the
+//!   templates an initiator can start.
+//! - `POST /a2a/{agent}`: `message/send` starts a conversation with `{agent}` as its
+//!   participant and the caller (by its usual credentials) as initiator (template and
+//!   opening performative from `metadata.colloquy`, else `fipa-request` and its opening
+//!   move), or, with a `taskId`, sends into that conversation; `tasks/get` reads one;
+//!   `tasks/cancel` sends `cancel` into it. `configuration.blocking` waits until the
+//!   conversation ends.
+//!
+//! A task is the conversation as the caller sees it ([`task_of`]): its state from the
+//! conversation's status and outcome, its artifacts the participants' results (`inform`,
+//! `propose`, `confirm`). The outward direction, remote A2A agents as participants, is
+//! [`crate::a2a`].
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use colloquy_protocol::a2a::{
+    A2aMessage, AgentCard, Artifact, Capabilities, MessageSendParams, PROTOCOL_VERSION, Part,
+    RpcError, Skill, Task, TaskIdParams, TaskStatus,
+};
+use colloquy_protocol::conversation::{ConversationStatus, ConversationView, Outcome};
+use colloquy_protocol::message::{SendMessage, StartConversation};
+use colloquy_protocol::template::Role;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::auth::{Caller, Identity};
+use super::error::ApiError;
+use super::extract::{BodyError, PathParams, RawBody};
+use super::json::JsonResponse;
+use crate::error::{EngineError, ErrorKind};
+
+/// Longest a blocking `message/send` waits for its conversation to end before it answers
+/// with the task as it stands.
+pub const BLOCKING_WAIT: Duration = Duration::from_secs(30);
+/// The template a `message/send` starts when its metadata names none.
+pub const DEFAULT_TEMPLATE: &str = "fipa-request";
+
+/// JSON-RPC and A2A error codes.
+mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    pub const TASK_NOT_FOUND: i64 = -32001;
+    pub const TASK_NOT_CANCELABLE: i64 = -32002;
+}
+
+/// `GET /a2a/{agent}/.well-known/agent-card.json`: no credentials needed, as A2A clients
+/// read the card before they authenticate; with an agents file, only its agents have one.
+pub async fn card(
+    State(state): State<AppState>,
+    PathParams(agent): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<AgentCard>, ApiError> {
+    let identity = state.identity();
+    if !identity.knows(&agent) {
+        return Err(ApiError::NotFound(format!("no agent `{agent}` here")));
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .unwrap_or("localhost");
+    let engine = state.engine();
+    let skills = engine
+        .template_names()
+        .iter()
+        .filter_map(|name| {
+            let template = engine.latest_template(name)?;
+            let opening = opening_performative(&template)?;
+            Some(Skill {
+                id: name.to_string(),
+                name: name.to_string(),
+                description: template
+                    .source
+                    .metadata
+                    .description
+                    .clone()
+                    .unwrap_or_default(),
+                tags: vec!["colloquy".to_owned(), opening],
+            })
+        })
+        .collect();
+    let tokens = matches!(identity, Identity::Tokens { .. });
+    let bearer = || {
+        let mut schemes = Map::new();
+        schemes.insert(
+            "bearer".to_owned(),
+            json!({"type": "http", "scheme": "bearer"}),
+        );
+        schemes
+    };
+    Ok(JsonResponse(AgentCard {
+        protocol_version: PROTOCOL_VERSION.to_owned(),
+        description: format!(
+            "The agent `{agent}`, reached through a Colloquy dialogue engine: each task is a \
+             conversation that follows one of the skills' protocols."
+        ),
+        url: format!("http://{host}/a2a/{agent}"),
+        name: agent,
+        preferred_transport: "JSONRPC".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        capabilities: Capabilities {
+            streaming: false,
+            push_notifications: false,
+        },
+        default_input_modes: vec!["application/json".to_owned(), "text/plain".to_owned()],
+        default_output_modes: vec!["application/json".to_owned(), "text/plain".to_owned()],
+        skills,
+        security_schemes: tokens.then(bearer),
+        security: tokens.then(|| {
+            let mut needed = Map::new();
+            needed.insert("bearer".to_owned(), json!([]));
+            vec![needed]
+        }),
+    }))
+}
+
+/// The performative an initiator opens a conversation of `template` with: the first its
+/// initial state lets the initiator send. `None` when the initiator cannot open it.
+fn opening_performative(template: &colloquy_policy::CompiledTemplate) -> Option<String> {
+    let machine = &template.machine;
+    machine
+        .state(machine.initial)
+        .transitions
+        .iter()
+        .find(|transition| transition.from == Role::Initiator)
+        .map(|transition| transition.performative.name().to_owned())
+}
+
+/// `POST /a2a/{agent}`: one JSON-RPC call. Credentials are checked as for `/v1` (a 401 is
+/// an HTTP error); everything after is a JSON-RPC answer with status 200.
+pub async fn rpc(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams(agent): PathParams<String>,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let body = match body {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => {
+            return Err(ApiError::TooLarge(super::extract::MAX_BODY_BYTES));
+        }
+        Err(BodyError::TimedOut) => {
+            return Err(ApiError::BodyTimeout(
+                super::extract::BODY_READ_TIMEOUT.as_secs(),
+            ));
+        }
+        Err(BodyError::Unreadable(error)) => {
+            return Ok(answer(
+                Value::Null,
+                Err(rpc_error(code::PARSE_ERROR, error)),
+            ));
+        }
+    };
+    let request: Call = match serde_json::from_slice::<Value>(&body) {
+        Err(error) => {
+            let error = rpc_error(code::PARSE_ERROR, format!("not JSON: {error}"));
+            return Ok(answer(Value::Null, Err(error)));
+        }
+        Ok(value) => {
+            let id = value.get("id").cloned().unwrap_or(Value::Null);
+            match serde_json::from_value(value) {
+                Ok(request) => request,
+                Err(error) => {
+                    let message = format!("not a JSON-RPC 2.0 request: {error}");
+                    return Ok(answer(id, Err(rpc_error(code::INVALID_REQUEST, message))));
+                }
+            }
+        }
+    };
+    if request.jsonrpc != "2.0" {
+        let error = rpc_error(code::INVALID_REQUEST, "`jsonrpc` must be \"2.0\"");
+        return Ok(answer(request.id, Err(error)));
+    }
+    let id = request.id;
+    let caller = caller.agent()?.clone();
+    let result = match request.method.as_str() {
+        "message/send" => match params::<MessageSendParams>(request.params) {
+            Ok(params) => send(&state, &caller, &agent, params).await,
+            Err(error) => Err(error),
+        },
+        "tasks/get" => match params::<TaskIdParams>(request.params) {
+            Ok(params) => read_task(&state, &caller, &params.id).await,
+            Err(error) => Err(error),
+        },
+        "tasks/cancel" => match params::<TaskIdParams>(request.params) {
+            Ok(params) => cancel(&state, &caller, &params.id).await,
+            Err(error) => Err(error),
+        },
+        other => Err(rpc_error(
+            code::METHOD_NOT_FOUND,
+            format!(
+                "no method `{other}` here; this endpoint takes message/send, tasks/get and \
+                 tasks/cancel"
+            ),
+        )),
+    };
+    Ok(answer(id, result.map(|task| json!(task))))
+}
+
+/// A JSON-RPC request as a client sends it (its id may be a string or a number).
+#[derive(serde::Deserialize)]
+struct Call {
+    jsonrpc: String,
+    #[serde(default)]
+    id: Value,
+    method: String,
+    #[serde(default)]
+    params: Value,
+}
+
+/// The JSON-RPC response: `result` or `error`, always with status 200.
+fn answer(id: Value, result: Result<Value, RpcError>) -> Response {
+    #[derive(Serialize)]
+    struct Answer {
+        jsonrpc: &'static str,
+        id: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<RpcError>,
+    }
+    let (result, error) = match result {
+        Ok(result) => (Some(result), None),
+        Err(error) => (None, Some(error)),
+    };
+    JsonResponse(Answer {
+        jsonrpc: "2.0",
+        id,
+        result,
+        error,
+    })
+    .into_response()
+}
+
+fn rpc_error(code: i64, message: impl Into<String>) -> RpcError {
+    RpcError {
+        code,
+        message: message.into(),
+        data: None,
+    }
+}
+
+fn params<P: DeserializeOwned>(params: Value) -> Result<P, RpcError> {
+    serde_json::from_value(params)
+        .map_err(|error| rpc_error(code::INVALID_PARAMS, format!("params: {error}")))
+}
+
+/// An engine error as a JSON-RPC error: what the caller got wrong is invalid params, a
+/// conversation it cannot see is a task not found, the rest an internal error.
+fn engine_error(error: EngineError) -> RpcError {
+    match error.kind() {
+        ErrorKind::NotFound | ErrorKind::Forbidden => {
+            rpc_error(code::TASK_NOT_FOUND, error.to_string())
+        }
+        ErrorKind::Unavailable | ErrorKind::Internal => {
+            tracing::warn!(%error, "A2A call failed in the engine");
+            rpc_error(
+                code::INTERNAL_ERROR,
+                "the engine could not do it now; try again",
+            )
+        }
+        _ => rpc_error(code::INVALID_PARAMS, error.to_string()),
+    }
+}
+
+/// A refused start as a JSON-RPC error: there is no task yet, so what is not found (a
+/// template) is the caller's invalid params.
+fn start_error(error: EngineError) -> RpcError {
+    match error.kind() {
+        ErrorKind::NotFound => rpc_error(code::INVALID_PARAMS, error.to_string()),
+        _ => engine_error(error),
+    }
+}
+
+/// `message/send`: a new conversation with `agent`, or a message into the task it names.
+async fn send(
+    state: &AppState,
+    caller: &str,
+    agent: &str,
+    params: MessageSendParams,
+) -> Result<Task, RpcError> {
+    let message = params.message;
+    let named = |field: &str| {
+        message
+            .metadata
+            .as_ref()
+            .and_then(|metadata| metadata.get("colloquy"))
+            .and_then(|colloquy| colloquy.get(field))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let content = content_of(&message.parts);
+    let engine = state.engine();
+    let id = match &message.task_id {
+        Some(task) => {
+            let performative = named("performative").ok_or_else(|| {
+                rpc_error(
+                    code::INVALID_PARAMS,
+                    "a message to a running task names its performative in \
+                     metadata.colloquy.performative",
+                )
+            })?;
+            let mut send = SendMessage::new(&performative, content);
+            send.message_id = Some(message.message_id.clone());
+            engine
+                .send(task, caller, send)
+                .await
+                .map_err(engine_error)?;
+            task.clone()
+        }
+        None => {
+            if agent == caller {
+                return Err(rpc_error(
+                    code::INVALID_PARAMS,
+                    format!("`{caller}` cannot open a task with itself"),
+                ));
+            }
+            let template = named("template").unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
+            let opening = match named("performative") {
+                Some(performative) => performative,
+                None => engine
+                    .latest_template(&template)
+                    .and_then(|compiled| opening_performative(&compiled))
+                    .ok_or_else(|| {
+                        rpc_error(
+                            code::INVALID_PARAMS,
+                            format!("no template `{template}` an initiator can open"),
+                        )
+                    })?,
+            };
+            let mut opening = SendMessage::new(&opening, content);
+            opening.message_id = Some(message.message_id.clone());
+            let start = StartConversation {
+                template,
+                participants: vec![agent.to_owned()],
+                message: Some(opening),
+                ..StartConversation::default()
+            };
+            let view = engine.start(caller, start).await.map_err(start_error)?;
+            view.id.to_string()
+        }
+    };
+    let blocking = params.configuration.is_some_and(|c| c.blocking);
+    if blocking {
+        wait_until_ended(state, caller, &id).await?;
+    }
+    read_task(state, caller, &id).await
+}
+
+/// Waits until the conversation has ended or [`BLOCKING_WAIT`] has passed.
+async fn wait_until_ended(state: &AppState, caller: &str, id: &str) -> Result<(), RpcError> {
+    let engine = state.engine();
+    let listener = engine.listen_conversation(id);
+    let give_up = tokio::time::Instant::now() + BLOCKING_WAIT;
+    loop {
+        // Armed before the read, so a change between the two still wakes the wait.
+        let rung = listener.next_ring();
+        let view = engine.view(id, Some(caller)).await.map_err(engine_error)?;
+        if view.status == ConversationStatus::Completed {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = rung => {}
+            () = tokio::time::sleep_until(give_up) => return Ok(()),
+        }
+    }
+}
+
+/// `tasks/get`.
+async fn read_task(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcError> {
+    let view = state
+        .engine()
+        .view(id, Some(caller))
+        .await
+        .map_err(engine_error)?;
+    Ok(task_of(&view))
+}
+
+/// `tasks/cancel`: the caller sends `cancel`; the protocol says what follows.
+async fn cancel(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcError> {
+    let sent = state
+        .engine()
+        .send(id, caller, SendMessage::new("cancel", json!({})))
+        .await;
+    match sent {
+        Ok(_) => read_task(state, caller, id).await,
+        Err(error) if matches!(error.kind(), ErrorKind::NotFound | ErrorKind::Forbidden) => {
+            Err(engine_error(error))
+        }
+        Err(error) if matches!(error.kind(), ErrorKind::Unavailable | ErrorKind::Internal) => {
+            Err(engine_error(error))
+        }
+        Err(error) => Err(rpc_error(code::TASK_NOT_CANCELABLE, error.to_string())),
+    }
+}
+
+/// A message's content from its parts: the value of a lone data part, else `{"text": …}`
+/// with the text parts joined by newlines (and `"data"` with the data parts, if any).
+fn content_of(parts: &[Part]) -> Value {
+    crate::a2a::content_of(parts.iter().collect())
+}
+
+/// The conversation as an A2A task.
+pub fn task_of(view: &ConversationView) -> Task {
+    let from_participant = |sender: &str| view.participants.iter().any(|p| &**p == sender);
+    let answered = view.messages.iter().any(|m| from_participant(&m.sender));
+    let state = match (view.status, view.outcome) {
+        (ConversationStatus::Active, _) if answered => "working",
+        (ConversationStatus::Active, _) => "submitted",
+        (ConversationStatus::Completed, Some(Outcome::Success)) => "completed",
+        (ConversationStatus::Completed, Some(Outcome::Refused | Outcome::Rejected)) => "rejected",
+        (ConversationStatus::Completed, Some(Outcome::Cancelled)) => "canceled",
+        (ConversationStatus::Completed, _) => "failed",
+    };
+    // An `inform` that confirms a cancel is no result.
+    let cancels: Vec<&str> = view
+        .messages
+        .iter()
+        .filter(|m| m.performative.name() == "cancel")
+        .map(|m| &*m.id)
+        .collect();
+    let answers_a_cancel = |m: &&colloquy_protocol::message::Message| {
+        m.in_reply_to
+            .as_deref()
+            .is_some_and(|answered| cancels.contains(&answered))
+    };
+    let artifacts = view
+        .messages
+        .iter()
+        .filter(|m| from_participant(&m.sender))
+        .filter(|m| matches!(m.performative.name(), "inform" | "propose" | "confirm"))
+        .filter(|m| !answers_a_cancel(m))
+        .map(|m| Artifact {
+            artifact_id: Some(m.id.to_string()),
+            name: Some(m.performative.name().to_owned()),
+            parts: vec![Part::Data {
+                data: m.content.value(),
+            }],
+        })
+        .collect();
+    let why = match state {
+        "rejected" | "canceled" | "failed" => {
+            let reason = view
+                .messages
+                .iter()
+                .rev()
+                .find(|m| from_participant(&m.sender))
+                .and_then(|m| m.content.value().get("reason")?.as_str().map(str::to_owned));
+            Some(reason.unwrap_or_else(|| view.outcome.map_or("ended", Outcome::name).to_owned()))
+        }
+        _ => None,
+    };
+    let mut colloquy = Map::new();
+    colloquy.insert("template".into(), json!(&*view.template));
+    colloquy.insert("status".into(), json!(view.status));
+    if let Some(outcome) = view.outcome {
+        colloquy.insert("outcome".into(), json!(outcome.name()));
+    }
+    let mut metadata = Map::new();
+    metadata.insert("colloquy".into(), Value::Object(colloquy));
+    Task {
+        kind: "task".to_owned(),
+        id: view.id.to_string(),
+        context_id: Some(view.id.to_string()),
+        status: TaskStatus {
+            state: state.to_owned(),
+            message: why.map(|text| A2aMessage {
+                task_id: Some(view.id.to_string()),
+                ..A2aMessage::agent_text(
+                    format!("{}-status", view.id),
+                    Some(view.id.to_string()),
+                    text,
+                )
+            }),
+        },
+        artifacts,
+        metadata: Some(metadata),
+    }
+}

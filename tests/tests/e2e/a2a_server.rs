@@ -1,0 +1,942 @@
+//! The inbound A2A server over real HTTP: a Colloquy agent is reachable by A2A clients at
+//! `/a2a/{agent}`. Its agent card is public (`/a2a/{agent}/.well-known/agent-card.json`);
+//! JSON-RPC 2.0 calls to `/a2a/{agent}` carry the caller's bearer token. `message/send`
+//! starts a conversation with the caller as initiator and `{agent}` as participant (or sends
+//! into one with `taskId`), and every answer shows the conversation as an A2A Task: its
+//! state from the conversation's status and outcome, one artifact per result the
+//! participant sent. Participants here are SDK agents serving their inboxes; the A2A client
+//! is raw JSON-RPC over `reqwest`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use colloquy_sdk::{Client, Handlers};
+use colloquy_tests::http::{STEP, Server, call};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+/// JSON-RPC error codes of the A2A binding.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const TASK_NOT_FOUND: i64 = -32001;
+const TASK_NOT_CANCELABLE: i64 = -32002;
+
+/// An SDK agent serving its inbox; stopped when dropped.
+struct Agent(JoinHandle<()>);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `handlers` for `client` until the returned [`Agent`] is dropped.
+fn serve(client: Client, handlers: Handlers) -> Agent {
+    Agent(tokio::spawn(async move {
+        // The server refusing the stream ends the agent; the test then times out on its
+        // own assertion, which names what was missing.
+        let _ = client.serve(handlers, 0).await;
+    }))
+}
+
+/// bob: agrees to every request, then informs `result`.
+async fn bob_agrees_then_informs(server: &Server, result: Value) -> Agent {
+    serve(
+        server.client("bob").await,
+        Handlers::new().on("fipa-request", "request", move |msg| {
+            let result = result.clone();
+            async move {
+                msg.agree(json!({})).await?;
+                msg.inform(result).await?;
+                Ok(())
+            }
+        }),
+    )
+}
+
+/// A fresh JSON-RPC request id (numbers; one test uses a string).
+fn next_id() -> Value {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    json!(NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The path of `agent`'s A2A endpoint.
+fn endpoint(agent: &str) -> String {
+    format!("/a2a/{agent}")
+}
+
+/// POSTs a JSON-RPC request `body` as `caller` to `agent`'s endpoint and returns the
+/// response, having checked what every JSON-RPC answer has: HTTP 200, `"jsonrpc": "2.0"`,
+/// the request's `id`, and exactly one of `result` and `error`.
+async fn post_rpc(server: &Server, caller: &str, agent: &str, body: &Value) -> Value {
+    let (status, response) = call(
+        server
+            .as_agent(Method::POST, &endpoint(agent), caller)
+            .json(body),
+    )
+    .await;
+    assert_eq!(status, 200, "{body:#}\n→ {response:#}");
+    assert_eq!(response["jsonrpc"], "2.0", "{body:#}\n→ {response:#}");
+    assert_eq!(response["id"], body["id"], "{body:#}\n→ {response:#}");
+    let has = |key: &str| response.get(key).is_some_and(|v| !v.is_null());
+    assert!(
+        has("result") != has("error"),
+        "exactly one of result and error: {body:#}\n→ {response:#}"
+    );
+    response
+}
+
+/// Calls `method` with `params` as `caller` on `agent`'s endpoint; the whole response.
+async fn rpc(server: &Server, caller: &str, agent: &str, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": next_id(), "method": method, "params": params});
+    post_rpc(server, caller, agent, &body).await
+}
+
+/// The `result` of a call that must succeed.
+async fn rpc_ok(server: &Server, caller: &str, agent: &str, method: &str, params: Value) -> Value {
+    let response = rpc(server, caller, agent, method, params.clone()).await;
+    assert!(
+        response.get("error").is_none(),
+        "{method} {params:#} as {caller} to {agent} failed: {response:#}"
+    );
+    response["result"].clone()
+}
+
+/// The `error` of a call that must fail with `code`; it has a message.
+async fn rpc_err(
+    server: &Server,
+    caller: &str,
+    agent: &str,
+    method: &str,
+    params: Value,
+    code: i64,
+) -> Value {
+    let response = rpc(server, caller, agent, method, params.clone()).await;
+    check_error(&response, code, &format!("{method} {params:#}"));
+    response["error"].clone()
+}
+
+/// Checks `response` is a JSON-RPC error with `code` and a message.
+fn check_error(response: &Value, code: i64, what: &str) {
+    assert_eq!(
+        response["error"]["code"].as_i64(),
+        Some(code),
+        "{what}\n→ {response:#}"
+    );
+    assert!(
+        response["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "an error message: {response:#}"
+    );
+    assert!(response.get("result").is_none(), "{response:#}");
+}
+
+/// An A2A user message with one data part.
+fn data_message(message_id: &str, data: Value) -> Value {
+    json!({"kind": "message", "role": "user", "messageId": message_id,
+        "parts": [{"kind": "data", "data": data}]})
+}
+
+/// `message` naming the template and performative to open with.
+fn naming(mut message: Value, template: &str, performative: &str) -> Value {
+    message["metadata"] = json!({"colloquy": {"template": template, "performative": performative}});
+    message
+}
+
+/// `message/send` params: blocking (`configuration.blocking: true`) or not (no
+/// configuration at all).
+fn send_params(message: Value, blocking: bool) -> Value {
+    if blocking {
+        json!({"message": message, "configuration": {"blocking": true}})
+    } else {
+        json!({"message": message})
+    }
+}
+
+/// `message/send` as `caller` to `agent`; returns the Task, checked for its shape.
+async fn send(server: &Server, caller: &str, agent: &str, message: Value, blocking: bool) -> Value {
+    let task = rpc_ok(
+        server,
+        caller,
+        agent,
+        "message/send",
+        send_params(message, blocking),
+    )
+    .await;
+    check_task(&task);
+    task
+}
+
+/// `tasks/get` of `id` as `caller` (through `agent`'s endpoint); the Task, checked.
+async fn get_task(server: &Server, caller: &str, agent: &str, id: &str) -> Value {
+    let task = rpc_ok(server, caller, agent, "tasks/get", json!({"id": id})).await;
+    check_task(&task);
+    assert_eq!(task["id"], id, "{task:#}");
+    task
+}
+
+/// What every Task has: `kind: task`, a string id equal to its `contextId`, a status with
+/// a state, the colloquy metadata with the template and the conversation's status.
+fn check_task(task: &Value) {
+    assert_eq!(task["kind"], "task", "{task:#}");
+    assert!(
+        task["id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{task:#}"
+    );
+    assert_eq!(task["contextId"], task["id"], "{task:#}");
+    assert!(task["status"]["state"].is_string(), "{task:#}");
+    assert!(
+        task["metadata"]["colloquy"]["template"].is_string(),
+        "{task:#}"
+    );
+    let status = &task["metadata"]["colloquy"]["status"];
+    assert!(status == "active" || status == "completed", "{task:#}");
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or("?")
+}
+
+fn task_id(task: &Value) -> String {
+    task["id"].as_str().expect("a task id").to_owned()
+}
+
+/// The Task's artifacts; a missing `artifacts` is none.
+fn artifacts(task: &Value) -> Vec<Value> {
+    match &task["artifacts"] {
+        Value::Null => Vec::new(),
+        Value::Array(list) => list.clone(),
+        other => panic!("artifacts is not an array: {other:#}"),
+    }
+}
+
+/// Checks `artifact` is the data part `data` of a `name` message.
+fn check_artifact(artifact: &Value, name: &str, data: &Value) {
+    assert!(artifact["artifactId"].is_string(), "{artifact:#}");
+    assert_eq!(artifact["name"], name, "{artifact:#}");
+    assert_eq!(
+        artifact["parts"],
+        json!([{"kind": "data", "data": data}]),
+        "{artifact:#}"
+    );
+}
+
+/// Checks the ended Task's status message: an agent message with one text part, `reason`.
+fn check_reason(task: &Value, reason: &str) {
+    let message = &task["status"]["message"];
+    assert_eq!(message["kind"], "message", "{task:#}");
+    assert_eq!(message["role"], "agent", "{task:#}");
+    assert_eq!(
+        message["parts"],
+        json!([{"kind": "text", "text": reason}]),
+        "{task:#}"
+    );
+}
+
+/// Polls `tasks/get` (as `caller`, through `agent`'s endpoint) until `done` holds of the
+/// Task and returns it; fails after [`STEP`] with the last Task seen.
+async fn until_task(
+    server: &Server,
+    caller: &str,
+    agent: &str,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut last = Value::Null;
+    let found = tokio::time::timeout(STEP, async {
+        loop {
+            let task = get_task(server, caller, agent, id).await;
+            if done(&task) {
+                return task;
+            }
+            last = task;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no {what} within {STEP:?}\nlast task: {last:#}"))
+}
+
+/// The conversation as `agent` sees it through the native API.
+async fn view(server: &Server, agent: &str, id: &str) -> Value {
+    let (status, view) =
+        call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), agent)).await;
+    assert_eq!(status, 200, "{view}");
+    view
+}
+
+fn performatives(view: &Value) -> Vec<&str> {
+    view["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["performative"].as_str().unwrap_or("?"))
+        .collect()
+}
+
+/// The conversations `agent` can list.
+async fn listed(server: &Server, agent: &str) -> Vec<Value> {
+    let (status, body) = call(server.as_agent(Method::GET, "/v1/conversations", agent)).await;
+    assert_eq!(status, 200, "{body}");
+    body["conversations"]
+        .as_array()
+        .expect("a conversations list")
+        .clone()
+}
+
+/// bob's agent card is public and describes him as an A2A JSON-RPC agent: protocol 0.3.0,
+/// his own URL (from the Host header the client used), the engine's version, no streaming
+/// or push, JSON and text in and out, a skill per template (fipa-request among them) and
+/// bearer security (token mode). An agent not in the agents file has no card (404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_card_is_public_and_names_the_agent_its_skills_and_bearer_security() {
+    let server = Server::start().await;
+    let (status, card) =
+        call(server.anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")).await;
+    assert_eq!(status, 200, "{card:#}");
+    assert_eq!(card["protocolVersion"], "0.3.0", "{card:#}");
+    assert_eq!(card["name"], "bob", "{card:#}");
+    assert!(card["description"].is_string(), "{card:#}");
+    assert_eq!(card["url"], format!("{}/a2a/bob", server.url), "{card:#}");
+    assert_eq!(card["preferredTransport"], "JSONRPC", "{card:#}");
+    assert_eq!(card["version"], env!("CARGO_PKG_VERSION"), "{card:#}");
+    assert_eq!(
+        card["capabilities"],
+        json!({"streaming": false, "pushNotifications": false}),
+        "{card:#}"
+    );
+    for modes in ["defaultInputModes", "defaultOutputModes"] {
+        for mode in ["application/json", "text/plain"] {
+            assert!(
+                card[modes]
+                    .as_array()
+                    .is_some_and(|m| m.contains(&json!(mode))),
+                "{modes} has {mode}: {card:#}"
+            );
+        }
+    }
+    let skills = card["skills"].as_array().expect("skills");
+    let skill = |id: &str| skills.iter().find(|s| s["id"] == id);
+    let request = skill("fipa-request").unwrap_or_else(|| panic!("a fipa-request skill: {card:#}"));
+    assert_eq!(request["name"], "fipa-request", "{request:#}");
+    assert!(
+        request["description"]
+            .as_str()
+            .is_some_and(|d| !d.is_empty()),
+        "{request:#}"
+    );
+    for tag in ["colloquy", "request"] {
+        assert!(
+            request["tags"]
+                .as_array()
+                .is_some_and(|t| t.contains(&json!(tag))),
+            "tag {tag}: {request:#}"
+        );
+    }
+    for template in ["fipa-query", "fipa-contract-net"] {
+        assert!(skill(template).is_some(), "a {template} skill: {card:#}");
+    }
+    assert_eq!(
+        card["securitySchemes"],
+        json!({"bearer": {"type": "http", "scheme": "bearer"}}),
+        "{card:#}"
+    );
+    assert_eq!(card["security"], json!([{"bearer": []}]), "{card:#}");
+
+    // The URL follows the Host the client called.
+    let (status, card) = call(
+        server
+            .anonymous(Method::GET, "/a2a/alice/.well-known/agent-card.json")
+            .header("host", "colloquy.example:8443"),
+    )
+    .await;
+    assert_eq!(status, 200, "{card:#}");
+    assert_eq!(card["name"], "alice", "{card:#}");
+    assert!(
+        card["url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("//colloquy.example:8443/a2a/alice")),
+        "{card:#}"
+    );
+
+    let (status, body) =
+        call(server.anonymous(Method::GET, "/a2a/nobody/.well-known/agent-card.json")).await;
+    assert_eq!(status, 404, "{body:#}");
+    assert_eq!(body["error"]["code"], "not_found", "{body:#}");
+}
+
+/// A blocking `message/send` from alice to bob opens a fipa-request (alice initiator, bob
+/// participant, the data part as the request's content, the A2A messageId as its id) and
+/// answers once the conversation completes: a `completed` Task whose id is the
+/// conversation's, with bob's inform as its one artifact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_send_answers_the_completed_task_with_the_inform_as_artifact() {
+    let server = Server::start().await;
+    let _bob = bob_agrees_then_informs(&server, json!({"booking": "LV-1"})).await;
+    let content = json!({"action": "book-room", "room": "Lovelace"});
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-1", content.clone()),
+        true,
+    )
+    .await;
+    assert_eq!(state(&task), "completed", "{task:#}");
+    let colloquy = &task["metadata"]["colloquy"];
+    assert_eq!(colloquy["template"], "fipa-request", "{task:#}");
+    assert_eq!(colloquy["status"], "completed", "{task:#}");
+    assert_eq!(colloquy["outcome"], "success", "{task:#}");
+    let artifacts = artifacts(&task);
+    assert_eq!(artifacts.len(), 1, "{task:#}");
+    check_artifact(&artifacts[0], "inform", &json!({"booking": "LV-1"}));
+
+    let id = task_id(&task);
+    let view = view(&server, "alice", &id).await;
+    assert_eq!(view["id"], id.as_str(), "{view:#}");
+    assert_eq!(view["template"], "fipa-request", "{view:#}");
+    assert_eq!(view["initiator"], "alice", "{view:#}");
+    assert_eq!(view["participants"], json!(["bob"]), "{view:#}");
+    assert_eq!(view["status"], "completed", "{view:#}");
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "inform"],
+        "{view:#}"
+    );
+    let messages = view["messages"].as_array().expect("messages");
+    assert_eq!(messages[0]["id"], "a2a-book-1", "{view:#}");
+    assert_eq!(messages[0]["sender"], "alice", "{view:#}");
+    assert_eq!(messages[0]["content"], content, "{view:#}");
+    assert_eq!(messages[2]["sender"], "bob", "{view:#}");
+    assert_eq!(
+        artifacts[0]["artifactId"], messages[2]["id"],
+        "the artifact is the inform: {view:#}"
+    );
+}
+
+/// A `message/send` without `configuration.blocking` answers at once: while bob has sent
+/// nothing the Task is `submitted` (active, no artifacts), and `tasks/get` shows it so until
+/// bob answers; once he has, `tasks/get` shows it `completed` with his inform as artifact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_blocking_send_answers_at_once_and_tasks_get_follows_the_conversation() {
+    let server = Server::start().await;
+    let go = Arc::new(Notify::new());
+    let signal = Arc::clone(&go);
+    let _bob = serve(
+        server.client("bob").await,
+        Handlers::new().on("fipa-request", "request", move |msg| {
+            let signal = Arc::clone(&signal);
+            async move {
+                signal.notified().await;
+                msg.agree(json!({})).await?;
+                msg.inform(json!({"booking": "LV-2"})).await?;
+                Ok(())
+            }
+        }),
+    );
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-2", json!({"action": "book-room"})),
+        false,
+    )
+    .await;
+    assert_eq!(state(&task), "submitted", "{task:#}");
+    assert_eq!(task["metadata"]["colloquy"]["status"], "active", "{task:#}");
+    assert!(
+        task["metadata"]["colloquy"].get("outcome").is_none()
+            || task["metadata"]["colloquy"]["outcome"].is_null(),
+        "{task:#}"
+    );
+    assert!(artifacts(&task).is_empty(), "{task:#}");
+    let id = task_id(&task);
+
+    let again = get_task(&server, "alice", "bob", &id).await;
+    assert_eq!(
+        state(&again),
+        "submitted",
+        "bob has not answered: {again:#}"
+    );
+
+    go.notify_one();
+    let done = until_task(&server, "alice", "bob", &id, "completed task", |t| {
+        state(t) == "completed"
+    })
+    .await;
+    assert_eq!(
+        done["metadata"]["colloquy"]["status"], "completed",
+        "{done:#}"
+    );
+    assert_eq!(
+        done["metadata"]["colloquy"]["outcome"], "success",
+        "{done:#}"
+    );
+    let artifacts = artifacts(&done);
+    assert_eq!(artifacts.len(), 1, "{done:#}");
+    check_artifact(&artifacts[0], "inform", &json!({"booking": "LV-2"}));
+}
+
+/// bob refusing with a reason ends the Task `rejected`, its status message the reason's
+/// text, with no artifacts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_a_rejected_task_whose_status_message_is_the_reason() {
+    let server = Server::start().await;
+    let _bob = serve(
+        server.client("bob").await,
+        Handlers::new().on("fipa-request", "request", |msg| async move {
+            msg.refuse(json!({"reason": "fully booked"})).await?;
+            Ok(())
+        }),
+    );
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-3", json!({"action": "book-room"})),
+        true,
+    )
+    .await;
+    assert_eq!(state(&task), "rejected", "{task:#}");
+    check_reason(&task, "fully booked");
+    assert!(artifacts(&task).is_empty(), "{task:#}");
+    assert_eq!(
+        task["metadata"]["colloquy"]["status"], "completed",
+        "{task:#}"
+    );
+    assert_eq!(
+        task["metadata"]["colloquy"]["outcome"], "refused",
+        "{task:#}"
+    );
+}
+
+/// `metadata.colloquy` names the template and the opening performative: alice's send to
+/// dave opens a fipa-query with `query-ref` (not `query-if`, the template's first), the
+/// data part as its content; dave's inform is the Task's artifact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_names_the_template_and_the_opening_performative() {
+    let server = Server::start().await;
+    let _dave = serve(
+        server.client("dave").await,
+        Handlers::new().on("fipa-query", "query-ref", |msg| async move {
+            msg.inform(json!({"value": 42})).await?;
+            Ok(())
+        }),
+    );
+    let query = json!({"ref": "price of oak chairs"});
+    let message = naming(
+        data_message("a2a-query-1", query.clone()),
+        "fipa-query",
+        "query-ref",
+    );
+    let task = send(&server, "alice", "dave", message, true).await;
+    assert_eq!(state(&task), "completed", "{task:#}");
+    assert_eq!(
+        task["metadata"]["colloquy"]["template"], "fipa-query",
+        "{task:#}"
+    );
+    let artifacts = artifacts(&task);
+    assert_eq!(artifacts.len(), 1, "{task:#}");
+    check_artifact(&artifacts[0], "inform", &json!({"value": 42}));
+
+    let view = view(&server, "alice", &task_id(&task)).await;
+    assert_eq!(view["template"], "fipa-query", "{view:#}");
+    assert_eq!(view["participants"], json!(["dave"]), "{view:#}");
+    assert_eq!(performatives(&view), ["query-ref", "inform"], "{view:#}");
+    assert_eq!(view["messages"][0]["content"], query, "{view:#}");
+}
+
+/// Text parts become the content `{"text": <the parts joined by newlines>}`: bob, who
+/// echoes what he was asked, sees it, and his inform comes back as the artifact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_parts_become_a_text_content_joined_by_newlines() {
+    let server = Server::start().await;
+    let _bob = serve(
+        server.client("bob").await,
+        Handlers::new().on("fipa-request", "request", |msg| async move {
+            msg.inform(json!({"echo": msg.content()})).await?;
+            Ok(())
+        }),
+    );
+    let message = json!({"kind": "message", "role": "user", "messageId": "a2a-text-1",
+        "parts": [{"kind": "text", "text": "book a room"}, {"kind": "text", "text": "for Tuesday"}]});
+    let task = send(&server, "alice", "bob", message, true).await;
+    assert_eq!(state(&task), "completed", "{task:#}");
+    let text = json!({"text": "book a room\nfor Tuesday"});
+    let artifacts = artifacts(&task);
+    assert_eq!(artifacts.len(), 1, "{task:#}");
+    check_artifact(&artifacts[0], "inform", &json!({"echo": text}));
+
+    let view = view(&server, "alice", &task_id(&task)).await;
+    assert_eq!(view["template"], "fipa-request", "{view:#}");
+    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    assert_eq!(view["messages"][0]["content"], text, "{view:#}");
+}
+
+/// `message/send` with a `taskId` sends into that conversation as the caller, with the
+/// performative its metadata names: bob, the participant, answers alice's request through
+/// A2A (agree, then inform), and alice's Task completes with his inform as its one
+/// artifact. alice's own inform in between (out of protocol, which fipa-request only
+/// reports) is recorded as hers and is no artifact: artifacts are the participant's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_with_a_task_id_is_sent_into_that_conversation_as_the_caller() {
+    let server = Server::start().await;
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-4", json!({"action": "book-room"})),
+        false,
+    )
+    .await;
+    let id = task_id(&task);
+    let into = [
+        ("bob", "alice", "agree", json!({})),
+        ("alice", "bob", "inform", json!({"note": "alice's own"})),
+        ("bob", "alice", "inform", json!({"booking": "LV-4"})),
+    ];
+    for (n, (caller, agent, performative, content)) in into.into_iter().enumerate() {
+        let mut message = naming(
+            data_message(&format!("a2a-into-{n}"), content),
+            "fipa-request",
+            performative,
+        );
+        message["taskId"] = json!(id);
+        let answer = send(&server, caller, agent, message, false).await;
+        assert_eq!(answer["id"], id.as_str(), "{answer:#}");
+    }
+    let done = get_task(&server, "alice", "bob", &id).await;
+    assert_eq!(state(&done), "completed", "{done:#}");
+    let artifacts = artifacts(&done);
+    assert_eq!(artifacts.len(), 1, "{done:#}");
+    check_artifact(&artifacts[0], "inform", &json!({"booking": "LV-4"}));
+
+    let view = view(&server, "alice", &id).await;
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "inform", "inform"],
+        "{view:#}"
+    );
+    let senders: Vec<&Value> = view["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| &m["sender"])
+        .collect();
+    assert_eq!(senders, ["alice", "bob", "alice", "bob"], "{view:#}");
+}
+
+/// `tasks/cancel` sends alice's `cancel` into the conversation (bob had agreed); bob
+/// confirms with an inform, the thread ends `cancelled`, and `tasks/get` shows the Task
+/// `canceled` with the outcome as its status message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_cancel_sends_a_cancel_and_the_confirmed_task_is_canceled() {
+    let server = Server::start().await;
+    let _bob = serve(
+        server.client("bob").await,
+        Handlers::new()
+            .on("fipa-request", "request", |msg| async move {
+                msg.agree(json!({})).await?;
+                Ok(())
+            })
+            .on("fipa-request", "cancel", |msg| async move {
+                msg.inform(json!({})).await?;
+                Ok(())
+            }),
+    );
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-5", json!({"action": "book-room"})),
+        false,
+    )
+    .await;
+    let id = task_id(&task);
+    until_task(&server, "alice", "bob", &id, "working task", |t| {
+        state(t) == "working"
+    })
+    .await;
+
+    let cancelled = rpc_ok(&server, "alice", "bob", "tasks/cancel", json!({"id": id})).await;
+    check_task(&cancelled);
+    assert_eq!(cancelled["id"], id.as_str(), "{cancelled:#}");
+    // bob may confirm before the answer is written.
+    assert!(
+        ["working", "canceled"].contains(&state(&cancelled)),
+        "{cancelled:#}"
+    );
+
+    let done = until_task(&server, "alice", "bob", &id, "canceled task", |t| {
+        state(t) == "canceled"
+    })
+    .await;
+    assert_eq!(
+        done["metadata"]["colloquy"]["status"], "completed",
+        "{done:#}"
+    );
+    assert_eq!(
+        done["metadata"]["colloquy"]["outcome"], "cancelled",
+        "{done:#}"
+    );
+    check_reason(&done, "cancelled");
+    assert_eq!(
+        done["artifacts"],
+        json!([]),
+        "the inform that confirms the cancel is no result: {done:#}"
+    );
+
+    let view = view(&server, "alice", &id).await;
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "cancel", "inform"],
+        "{view:#}"
+    );
+    assert_eq!(view["messages"][2]["sender"], "alice", "{view:#}");
+    assert_eq!(view["threads"][0]["state"], "cancelled", "{view:#}");
+}
+
+/// A Task whose conversation has ended cannot be cancelled: `tasks/cancel` is a -32002 and
+/// the conversation is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_task_is_not_cancelable() {
+    let server = Server::start().await;
+    let _bob = bob_agrees_then_informs(&server, json!({"booking": "LV-6"})).await;
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-6", json!({"action": "book-room"})),
+        true,
+    )
+    .await;
+    assert_eq!(state(&task), "completed", "{task:#}");
+    let id = task_id(&task);
+    rpc_err(
+        &server,
+        "alice",
+        "bob",
+        "tasks/cancel",
+        json!({"id": id}),
+        TASK_NOT_CANCELABLE,
+    )
+    .await;
+    let view = view(&server, "alice", &id).await;
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "inform"],
+        "{view:#}"
+    );
+    assert_eq!(
+        state(&get_task(&server, "alice", "bob", &id).await),
+        "completed"
+    );
+}
+
+/// Calls that are no A2A call get the JSON-RPC errors, as HTTP 200: an unknown method is
+/// -32601 (its id echoed, a string here), a body that is not JSON -32700 with a null id,
+/// JSON without a method or with params of the wrong shape -32600 or -32602.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_are_no_a2a_call_get_json_rpc_errors() {
+    let server = Server::start().await;
+    let unknown =
+        json!({"jsonrpc": "2.0", "id": "call-1", "method": "tasks/frobnicate", "params": {}});
+    let response = post_rpc(&server, "alice", "bob", &unknown).await;
+    check_error(&response, METHOD_NOT_FOUND, "an unknown method");
+
+    let (status, response) = call(
+        server
+            .as_agent(Method::POST, &endpoint("bob"), "alice")
+            .header("content-type", "application/json")
+            .body("{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": "),
+    )
+    .await;
+    assert_eq!(status, 200, "{response:#}");
+    assert_eq!(response["jsonrpc"], "2.0", "{response:#}");
+    assert!(
+        response.get("id").is_some_and(Value::is_null),
+        "id null: {response:#}"
+    );
+    check_error(&response, PARSE_ERROR, "a body that is not JSON");
+
+    let no_method = json!({"jsonrpc": "2.0", "id": 7, "params": {}});
+    let response = post_rpc(&server, "alice", "bob", &no_method).await;
+    let code = response["error"]["code"].as_i64();
+    assert!(
+        code == Some(INVALID_REQUEST) || code == Some(INVALID_PARAMS),
+        "no method: {response:#}"
+    );
+
+    let response = rpc(&server, "alice", "bob", "tasks/get", json!({"id": 5})).await;
+    let code = response["error"]["code"].as_i64();
+    assert!(
+        code == Some(INVALID_REQUEST) || code == Some(INVALID_PARAMS),
+        "a numeric task id: {response:#}"
+    );
+    let response = rpc(
+        &server,
+        "alice",
+        "bob",
+        "message/send",
+        json!({"message": "hi"}),
+    )
+    .await;
+    let code = response["error"]["code"].as_i64();
+    assert!(
+        code == Some(INVALID_REQUEST) || code == Some(INVALID_PARAMS),
+        "a message that is a string: {response:#}"
+    );
+    assert!(listed(&server, "alice").await.is_empty(), "nothing started");
+}
+
+/// `tasks/get` finds only conversations the caller takes part in: an unknown id is -32001,
+/// and so is alice's conversation with bob to carol; alice and bob get it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_get_finds_only_the_callers_conversations() {
+    let server = Server::start().await;
+    rpc_err(
+        &server,
+        "alice",
+        "bob",
+        "tasks/get",
+        json!({"id": "no-such-conversation"}),
+        TASK_NOT_FOUND,
+    )
+    .await;
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-7", json!({"action": "book-room"})),
+        false,
+    )
+    .await;
+    let id = task_id(&task);
+    rpc_err(
+        &server,
+        "carol",
+        "bob",
+        "tasks/get",
+        json!({"id": id}),
+        TASK_NOT_FOUND,
+    )
+    .await;
+    rpc_err(
+        &server,
+        "carol",
+        "alice",
+        "tasks/get",
+        json!({"id": id}),
+        TASK_NOT_FOUND,
+    )
+    .await;
+    get_task(&server, "alice", "bob", &id).await;
+    get_task(&server, "bob", "alice", &id).await;
+}
+
+/// What the engine refuses of the caller's input is -32602 and starts nothing: an unknown
+/// template; a text part where fipa-query's `query-ref` schema requires `ref`; a send to
+/// oneself; a message into a task without a performative.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_the_engine_refuses_are_invalid_params() {
+    let server = Server::start().await;
+    let unknown = naming(
+        data_message("a2a-bad-1", json!({"action": "x"})),
+        "no-such-template",
+        "request",
+    );
+    let error = rpc_err(
+        &server,
+        "alice",
+        "bob",
+        "message/send",
+        send_params(unknown, true),
+        INVALID_PARAMS,
+    )
+    .await;
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no-such-template")),
+        "the engine's message names the template: {error:#}"
+    );
+
+    let text = json!({"kind": "message", "role": "user", "messageId": "a2a-bad-2",
+        "parts": [{"kind": "text", "text": "price of oak chairs"}]});
+    rpc_err(
+        &server,
+        "alice",
+        "dave",
+        "message/send",
+        send_params(naming(text, "fipa-query", "query-ref"), true),
+        INVALID_PARAMS,
+    )
+    .await;
+
+    rpc_err(
+        &server,
+        "alice",
+        "alice",
+        "message/send",
+        send_params(data_message("a2a-bad-3", json!({"action": "x"})), true),
+        INVALID_PARAMS,
+    )
+    .await;
+    assert!(
+        listed(&server, "alice").await.is_empty(),
+        "no refused send started a conversation"
+    );
+
+    let task = send(
+        &server,
+        "alice",
+        "bob",
+        data_message("a2a-book-8", json!({"action": "book-room"})),
+        false,
+    )
+    .await;
+    let id = task_id(&task);
+    let mut message = data_message("a2a-bob-8", json!({}));
+    message["taskId"] = json!(id);
+    rpc_err(
+        &server,
+        "bob",
+        "alice",
+        "message/send",
+        send_params(message, false),
+        INVALID_PARAMS,
+    )
+    .await;
+    let view = view(&server, "alice", &id).await;
+    assert_eq!(performatives(&view), ["request"], "{view:#}");
+}
+
+/// JSON-RPC calls need the caller's token: without one, or with an unknown one, the answer
+/// is the API's HTTP 401, not a JSON-RPC error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_without_a_valid_token_are_http_401() {
+    let server = Server::start().await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send",
+        "params": send_params(data_message("a2a-anon-1", json!({"action": "x"})), false)});
+    let (status, response) =
+        call(server.anonymous(Method::POST, &endpoint("bob")).json(&body)).await;
+    assert_eq!(status, 401, "{response:#}");
+    assert_eq!(response["error"]["code"], "unauthenticated", "{response:#}");
+    let (status, response) = call(
+        server
+            .anonymous(Method::POST, &endpoint("bob"))
+            .bearer_auth("not-a-token")
+            .json(&body),
+    )
+    .await;
+    assert_eq!(status, 401, "{response:#}");
+    assert_eq!(response["error"]["code"], "unauthenticated", "{response:#}");
+    assert!(listed(&server, "alice").await.is_empty(), "nothing started");
+}
