@@ -57,6 +57,25 @@ pub const MAX_ANSWER_BYTES: usize = crate::api::extract::MAX_BODY_BYTES;
 /// conversation leaves the agent nothing to answer first.
 pub const MAX_POLLS: u32 = 250;
 
+/// Where a remote A2A agent is reached, and how the engine authenticates there.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Its JSON-RPC URL.
+    pub url: String,
+    /// Sent as `Authorization: Bearer …` with every call, when the agent wants one.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    /// Without the token, which must not reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
 /// What an answer of the remote agent amounts to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -337,11 +356,11 @@ pub async fn bridge(
     metrics: &Arc<Metrics>,
     pollers: &mut JoinSet<()>,
     agent: &str,
-    url: &str,
+    endpoint: &Endpoint,
     item: &InboxItem,
 ) {
     let request = message_send(item);
-    let answer = match call(client, metrics, url, &request, agent).await {
+    let answer = match call(client, metrics, endpoint, &request, agent).await {
         Ok(answer) => answer,
         Err(error) => {
             tracing::warn!(%agent, %error, conversation = %item.conversation_id, message = %item.message.id,
@@ -358,7 +377,7 @@ pub async fn bridge(
             engine.clone(),
             metrics.clone(),
             agent.to_owned(),
-            url.to_owned(),
+            endpoint.clone(),
             item.clone(),
             task.id.clone(),
         ));
@@ -372,7 +391,7 @@ async fn follow_task(
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
     agent: String,
-    url: String,
+    endpoint: Endpoint,
     item: InboxItem,
     task: String,
 ) {
@@ -393,7 +412,7 @@ async fn follow_task(
             "tasks/get",
             TaskQueryParams { id: task.clone() },
         );
-        let answer = match call(&client, &metrics, &url, &request, &agent).await {
+        let answer = match call(&client, &metrics, &endpoint, &request, &agent).await {
             Ok(answer) => answer,
             Err(error) => {
                 tracing::warn!(%agent, %error, task, "no answer from the A2A agent about its task; asking again later");
@@ -459,7 +478,7 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, CallErr
 async fn call<P: serde::Serialize>(
     client: &reqwest::Client,
     metrics: &Metrics,
-    url: &str,
+    endpoint: &Endpoint,
     request: &Request<P>,
     agent: &str,
 ) -> Result<Answer, CallError> {
@@ -472,7 +491,7 @@ async fn call<P: serde::Serialize>(
     let mut backoff = WEBHOOK_FIRST_BACKOFF;
     let mut last = String::new();
     for attempt in 1..=WEBHOOK_ATTEMPTS {
-        match call_once(client, url, request).await {
+        match call_once(client, endpoint, request).await {
             Ok(answer) => {
                 metrics.a2a_call(method, A2aCallResult::Answered);
                 return Ok(answer);
@@ -501,13 +520,17 @@ async fn call<P: serde::Serialize>(
 
 async fn call_once<P: serde::Serialize>(
     client: &reqwest::Client,
-    url: &str,
+    endpoint: &Endpoint,
     request: &Request<P>,
 ) -> Result<Answer, CallError> {
-    let response = client
-        .post(url)
+    let mut post = client
+        .post(&endpoint.url)
         .timeout(A2A_TIMEOUT)
-        .json(request)
+        .json(request);
+    if let Some(token) = &endpoint.token {
+        post = post.bearer_auth(token);
+    }
+    let response = post
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)

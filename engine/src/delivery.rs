@@ -62,9 +62,8 @@ pub const AGENT_HEADER: &str = "x-colloquy-agent";
 pub enum Channel {
     /// POSTed to this webhook URL, as is.
     Webhook(String),
-    /// Sent to the remote A2A agent at this JSON-RPC endpoint, whose answers become its
-    /// replies.
-    A2a(String),
+    /// Sent to the remote A2A agent at this endpoint, whose answers become its replies.
+    A2a(crate::a2a::Endpoint),
 }
 
 /// Starts one worker per agent in `channels` and the task that wakes them. Aborting the
@@ -197,14 +196,14 @@ async fn worker(
                 let item = labeller.item(&engine, entry).await;
                 match &channel {
                     Channel::Webhook(url) => push(&client, &metrics, &agent, url, &item).await,
-                    Channel::A2a(url) => {
+                    Channel::A2a(endpoint) => {
                         crate::a2a::bridge(
                             &client,
                             &engine,
                             &metrics,
                             &mut pollers,
                             &agent,
-                            url,
+                            endpoint,
                             &item,
                         )
                         .await

@@ -17,6 +17,7 @@
 //!     inbox: false   # only starts conversations and follows them: no inbox to acknowledge
 //!   - id: translator
 //!     a2a: "https://translator.example/a2a"   # a remote A2A agent; needs no token
+//!     a2a_token: "…"   # optional: the bearer token the engine presents there
 //! ```
 //!
 //! Tokens are kept as SHA-256 digests, so a lookup's timing says nothing about a stored token.
@@ -86,6 +87,9 @@ pub struct AgentEntry {
     /// its inbox and records its answers as its replies (`crate::a2a`).
     #[serde(default)]
     pub a2a: Option<String>,
+    /// The bearer token the engine presents to that endpoint, if it wants one.
+    #[serde(default)]
+    pub a2a_token: Option<String>,
     /// Whether messages to it are kept in an inbox (the default). `false` for an agent
     /// that only starts conversations and follows them (as the SDK's request, query and
     /// call-for-proposals helpers do): it would never read or acknowledge its inbox, which
@@ -191,7 +195,7 @@ pub enum Identity {
         /// Agent → webhook URL.
         webhooks: HashMap<AgentId, String>,
         /// Agent → A2A endpoint.
-        a2a: HashMap<AgentId, String>,
+        a2a: HashMap<AgentId, crate::a2a::Endpoint>,
         /// Agents without an inbox.
         inboxless: HashSet<AgentId>,
     },
@@ -290,11 +294,22 @@ impl Identity {
                 }
                 webhooks.insert(id.clone(), url);
             }
-            if let Some(url) = agent.a2a {
-                if !is_http_url(&url) {
-                    return Err(format!("agents[{index}].a2a is not an http(s) URL"));
+            match (agent.a2a, agent.a2a_token) {
+                (Some(url), token) => {
+                    if !is_http_url(&url) {
+                        return Err(format!("agents[{index}].a2a is not an http(s) URL"));
+                    }
+                    if token.as_deref() == Some("") {
+                        return Err(format!("agents[{index}].a2a_token is empty"));
+                    }
+                    a2a.insert(id, crate::a2a::Endpoint { url, token });
                 }
-                a2a.insert(id, url);
+                (None, Some(_)) => {
+                    return Err(format!(
+                        "agents[{index}] has an a2a_token but no a2a endpoint to present it to"
+                    ));
+                }
+                (None, None) => {}
             }
         }
         Ok(Identity::Tokens {
@@ -335,7 +350,7 @@ impl Identity {
     }
 
     /// Remote A2A agents, with their endpoints.
-    pub fn a2a_agents(&self) -> HashMap<AgentId, String> {
+    pub fn a2a_agents(&self) -> HashMap<AgentId, crate::a2a::Endpoint> {
         match self {
             Identity::Open => HashMap::new(),
             Identity::Tokens { a2a, .. } => a2a.clone(),
@@ -478,7 +493,20 @@ mod tests {
                 .expect("valid");
         assert_eq!(
             identity.a2a_agents(),
-            HashMap::from([(AgentId::from("remote"), "http://127.0.0.1:1/a2a".to_owned())])
+            HashMap::from([(
+                AgentId::from("remote"),
+                crate::a2a::Endpoint {
+                    url: "http://127.0.0.1:1/a2a".to_owned(),
+                    token: None
+                }
+            )])
+        );
+        let with_token = file("agents: [{id: r, a2a: 'http://x', a2a_token: s3cret}]")
+            .expect("valid")
+            .a2a_agents();
+        assert_eq!(
+            with_token[&AgentId::from("r")].token.as_deref(),
+            Some("s3cret")
         );
         assert!(identity.webhooks().is_empty());
         let refused = |yaml: &str, says: &str| {
@@ -493,6 +521,10 @@ mod tests {
         refused(
             "agents: [{id: a, a2a: 'http://x', webhook: 'http://y'}]",
             "both a webhook and an a2a endpoint",
+        );
+        refused(
+            "agents: [{id: a, token: t, a2a_token: x}]",
+            "no a2a endpoint",
         );
         refused(
             "agents: [{id: a, a2a: 'http://x', inbox: false}]",

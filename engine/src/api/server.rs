@@ -156,7 +156,7 @@ pub fn launch(
                 .identity
                 .a2a_agents()
                 .into_iter()
-                .map(|(agent, url)| (agent, delivery::Channel::A2a(url))),
+                .map(|(agent, endpoint)| (agent, delivery::Channel::A2a(endpoint))),
         )
         .collect();
     if !channels.is_empty() {

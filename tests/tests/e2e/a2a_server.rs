@@ -940,3 +940,69 @@ async fn calls_without_a_valid_token_are_http_401() {
     assert_eq!(response["error"]["code"], "unauthenticated", "{response:#}");
     assert!(listed(&server, "alice").await.is_empty(), "nothing started");
 }
+
+/// Both directions at once: engine A knows `remote-bob` only as an A2A endpoint, which is
+/// engine B's `/a2a/bob` (A presents carol's token there). alice's request on A goes out as
+/// A2A `message/send`, becomes on B a conversation carol → bob that bob answers, and the
+/// completed task comes back to A as remote-bob's `inform`: two Colloquy engines talking A2A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_engines_talk_a2a_to_each_other() {
+    let b = Server::start().await;
+    let _bob = bob_agrees_then_informs(&b, json!({"booking": "LV-7"})).await;
+    let identity = colloquy_engine::api::Identity::from_yaml(
+        &format!(
+            "agents:\n  - {{id: alice, token: alice-token}}\n  \
+             - {{id: remote-bob, a2a: \"{}/a2a/bob\", a2a_token: carol-token}}\n",
+            b.url
+        ),
+        "engine A's agents",
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    let a = Server::with(identity, Vec::new()).await;
+    let (status, started) = call(a.as_agent(Method::POST, "/v1/conversations", "alice").json(
+        &json!({
+            "template": "fipa-request",
+            "participants": ["remote-bob"],
+            "message": {"performative": "request", "content": {"action": "book-room"}}
+        }),
+    ))
+    .await;
+    assert_eq!(status, 201, "{started}");
+    let id = started["id"].as_str().expect("id").to_owned();
+    let ended = tokio::time::timeout(STEP, async {
+        loop {
+            let here = view(&a, "alice", &id).await;
+            if here["status"] == "completed" {
+                return here;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the conversation on A ends");
+    assert_eq!(ended["outcome"], "success", "{ended:#}");
+    assert_eq!(performatives(&ended), ["request", "inform"], "{ended:#}");
+    let reply = &ended["messages"][1];
+    assert_eq!(reply["sender"], "remote-bob", "{ended:#}");
+    assert_eq!(reply["content"], json!({"booking": "LV-7"}), "{ended:#}");
+
+    // On B, the same request is a conversation carol started with bob.
+    let (status, listed) = call(b.as_agent(Method::GET, "/v1/conversations", "carol")).await;
+    assert_eq!(status, 200, "{listed}");
+    let on_b = listed["conversations"]
+        .as_array()
+        .and_then(|all| all.first())
+        .expect("a conversation on B");
+    let there = view(&b, "carol", on_b["id"].as_str().expect("id")).await;
+    assert_eq!(there["initiator"], "carol", "{there:#}");
+    assert_eq!(there["participants"], json!(["bob"]), "{there:#}");
+    assert_eq!(
+        performatives(&there),
+        ["request", "agree", "inform"],
+        "{there:#}"
+    );
+    assert_eq!(
+        there["messages"][0]["id"], ended["messages"][0]["id"],
+        "B's request carries A's message id (the A2A messageId)"
+    );
+}
