@@ -2,9 +2,9 @@
 //!
 //! An agent with an `a2a` endpoint in the agents file lives elsewhere and speaks A2A
 //! (Agent2Agent, JSON-RPC 2.0), not Colloquy. Its inbox is followed like a webhook's
-//! (`crate::delivery`: one worker per agent, in inbox order, from a cursor kept in the
-//! store, on the node that leads push delivery), and each message in it becomes one A2A
-//! `message/send`:
+//! (`crate::delivery`: one worker per agent, from a cursor kept in the store, on the node
+//! that leads push delivery; several messages at a time, each conversation's in order:
+//! [`Lanes`]), and each message in it becomes one A2A `message/send`:
 //! - the conversation is the A2A *context* (`contextId` = the conversation id) and the
 //!   Colloquy message id is the A2A `messageId`; every message starts a new A2A task, as A2A
 //!   wants for a context whose last task ended;
@@ -35,13 +35,15 @@ use colloquy_protocol::a2a::{
     SendResult, Task, TaskQueryParams,
 };
 use colloquy_protocol::api::InboxItem;
-use colloquy_protocol::message::SendMessage;
+use colloquy_protocol::message::{AgentId, SendMessage};
 use serde_json::{Map, Value, json};
-use tokio::task::JoinSet;
 
 use crate::delivery::{WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_BACKOFF, WEBHOOK_MAX_BACKOFF};
 use crate::engine::{Engine, MAX_ID_LEN};
 use crate::metrics::{A2aCallResult, Metrics};
+
+mod lanes;
+pub use lanes::{Lanes, MAX_IN_FLIGHT};
 
 /// How long one A2A call may take: `message/send` asks the agent to answer when the work is
 /// done, which can take a while.
@@ -347,54 +349,58 @@ pub enum CallError {
     Broken(String),
 }
 
-/// Bridges one inbox item of `agent`: sends it, records the answer as the agent's reply,
-/// and leaves a task that is still running to a poller in `pollers` (the worker's, so they
-/// stop with it). Failures are logged; the worker goes on with the next item.
-pub async fn bridge(
-    client: &reqwest::Client,
-    engine: &Arc<Engine>,
-    metrics: &Arc<Metrics>,
-    pollers: &mut JoinSet<()>,
-    agent: &str,
-    endpoint: &Endpoint,
-    item: &InboxItem,
-) {
+/// One remote agent as the bridge sees it: who it is, where, and what calling it needs.
+#[derive(Clone)]
+pub struct Peer {
+    /// Its id.
+    pub agent: AgentId,
+    /// Where it is reached.
+    pub endpoint: Endpoint,
+    /// The engine its answers go to.
+    pub engine: Arc<Engine>,
+    /// Counts its calls.
+    pub metrics: Arc<Metrics>,
+    /// Makes the calls.
+    pub client: reqwest::Client,
+}
+
+/// Bridges one inbox item: sends it and records the answer as the agent's reply. Returns
+/// the id of the agent's task when it is still running, for [`follow_task`]. Failures are
+/// logged; nothing is recorded for them.
+pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<String> {
+    let Peer {
+        agent,
+        endpoint,
+        engine,
+        metrics,
+        client,
+    } = peer;
     let request = message_send(item);
     let answer = match call(client, metrics, endpoint, &request, agent).await {
         Ok(answer) => answer,
         Err(error) => {
             tracing::warn!(%agent, %error, conversation = %item.conversation_id, message = %item.message.id,
                 "no answer from the A2A agent; none is recorded");
-            return;
+            return None;
         }
     };
     answer_in_conversation(engine, agent, item, &answer).await;
-    if let Said::Task(task) = answer.said()
-        && answer.verdict() == Verdict::Working
-    {
-        pollers.spawn(follow_task(
-            client.clone(),
-            engine.clone(),
-            metrics.clone(),
-            agent.to_owned(),
-            endpoint.clone(),
-            item.clone(),
-            task.id.clone(),
-        ));
+    match answer.said() {
+        Said::Task(task) if answer.verdict() == Verdict::Working => Some(task.id.clone()),
+        _ => None,
     }
 }
 
 /// Polls a running task until it ends and answers with its end; stops early when the
 /// conversation leaves the agent nothing to say.
-async fn follow_task(
-    client: reqwest::Client,
-    engine: Arc<Engine>,
-    metrics: Arc<Metrics>,
-    agent: String,
-    endpoint: Endpoint,
-    item: InboxItem,
-    task: String,
-) {
+pub async fn follow_task(peer: Peer, item: InboxItem, task: String) {
+    let Peer {
+        agent,
+        endpoint,
+        engine,
+        metrics,
+        client,
+    } = peer;
     let mut wait = POLL_FIRST_WAIT;
     for poll in 1..=MAX_POLLS {
         tokio::time::sleep(wait).await;

@@ -151,9 +151,18 @@ async fn worker(
 ) {
     // How far this node's pushes got; read from the store on taking the lead.
     let mut cursor: Option<u64> = None;
-    // An A2A agent's running tasks, each followed until it ends; dropped (stopped) with the
+    // An A2A agent's messages under way (several at a time) are dropped (stopped) with the
     // worker.
-    let mut pollers = tokio::task::JoinSet::new();
+    let mut pusher = match channel {
+        Channel::Webhook(url) => Pusher::Webhook(url),
+        Channel::A2a(endpoint) => Pusher::A2a(Box::new(crate::a2a::Lanes::new(crate::a2a::Peer {
+            agent: agent.clone(),
+            endpoint,
+            engine: engine.clone(),
+            metrics: metrics.clone(),
+            client: client.clone(),
+        }))),
+    };
     let mut labeller = Labeller::new();
     loop {
         tokio::select! {
@@ -162,6 +171,12 @@ async fn worker(
                 if changed.is_err() {
                     return;
                 }
+            }
+            handled = settle(&mut pusher) => {
+                if let Some(through) = handled {
+                    record(&engine, &agent, through, true).await;
+                }
+                continue;
             }
         }
         if !*leading.borrow_and_update() {
@@ -194,36 +209,52 @@ async fn worker(
             for entry in entries {
                 after = entry.seq;
                 let item = labeller.item(&engine, entry).await;
-                match &channel {
-                    Channel::Webhook(url) => push(&client, &metrics, &agent, url, &item).await,
-                    Channel::A2a(endpoint) => {
-                        crate::a2a::bridge(
-                            &client,
-                            &engine,
-                            &metrics,
-                            &mut pollers,
-                            &agent,
-                            endpoint,
-                            &item,
-                        )
-                        .await
+                match &mut pusher {
+                    Pusher::Webhook(url) => push(&client, &metrics, &agent, url, &item).await,
+                    Pusher::A2a(lanes) => {
+                        if let Some(through) = lanes.start(item).await {
+                            record(&engine, &agent, through, true).await;
+                        }
                     }
                 }
             }
-            if let Err(error) = engine.store.advance_webhook_cursor(&agent, after).await {
-                // Not fatal: this node goes on from its own cursor; the next record covers it.
-                tracing::warn!(%agent, %error, "webhook worker cannot record how far it got");
-            }
-            // Forget the pollers that are done.
-            while pollers.try_join_next().is_some() {}
-            if matches!(channel, Channel::A2a(_))
-                && let Err(error) = engine.acknowledge_inbox(&agent, after).await
-            {
-                // Not fatal either: the entries stay until a later batch's acknowledgement.
-                tracing::warn!(%agent, %error, "A2A bridge cannot acknowledge the inbox");
+            // An A2A agent's position moves as its messages are answered (above and in
+            // `settle`), not when they are sent.
+            if let Pusher::Webhook(_) = pusher {
+                record(&engine, &agent, after, false).await;
             }
         }
         cursor = Some(after);
+    }
+}
+
+/// How a worker pushes its agent's inbox.
+enum Pusher {
+    /// One POST after another.
+    Webhook(String),
+    /// Several A2A calls at a time.
+    A2a(Box<crate::a2a::Lanes>),
+}
+
+/// Waits until one of an A2A agent's messages under way is done: how far its inbox is now
+/// handled, if that moved. Never ready for a webhook, or while nothing is under way.
+async fn settle(pusher: &mut Pusher) -> Option<u64> {
+    match pusher {
+        Pusher::A2a(lanes) if lanes.busy() => lanes.settle().await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// Records that `agent`'s pushes got through `seq`; an A2A agent's inbox, which nothing else
+/// reads, is also acknowledged that far.
+async fn record(engine: &Engine, agent: &str, seq: u64, acknowledge: bool) {
+    if let Err(error) = engine.store.advance_webhook_cursor(agent, seq).await {
+        // Not fatal: this node goes on from its own cursor; the next record covers it.
+        tracing::warn!(%agent, %error, "push worker cannot record how far it got");
+    }
+    if acknowledge && let Err(error) = engine.acknowledge_inbox(agent, seq).await {
+        // Not fatal either: the entries stay until a later acknowledgement.
+        tracing::warn!(%agent, %error, "A2A bridge cannot acknowledge the inbox");
     }
 }
 

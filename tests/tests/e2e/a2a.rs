@@ -46,8 +46,21 @@ struct FakeAgent {
 
 type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
 
+/// Runs before the script answers a request (after it is recorded): holds the answer back
+/// for as long as it takes.
+type Gate =
+    dyn Fn(Value) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync;
+
 impl FakeAgent {
     async fn start(script: impl Fn(&Value, usize) -> Answer + Send + Sync + 'static) -> FakeAgent {
+        FakeAgent::gated(script, Arc::new(|_| Box::pin(async {}))).await
+    }
+
+    /// A fake whose answers wait for `gate` first.
+    async fn gated(
+        script: impl Fn(&Value, usize) -> Answer + Send + Sync + 'static,
+        gate: Arc<Gate>,
+    ) -> FakeAgent {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}/", listener.local_addr().expect("addr"));
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -55,11 +68,13 @@ impl FakeAgent {
         let log = Arc::clone(&seen);
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (log, script) = (Arc::clone(&log), Arc::clone(&script));
+                let (log, script, gate) =
+                    (Arc::clone(&log), Arc::clone(&script), Arc::clone(&gate));
                 let service = service_fn(move |request: Request<Incoming>| {
-                    let (log, script) = (Arc::clone(&log), Arc::clone(&script));
+                    let (log, script, gate) =
+                        (Arc::clone(&log), Arc::clone(&script), Arc::clone(&gate));
                     async move {
-                        let answer = answer(request, &log, &*script).await;
+                        let answer = answer(request, &log, &*script, &*gate).await;
                         let response = Response::builder()
                             .status(answer.status)
                             .header(CONTENT_TYPE, "application/json")
@@ -93,7 +108,12 @@ impl FakeAgent {
 }
 
 /// Records `request` and asks the script for its answer.
-async fn answer(request: Request<Incoming>, log: &Mutex<Vec<Seen>>, script: &Script) -> Answer {
+async fn answer(
+    request: Request<Incoming>,
+    log: &Mutex<Vec<Seen>>,
+    script: &Script,
+    gate: &Gate,
+) -> Answer {
     let content_type = request
         .headers()
         .get(CONTENT_TYPE)
@@ -118,6 +138,7 @@ async fn answer(request: Request<Incoming>, log: &Mutex<Vec<Seen>>, script: &Scr
         });
         attempt
     };
+    gate(body.clone()).await;
     script(&body, attempt)
 }
 
@@ -646,6 +667,160 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
         fake.requests("message/send").len(),
         2,
         "one call per message, none repeated: {:#}",
+        Value::from(fake.all())
+    );
+}
+
+/// The text of a bridged message's data content (`{"text": …}`).
+fn text_of(request: &Value) -> String {
+    request["params"]["message"]["parts"][0]["data"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A slow agent does not hold up its other conversations: the first message's answer waits
+/// until the second message (of another conversation) has arrived, which it does only if
+/// the engine sends it while the first call is still open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_answer_does_not_hold_up_other_conversations() {
+    let second_arrived = Arc::new(tokio::sync::Notify::new());
+    let overlapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate: Arc<Gate> = {
+        let (second_arrived, overlapped) = (second_arrived.clone(), overlapped.clone());
+        Arc::new(move |request: Value| {
+            let (second_arrived, overlapped) = (second_arrived.clone(), overlapped.clone());
+            Box::pin(async move {
+                match text_of(&request).as_str() {
+                    "first" => {
+                        let waited =
+                            tokio::time::timeout(Duration::from_secs(5), second_arrived.notified())
+                                .await;
+                        overlapped.store(waited.is_ok(), std::sync::atomic::Ordering::SeqCst);
+                    }
+                    // `notify_one` keeps the permit if the first is not waiting yet.
+                    _ => second_arrived.notify_one(),
+                }
+            })
+        })
+    };
+    let fake = FakeAgent::gated(
+        |request, _| {
+            result(
+                request,
+                completed("t", json!({"translated": text_of(request)})),
+            )
+        },
+        gate,
+    )
+    .await;
+    let server = server_for(&fake).await;
+    let (first, _) = start(
+        &server,
+        "fipa-request",
+        &["translator"],
+        "request",
+        &json!({"action": "translate", "text": "first"}),
+    )
+    .await;
+    let (second, _) = start(
+        &server,
+        "fipa-request",
+        &["translator"],
+        "request",
+        &json!({"action": "translate", "text": "second"}),
+    )
+    .await;
+    for id in [&first, &second] {
+        let view = until(&server, &fake, id, "completed conversation", completed_view).await;
+        assert_eq!(view["outcome"], "success", "{view:#}");
+    }
+    assert!(
+        overlapped.load(std::sync::atomic::Ordering::SeqCst),
+        "the second message went out only after the first was answered: {:#}",
+        Value::from(fake.all())
+    );
+}
+
+/// Within one conversation the agent's messages still go out in order: alice's `cancel`
+/// reaches the agent only after its answer to her `request`, though she sent it while the
+/// request's call was open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_conversations_messages_go_out_one_after_another() {
+    let holding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let overtaken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate: Arc<Gate> = {
+        let (holding, release, overtaken) = (holding.clone(), release.clone(), overtaken.clone());
+        Arc::new(move |request: Value| {
+            let (holding, release, overtaken) =
+                (holding.clone(), release.clone(), overtaken.clone());
+            Box::pin(async move {
+                let performative =
+                    &request["params"]["message"]["metadata"]["colloquy"]["performative"];
+                if performative == "request" {
+                    holding.store(true, std::sync::atomic::Ordering::SeqCst);
+                    // Held until the test has sent the cancel and given it time to overtake.
+                    let _ = tokio::time::timeout(STEP, release.notified()).await;
+                    holding.store(false, std::sync::atomic::Ordering::SeqCst);
+                } else if holding.load(std::sync::atomic::Ordering::SeqCst) {
+                    overtaken.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+        })
+    };
+    let fake = FakeAgent::gated(
+        |request, _| result(request, completed("t", json!({"done": true}))),
+        gate,
+    )
+    .await;
+    let server = server_for(&fake).await;
+    let (id, _) = start(
+        &server,
+        "fipa-request",
+        &["translator"],
+        "request",
+        &json!({"action": "print"}),
+    )
+    .await;
+    tokio::time::timeout(STEP, async {
+        while fake.requests("message/send").is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the request reaches the agent");
+    let (status, body) = call(
+        server
+            .as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "alice",
+            )
+            .json(&json!({"performative": "cancel"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    // Room for a cancel that would overtake the request; the order is checked, not the time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    release.notify_one();
+    tokio::time::timeout(STEP, async {
+        while fake.requests("message/send").len() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the cancel reaches the agent too");
+    assert!(
+        !overtaken.load(std::sync::atomic::Ordering::SeqCst),
+        "the cancel went out while the request was unanswered: {:#}",
+        Value::from(fake.all())
+    );
+    let sent = fake.requests("message/send");
+    assert_eq!(
+        sent[1].body["params"]["message"]["metadata"]["colloquy"]["performative"],
+        "cancel",
+        "{:#}",
         Value::from(fake.all())
     );
 }
