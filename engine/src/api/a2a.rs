@@ -341,14 +341,20 @@ async fn send(
             };
             let mut opening = SendMessage::new(&opening, content);
             opening.message_id = Some(message.message_id.clone());
+            let id = conversation_id(caller, agent, &message.message_id);
             let start = StartConversation {
                 template,
                 participants: vec![agent.to_owned()],
+                conversation_id: Some(id.clone()),
                 message: Some(opening),
                 ..StartConversation::default()
             };
-            let view = engine.start(caller, start).await.map_err(start_error)?;
-            view.id.to_string()
+            match engine.start(caller, start).await {
+                Ok(view) => view.id.to_string(),
+                // A retry of a send that started it: that task.
+                Err(error) if error.code() == "duplicate_conversation" => id,
+                Err(error) => return Err(start_error(error)),
+            }
         }
     };
     let blocking = params.configuration.is_some_and(|c| c.blocking);
@@ -356,6 +362,24 @@ async fn send(
         wait_until_ended(state, caller, &id).await?;
     }
     read_task(state, caller, &id).await
+}
+
+/// The id of the conversation a `message/send` starts: the same for the same caller, agent
+/// and A2A `messageId`, so a client that sends again after a lost answer gets the task its
+/// first send started instead of a second one.
+fn conversation_id(caller: &str, agent: &str, message_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [caller, agent, message_id] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("a2a-{hex}")
 }
 
 /// Waits until the conversation has ended or [`BLOCKING_WAIT`] has passed.

@@ -1006,3 +1006,24 @@ async fn two_engines_talk_a2a_to_each_other() {
         "B's request carries A's message id (the A2A messageId)"
     );
 }
+
+/// A `message/send` sent again with the same `messageId` (the client lost the first
+/// answer) gets the task the first one started, not a second conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_repeated_with_its_message_id_gets_the_same_task() {
+    let server = Server::start().await;
+    let message = data_message("a2a-once", json!({"action": "book-room"}));
+    let first = send(&server, "alice", "bob", message.clone(), false).await;
+    let again = send(&server, "alice", "bob", message.clone(), false).await;
+    assert_eq!(task_id(&first), task_id(&again), "{first:#}\n{again:#}");
+    let (status, listed) = call(server.as_agent(Method::GET, "/v1/conversations", "alice")).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed["conversations"].as_array().map(Vec::len),
+        Some(1),
+        "{listed:#}"
+    );
+    // Another caller's message with the same id is its own task.
+    let carols = send(&server, "carol", "bob", message, false).await;
+    assert_ne!(task_id(&carols), task_id(&first), "{carols:#}");
+}
