@@ -45,9 +45,9 @@ use crate::metrics::{A2aCallResult, Metrics};
 mod lanes;
 pub use lanes::{Lanes, MAX_IN_FLIGHT};
 
-/// How long one A2A call may take: `message/send` asks the agent to answer when the work is
-/// done, which can take a while.
-pub const A2A_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one A2A call may take unless the agents file says otherwise (`a2a_timeout_s`):
+/// `message/send` asks the agent to answer when the work is done, which can take a while.
+pub const A2A_TIMEOUT: Duration = Duration::from_secs(300);
 /// First wait before asking again about a task still running; doubled up to
 /// [`POLL_MAX_WAIT`].
 pub const POLL_FIRST_WAIT: Duration = Duration::from_millis(500);
@@ -66,6 +66,8 @@ pub struct Endpoint {
     pub url: String,
     /// Sent as `Authorization: Bearer …` with every call, when the agent wants one.
     pub token: Option<String>,
+    /// How long one call may take.
+    pub timeout: Duration,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -74,6 +76,7 @@ impl std::fmt::Debug for Endpoint {
         f.debug_struct("Endpoint")
             .field("url", &self.url)
             .field("token", &self.token.as_ref().map(|_| "…"))
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -347,6 +350,10 @@ pub enum CallError {
     /// asked again, as the same call would get the same.
     #[error("{0}")]
     Broken(String),
+    /// No answer within the endpoint's timeout. A `message/send` is not sent again: the
+    /// agent may be at work on it, and a second one would start the work twice.
+    #[error("{0}")]
+    TimedOut(String),
 }
 
 /// One remote agent as the bridge sees it: who it is, where, and what calling it needs.
@@ -458,7 +465,10 @@ async fn answer_in_conversation(engine: &Engine, agent: &str, item: &InboxItem, 
 
 /// The body of `response`, refused past [`MAX_ANSWER_BYTES`]: an agent's answer is
 /// recorded in the conversation, so it gets no more room than a message sent over HTTP.
-async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, CallError> {
+async fn read_capped(
+    mut response: reqwest::Response,
+    endpoint: &Endpoint,
+) -> Result<Vec<u8>, CallError> {
     let too_large = || CallError::Broken(format!("an answer over {MAX_ANSWER_BYTES} bytes"));
     if response
         .content_length()
@@ -470,7 +480,7 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, CallErr
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|error| CallError::Unreachable(error.to_string()))?
+        .map_err(|error| failed(error, endpoint))?
     {
         if body.len() + chunk.len() > MAX_ANSWER_BYTES {
             return Err(too_large());
@@ -478,6 +488,15 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, CallErr
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// Why a call failed on the way: no answer in time, or not reached (or not 2xx).
+fn failed(error: reqwest::Error, endpoint: &Endpoint) -> CallError {
+    if error.is_timeout() {
+        CallError::TimedOut(format!("no answer within {:?}", endpoint.timeout))
+    } else {
+        CallError::Unreachable(error.to_string())
+    }
 }
 
 /// One JSON-RPC call with retries: the answer, or why there was none.
@@ -506,6 +525,11 @@ async fn call<P: serde::Serialize>(
                 tracing::debug!(%agent, attempt, %error, method, "A2A call failed");
                 last = error;
             }
+            // Asking about a task again is harmless.
+            Err(CallError::TimedOut(error)) if method == "tasks/get" => {
+                tracing::debug!(%agent, attempt, %error, method, "A2A call timed out");
+                last = error;
+            }
             Err(broken) => {
                 metrics.a2a_call(method, A2aCallResult::Failed);
                 return Err(broken);
@@ -531,7 +555,7 @@ async fn call_once<P: serde::Serialize>(
 ) -> Result<Answer, CallError> {
     let mut post = client
         .post(&endpoint.url)
-        .timeout(A2A_TIMEOUT)
+        .timeout(endpoint.timeout)
         .json(request);
     if let Some(token) = &endpoint.token {
         post = post.bearer_auth(token);
@@ -540,8 +564,8 @@ async fn call_once<P: serde::Serialize>(
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|error| CallError::Unreachable(error.to_string()))?;
-    let body = read_capped(response).await?;
+        .map_err(|error| failed(error, endpoint))?;
+    let body = read_capped(response, endpoint).await?;
     let response: Response<SendResult> = serde_json::from_slice(&body).map_err(|error| {
         CallError::Broken(format!(
             "{} answered no A2A JSON-RPC response: {error}",

@@ -90,6 +90,10 @@ pub struct AgentEntry {
     /// The bearer token the engine presents to that endpoint, if it wants one.
     #[serde(default)]
     pub a2a_token: Option<String>,
+    /// How long one call there may take, in seconds (1 to 3600; default
+    /// [`crate::a2a::A2A_TIMEOUT`]).
+    #[serde(default)]
+    pub a2a_timeout_s: Option<u64>,
     /// Whether messages to it are kept in an inbox (the default). `false` for an agent
     /// that only starts conversations and follows them (as the SDK's request, query and
     /// call-for-proposals helpers do): it would never read or acknowledge its inbox, which
@@ -294,22 +298,38 @@ impl Identity {
                 }
                 webhooks.insert(id.clone(), url);
             }
-            match (agent.a2a, agent.a2a_token) {
-                (Some(url), token) => {
+            match (agent.a2a, agent.a2a_token, agent.a2a_timeout_s) {
+                (Some(url), token, timeout) => {
                     if !is_http_url(&url) {
                         return Err(format!("agents[{index}].a2a is not an http(s) URL"));
                     }
                     if token.as_deref() == Some("") {
                         return Err(format!("agents[{index}].a2a_token is empty"));
                     }
-                    a2a.insert(id, crate::a2a::Endpoint { url, token });
+                    let timeout = match timeout {
+                        None => crate::a2a::A2A_TIMEOUT,
+                        Some(seconds @ 1..=3600) => std::time::Duration::from_secs(seconds),
+                        Some(_) => {
+                            return Err(format!(
+                                "agents[{index}].a2a_timeout_s must be 1 to 3600 seconds"
+                            ));
+                        }
+                    };
+                    a2a.insert(
+                        id,
+                        crate::a2a::Endpoint {
+                            url,
+                            token,
+                            timeout,
+                        },
+                    );
                 }
-                (None, Some(_)) => {
+                (None, None, None) => {}
+                (None, _, _) => {
                     return Err(format!(
-                        "agents[{index}] has an a2a_token but no a2a endpoint to present it to"
+                        "agents[{index}] has a2a settings but no a2a endpoint"
                     ));
                 }
-                (None, None) => {}
             }
         }
         Ok(Identity::Tokens {
@@ -497,7 +517,8 @@ mod tests {
                 AgentId::from("remote"),
                 crate::a2a::Endpoint {
                     url: "http://127.0.0.1:1/a2a".to_owned(),
-                    token: None
+                    token: None,
+                    timeout: crate::a2a::A2A_TIMEOUT,
                 }
             )])
         );
@@ -525,6 +546,10 @@ mod tests {
         refused(
             "agents: [{id: a, token: t, a2a_token: x}]",
             "no a2a endpoint",
+        );
+        refused(
+            "agents: [{id: a, a2a: 'http://x', a2a_timeout_s: 0}]",
+            "1 to 3600 seconds",
         );
         refused(
             "agents: [{id: a, a2a: 'http://x', inbox: false}]",

@@ -824,3 +824,63 @@ async fn one_conversations_messages_go_out_one_after_another() {
         Value::from(fake.all())
     );
 }
+
+/// A `message/send` that gets no answer within the agent's `a2a_timeout_s` is not sent
+/// again (the agent may be at work on it), and nothing is recorded for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_that_times_out_is_not_sent_twice() {
+    let gate: Arc<Gate> = Arc::new(|_| {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        })
+    });
+    let fake = FakeAgent::gated(
+        |request, _| result(request, completed("t", json!({"done": true}))),
+        gate,
+    )
+    .await;
+    let yaml = format!(
+        "agents:\n  - {{id: alice, token: alice-token}}\n  \
+         - {{id: translator, a2a: \"{}\", a2a_timeout_s: 1}}\n",
+        fake.url
+    );
+    let identity =
+        Identity::from_yaml(&yaml, "a2a timeout fixture").unwrap_or_else(|error| panic!("{error}"));
+    let server = Server::with(identity, Vec::new()).await;
+    let (id, _) = start(
+        &server,
+        "fipa-request",
+        &["translator"],
+        "request",
+        &json!({"action": "slow"}),
+    )
+    .await;
+    let given_up = r#"colloquy_a2a_calls_total{method="message/send",result="failed"} 1"#;
+    let metrics = tokio::time::timeout(STEP, async {
+        loop {
+            let response = bounded(server.anonymous(Method::GET, "/metrics").send())
+                .await
+                .expect("metrics");
+            let text = bounded(response.text()).await.expect("metrics text");
+            if text.contains(given_up) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the send is given up");
+    assert!(!metrics.contains(r#"result="retried""#), "{metrics}");
+    // The agent's late answer changes nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        fake.requests("message/send").len(),
+        1,
+        "{:#}",
+        Value::from(fake.all())
+    );
+    let (status, view) =
+        call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(performatives(&view), ["request"], "{view:#}");
+}
