@@ -276,25 +276,18 @@ pub fn content_of(parts: Vec<&Part>) -> Value {
     if !text.is_empty() {
         content.insert("text".to_owned(), Value::String(text));
     }
-    let data: Vec<Value> = parts
-        .iter()
-        .filter_map(|part| match part {
-            Part::Data { data } => Some(data.clone()),
-            _ => None,
-        })
-        .collect();
-    if !data.is_empty() {
-        content.insert("data".to_owned(), Value::Array(data));
+    let (mut data, mut files) = (Vec::new(), Vec::new());
+    for part in &parts {
+        match part {
+            Part::Data { data: value } => data.push(value.clone()),
+            Part::File { file } => files.push(file.clone()),
+            Part::Text { .. } => {}
+        }
     }
-    let files: Vec<Value> = parts
-        .iter()
-        .filter_map(|part| match part {
-            Part::File { file } => Some(file.clone()),
-            _ => None,
-        })
-        .collect();
-    if !files.is_empty() {
-        content.insert("files".to_owned(), Value::Array(files));
+    for (key, values) in [("data", data), ("files", files)] {
+        if !values.is_empty() {
+            content.insert(key.to_owned(), Value::Array(values));
+        }
     }
     Value::Object(content)
 }
@@ -375,23 +368,15 @@ pub struct Peer {
 /// the id of the agent's task when it is still running, for [`follow_task`]. Failures are
 /// logged; nothing is recorded for them.
 pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<String> {
-    let Peer {
-        agent,
-        endpoint,
-        engine,
-        metrics,
-        client,
-    } = peer;
-    let request = message_send(item);
-    let answer = match call(client, metrics, endpoint, &request, agent).await {
+    let answer = match call(peer, &message_send(item)).await {
         Ok(answer) => answer,
         Err(error) => {
-            tracing::warn!(%agent, %error, conversation = %item.conversation_id, message = %item.message.id,
-                "no answer from the A2A agent; none is recorded");
+            tracing::warn!(agent = %peer.agent, %error, conversation = %item.conversation_id,
+                message = %item.message.id, "no answer from the A2A agent; none is recorded");
             return None;
         }
     };
-    answer_in_conversation(engine, agent, item, &answer).await;
+    answer_in_conversation(peer, item, &answer).await;
     match answer.said() {
         Said::Task(task) if answer.verdict() == Verdict::Working => Some(task.id.clone()),
         _ => None,
@@ -401,18 +386,16 @@ pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<String> {
 /// Polls a running task until it ends and answers with its end; stops early when the
 /// conversation leaves the agent nothing to say.
 pub async fn follow_task(peer: Peer, item: InboxItem, task: String) {
-    let Peer {
-        agent,
-        endpoint,
-        engine,
-        metrics,
-        client,
-    } = peer;
+    let agent = &peer.agent;
     let mut wait = POLL_FIRST_WAIT;
     for poll in 1..=MAX_POLLS {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(POLL_MAX_WAIT);
-        match engine.replies_open_to(&item.conversation_id, &agent).await {
+        match peer
+            .engine
+            .replies_open_to(&item.conversation_id, agent)
+            .await
+        {
             Ok(open) if open.is_empty() => return,
             Ok(_) => {}
             Err(error) => {
@@ -425,7 +408,7 @@ pub async fn follow_task(peer: Peer, item: InboxItem, task: String) {
             "tasks/get",
             TaskQueryParams { id: task.clone() },
         );
-        let answer = match call(&client, &metrics, &endpoint, &request, &agent).await {
+        let answer = match call(&peer, &request).await {
             Ok(answer) => answer,
             Err(error) => {
                 tracing::warn!(%agent, %error, task, "no answer from the A2A agent about its task; asking again later");
@@ -433,7 +416,7 @@ pub async fn follow_task(peer: Peer, item: InboxItem, task: String) {
             }
         };
         if answer.verdict() != Verdict::Working {
-            answer_in_conversation(&engine, &agent, &item, &answer).await;
+            answer_in_conversation(&peer, &item, &answer).await;
             return;
         }
     }
@@ -441,7 +424,8 @@ pub async fn follow_task(peer: Peer, item: InboxItem, task: String) {
 }
 
 /// Sends the reply `answer` makes, if the agent's thread may send one that fits.
-async fn answer_in_conversation(engine: &Engine, agent: &str, item: &InboxItem, answer: &Answer) {
+async fn answer_in_conversation(peer: &Peer, item: &InboxItem, answer: &Answer) {
+    let (engine, agent) = (&peer.engine, &*peer.agent);
     let conversation = &*item.conversation_id;
     let open = match engine.replies_open_to(conversation, agent).await {
         Ok(open) => open,
@@ -500,13 +484,14 @@ fn failed(error: reqwest::Error, endpoint: &Endpoint) -> CallError {
 }
 
 /// One JSON-RPC call with retries: the answer, or why there was none.
-async fn call<P: serde::Serialize>(
-    client: &reqwest::Client,
-    metrics: &Metrics,
-    endpoint: &Endpoint,
-    request: &Request<P>,
-    agent: &str,
-) -> Result<Answer, CallError> {
+async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<Answer, CallError> {
+    let Peer {
+        agent,
+        endpoint,
+        metrics,
+        client,
+        ..
+    } = peer;
     // The two methods the bridge calls, as metric labels.
     let method = if request.method == "tasks/get" {
         "tasks/get"

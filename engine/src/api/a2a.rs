@@ -184,27 +184,27 @@ pub async fn rpc(
     }
     let id = request.id;
     let caller = caller.agent()?.clone();
-    let result = match request.method.as_str() {
-        "message/send" => match params::<MessageSendParams>(request.params) {
-            Ok(params) => send(&state, &caller, &agent, params).await,
-            Err(error) => Err(error),
-        },
-        "tasks/get" => match params::<TaskIdParams>(request.params) {
-            Ok(params) => read_task(&state, &caller, &params.id).await,
-            Err(error) => Err(error),
-        },
-        "tasks/cancel" => match params::<TaskIdParams>(request.params) {
-            Ok(params) => cancel(&state, &caller, &params.id).await,
-            Err(error) => Err(error),
-        },
-        other => Err(rpc_error(
-            code::METHOD_NOT_FOUND,
-            format!(
-                "no method `{other}` here; this endpoint takes message/send, tasks/get and \
-                 tasks/cancel"
-            ),
-        )),
-    };
+    let result = async {
+        match request.method.as_str() {
+            "message/send" => send(&state, &caller, &agent, params(request.params)?).await,
+            "tasks/get" => {
+                let task: TaskIdParams = params(request.params)?;
+                read_task(&state, &caller, &task.id).await
+            }
+            "tasks/cancel" => {
+                let task: TaskIdParams = params(request.params)?;
+                cancel(&state, &caller, &task.id).await
+            }
+            other => Err(rpc_error(
+                code::METHOD_NOT_FOUND,
+                format!(
+                    "no method `{other}` here; this endpoint takes message/send, tasks/get \
+                     and tasks/cancel"
+                ),
+            )),
+        }
+    }
+    .await;
     Ok(answer(id, result.map(|task| json!(task))))
 }
 
@@ -419,13 +419,18 @@ async fn cancel(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcErr
         .await;
     match sent {
         Ok(_) => read_task(state, caller, id).await,
-        Err(error) if matches!(error.kind(), ErrorKind::NotFound | ErrorKind::Forbidden) => {
-            Err(engine_error(error))
+        Err(error) => {
+            let refused = engine_error(error);
+            // The cancel itself is well formed: a refusal means the protocol allows none now.
+            Err(if refused.code == code::INVALID_PARAMS {
+                RpcError {
+                    code: code::TASK_NOT_CANCELABLE,
+                    ..refused
+                }
+            } else {
+                refused
+            })
         }
-        Err(error) if matches!(error.kind(), ErrorKind::Unavailable | ErrorKind::Internal) => {
-            Err(engine_error(error))
-        }
-        Err(error) => Err(rpc_error(code::TASK_NOT_CANCELABLE, error.to_string())),
     }
 }
 

@@ -5,6 +5,7 @@
 //! records every request and answers from a per-test script.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -257,6 +258,12 @@ async fn until(
     })
 }
 
+/// Alice asks translator (behind the bridge) for `content` in a fipa-request: the
+/// conversation's id and the request's id.
+async fn ask_translator(server: &Server, content: Value) -> (String, String) {
+    start(server, "fipa-request", &["translator"], "request", &content).await
+}
+
 /// Alice asks translator (behind the bridge) for `content` in a fipa-request and waits for
 /// the conversation to end: its id, the request's id and the ended conversation.
 async fn request_until_ended(
@@ -264,8 +271,7 @@ async fn request_until_ended(
     fake: &FakeAgent,
     content: Value,
 ) -> (String, String, Value) {
-    let (id, request_id) =
-        start(server, "fipa-request", &["translator"], "request", &content).await;
+    let (id, request_id) = ask_translator(server, content).await;
     let view = until(server, fake, &id, "completed conversation", completed_view).await;
     (id, request_id, view)
 }
@@ -584,14 +590,7 @@ async fn a_performative_the_agent_names_is_taken_at_its_word() {
     })
     .await;
     let server = server_for(&fake).await;
-    let (id, request_id) = start(
-        &server,
-        "fipa-request",
-        &["translator"],
-        "request",
-        &json!({"action": "print"}),
-    )
-    .await;
+    let (id, request_id) = ask_translator(&server, json!({"action": "print"})).await;
     let view = until(
         &server,
         &fake,
@@ -628,22 +627,10 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
     })
     .await;
     let server = server_for(&fake).await;
-    let (garbled, _) = start(
-        &server,
-        "fipa-request",
-        &["translator"],
-        "request",
-        &json!({"action": "translate", "text": "first"}),
-    )
-    .await;
-    let (answered, _) = start(
-        &server,
-        "fipa-request",
-        &["translator"],
-        "request",
-        &json!({"action": "translate", "text": "second"}),
-    )
-    .await;
+    let (garbled, _) =
+        ask_translator(&server, json!({"action": "translate", "text": "first"})).await;
+    let (answered, _) =
+        ask_translator(&server, json!({"action": "translate", "text": "second"})).await;
     let view = until(
         &server,
         &fake,
@@ -685,7 +672,7 @@ fn text_of(request: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_answer_does_not_hold_up_other_conversations() {
     let second_arrived = Arc::new(tokio::sync::Notify::new());
-    let overlapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let overlapped = Arc::new(AtomicBool::new(false));
     let gate: Arc<Gate> = {
         let (second_arrived, overlapped) = (second_arrived.clone(), overlapped.clone());
         Arc::new(move |request: Value| {
@@ -696,7 +683,7 @@ async fn a_slow_answer_does_not_hold_up_other_conversations() {
                         let waited =
                             tokio::time::timeout(Duration::from_secs(5), second_arrived.notified())
                                 .await;
-                        overlapped.store(waited.is_ok(), std::sync::atomic::Ordering::SeqCst);
+                        overlapped.store(waited.is_ok(), Ordering::SeqCst);
                     }
                     // `notify_one` keeps the permit if the first is not waiting yet.
                     _ => second_arrived.notify_one(),
@@ -715,28 +702,15 @@ async fn a_slow_answer_does_not_hold_up_other_conversations() {
     )
     .await;
     let server = server_for(&fake).await;
-    let (first, _) = start(
-        &server,
-        "fipa-request",
-        &["translator"],
-        "request",
-        &json!({"action": "translate", "text": "first"}),
-    )
-    .await;
-    let (second, _) = start(
-        &server,
-        "fipa-request",
-        &["translator"],
-        "request",
-        &json!({"action": "translate", "text": "second"}),
-    )
-    .await;
+    let (first, _) = ask_translator(&server, json!({"action": "translate", "text": "first"})).await;
+    let (second, _) =
+        ask_translator(&server, json!({"action": "translate", "text": "second"})).await;
     for id in [&first, &second] {
         let view = until(&server, &fake, id, "completed conversation", completed_view).await;
         assert_eq!(view["outcome"], "success", "{view:#}");
     }
     assert!(
-        overlapped.load(std::sync::atomic::Ordering::SeqCst),
+        overlapped.load(Ordering::SeqCst),
         "the second message went out only after the first was answered: {:#}",
         Value::from(fake.all())
     );
@@ -747,9 +721,9 @@ async fn a_slow_answer_does_not_hold_up_other_conversations() {
 /// request's call was open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_conversations_messages_go_out_one_after_another() {
-    let holding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holding = Arc::new(AtomicBool::new(false));
     let release = Arc::new(tokio::sync::Notify::new());
-    let overtaken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let overtaken = Arc::new(AtomicBool::new(false));
     let gate: Arc<Gate> = {
         let (holding, release, overtaken) = (holding.clone(), release.clone(), overtaken.clone());
         Arc::new(move |request: Value| {
@@ -759,12 +733,12 @@ async fn one_conversations_messages_go_out_one_after_another() {
                 let performative =
                     &request["params"]["message"]["metadata"]["colloquy"]["performative"];
                 if performative == "request" {
-                    holding.store(true, std::sync::atomic::Ordering::SeqCst);
+                    holding.store(true, Ordering::SeqCst);
                     // Held until the test has sent the cancel and given it time to overtake.
                     let _ = tokio::time::timeout(STEP, release.notified()).await;
-                    holding.store(false, std::sync::atomic::Ordering::SeqCst);
-                } else if holding.load(std::sync::atomic::Ordering::SeqCst) {
-                    overtaken.store(true, std::sync::atomic::Ordering::SeqCst);
+                    holding.store(false, Ordering::SeqCst);
+                } else if holding.load(Ordering::SeqCst) {
+                    overtaken.store(true, Ordering::SeqCst);
                 }
             })
         })
@@ -775,14 +749,7 @@ async fn one_conversations_messages_go_out_one_after_another() {
     )
     .await;
     let server = server_for(&fake).await;
-    let (id, _) = start(
-        &server,
-        "fipa-request",
-        &["translator"],
-        "request",
-        &json!({"action": "print"}),
-    )
-    .await;
+    let (id, _) = ask_translator(&server, json!({"action": "print"})).await;
     tokio::time::timeout(STEP, async {
         while fake.requests("message/send").is_empty() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -812,7 +779,7 @@ async fn one_conversations_messages_go_out_one_after_another() {
     .await
     .expect("the cancel reaches the agent too");
     assert!(
-        !overtaken.load(std::sync::atomic::Ordering::SeqCst),
+        !overtaken.load(Ordering::SeqCst),
         "the cancel went out while the request was unanswered: {:#}",
         Value::from(fake.all())
     );
@@ -847,14 +814,7 @@ async fn a_send_that_times_out_is_not_sent_twice() {
     let identity =
         Identity::from_yaml(&yaml, "a2a timeout fixture").unwrap_or_else(|error| panic!("{error}"));
     let server = Server::with(identity, Vec::new()).await;
-    let (id, _) = start(
-        &server,
-        "fipa-request",
-        &["translator"],
-        "request",
-        &json!({"action": "slow"}),
-    )
-    .await;
+    let (id, _) = ask_translator(&server, json!({"action": "slow"})).await;
     let given_up = r#"colloquy_a2a_calls_total{method="message/send",result="failed"} 1"#;
     let metrics = tokio::time::timeout(STEP, async {
         loop {
