@@ -128,6 +128,13 @@ impl Plan {
             self.passes = 0;
         }
         self.frames = frames;
+        // Past the force size the writer copies whatever it can even while a background pass
+        // runs: a pass can take long (its sync waits for a slow or busy disk), and the WAL
+        // must not grow without bound meanwhile. If the pass holds SQLite's checkpoint lock,
+        // the writer's checkpoint gets nothing done and the next commit tries again.
+        if frames >= self.limits.force {
+            return Step::Finish;
+        }
         if frames < self.limits.background || checkpointer.running {
             return Step::Nothing;
         }
@@ -135,8 +142,7 @@ impl Plan {
             Some((generation, copied)) if generation == self.generation => copied,
             _ => 0,
         };
-        if frames >= self.limits.force
-            || frames.saturating_sub(copied) <= self.limits.finish
+        if frames.saturating_sub(copied) <= self.limits.finish
             || self.passes >= self.limits.passes
         {
             return Step::Finish;
@@ -327,6 +333,19 @@ mod tests {
     fn past_the_force_size_the_writer_checkpoints() {
         let mut plan = Plan::new(LIMITS);
         assert_eq!(plan.step(1_000, &idle(None)), Step::Finish);
+    }
+
+    #[test]
+    fn past_the_force_size_the_writer_checkpoints_even_while_a_pass_runs() {
+        let mut plan = Plan::new(LIMITS);
+        assert_eq!(plan.step(100, &idle(None)), Step::Background(0));
+        let running = Shared {
+            running: true,
+            last: None,
+        };
+        assert_eq!(plan.step(999, &running), Step::Nothing);
+        assert_eq!(plan.step(1_000, &running), Step::Finish);
+        assert_eq!(plan.step(1_200, &running), Step::Finish);
     }
 
     #[test]
