@@ -20,7 +20,12 @@
 //! failed one a `failure`; an error or a task that wants input a `not-understood`. An agent
 //! that knows Colloquy can name the performative itself (`metadata.colloquy.performative`).
 //! A task still running when `message/send` returns gets an `agree` where the thread may
-//! agree, and is then polled with `tasks/get` until it ends.
+//! agree, and is then polled with `tasks/get` until it ends. Running tasks are recorded in
+//! the store ([`RemoteTask`]): an engine restarted on it, or the node that takes over the
+//! agent's delivery, goes on following them. A `cancel` from the initiator while the agent
+//! runs a task in the conversation becomes A2A's `tasks/cancel` for that task, not a new
+//! `message/send`: a `canceled` task confirms the cancel (`inform`), a refusal is a
+//! `failure` with the agent's reason.
 //!
 //! Delivery is at least once: a restart goes on from the cursor, and the replies' ids are
 //! derived from the bridged message's, so a repeated answer is a duplicate, not a second
@@ -41,6 +46,7 @@ use serde_json::{Map, Value, json};
 use crate::delivery::{WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_BACKOFF, WEBHOOK_MAX_BACKOFF};
 use crate::engine::{Engine, MAX_ID_LEN};
 use crate::metrics::{A2aCallResult, Metrics};
+use crate::store::RemoteTask;
 
 mod lanes;
 pub use lanes::{Lanes, MAX_IN_FLIGHT};
@@ -365,9 +371,14 @@ pub struct Peer {
 }
 
 /// Bridges one inbox item: sends it and records the answer as the agent's reply. Returns
-/// the id of the agent's task when it is still running, for [`follow_task`]. Failures are
+/// the agent's task when it is still running, for [`follow_task`]; it is recorded in the
+/// store before the reply, so a restart goes on following it. A `cancel` in a conversation
+/// where the agent runs a task becomes `tasks/cancel` ([`cancel_tasks`]). Failures are
 /// logged; nothing is recorded for them.
-pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<String> {
+pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<RemoteTask> {
+    if item.message.performative.name() == "cancel" && cancel_tasks(peer, item).await {
+        return None;
+    }
     let answer = match call(peer, &message_send(item)).await {
         Ok(answer) => answer,
         Err(error) => {
@@ -376,57 +387,188 @@ pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<String> {
             return None;
         }
     };
-    answer_in_conversation(peer, item, &answer).await;
-    match answer.said() {
-        Said::Task(task) if answer.verdict() == Verdict::Working => Some(task.id.clone()),
+    let running = match answer.said() {
+        Said::Task(task) if answer.verdict() == Verdict::Working => Some(RemoteTask {
+            conversation_id: item.conversation_id.clone(),
+            message_id: item.message.id.clone(),
+            task_id: task.id.clone(),
+            cancel: None,
+        }),
         _ => None,
+    };
+    if let Some(task) = &running {
+        keep(peer, task).await;
     }
+    answer_in_conversation(peer, &item.conversation_id, &item.message.id, |open| {
+        reply_to(&answer, open)
+    })
+    .await;
+    running
 }
 
-/// Polls a running task until it ends and answers with its end; stops early when the
-/// conversation leaves the agent nothing to say.
-pub async fn follow_task(peer: Peer, item: InboxItem, task: String) {
+/// Asks the agent to cancel the tasks it runs in the conversation of `cancel` (the
+/// initiator's `cancel`), and answers that message as the agent: `inform` when a task is
+/// canceled, `failure` with why when the agent will not; a task still winding down is
+/// answered by its follower when it ends. False when the agent runs no task there: then the
+/// cancel goes out as any message.
+async fn cancel_tasks(peer: &Peer, cancel: &InboxItem) -> bool {
     let agent = &peer.agent;
-    let mut wait = POLL_FIRST_WAIT;
-    for poll in 1..=MAX_POLLS {
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(POLL_MAX_WAIT);
-        match peer
-            .engine
-            .replies_open_to(&item.conversation_id, agent)
-            .await
-        {
-            Ok(open) if open.is_empty() => return,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::debug!(%agent, %error, conversation = %item.conversation_id, "stops following an A2A task");
-                return;
-            }
+    let running: Vec<RemoteTask> = match peer.engine.store.remote_tasks(agent).await {
+        Ok(tasks) => tasks
+            .into_iter()
+            .filter(|task| task.conversation_id == cancel.conversation_id)
+            .collect(),
+        Err(error) => {
+            tracing::warn!(%agent, %error, "cannot read the A2A agent's running tasks");
+            return false;
         }
+    };
+    for task in &running {
         let request = Request::new(
-            format!("{}/{}/{poll}", item.conversation_id, item.message.id),
-            "tasks/get",
-            TaskQueryParams { id: task.clone() },
+            format!("{}/{}/cancel", cancel.conversation_id, cancel.message.id),
+            "tasks/cancel",
+            TaskQueryParams {
+                id: task.task_id.clone(),
+            },
         );
-        let answer = match call(&peer, &request).await {
+        let answer = match call(peer, &request).await {
             Ok(answer) => answer,
             Err(error) => {
-                tracing::warn!(%agent, %error, task, "no answer from the A2A agent about its task; asking again later");
+                tracing::warn!(%agent, %error, task = task.task_id, "no answer from the A2A agent to a cancel; none is recorded");
                 continue;
             }
         };
-        if answer.verdict() != Verdict::Working {
-            answer_in_conversation(&peer, &item, &answer).await;
-            return;
+        if answer.verdict() == Verdict::Working {
+            // Winding down: its follower answers the cancel when the task ends.
+            let cancelling = RemoteTask {
+                cancel: Some(cancel.message.id.clone()),
+                ..task.clone()
+            };
+            keep(peer, &cancelling).await;
+            continue;
         }
+        answer_in_conversation(peer, &cancel.conversation_id, &cancel.message.id, |open| {
+            cancel_reply(&answer, open)
+        })
+        .await;
     }
-    tracing::warn!(%agent, task, conversation = %item.conversation_id, "A2A task still running after {MAX_POLLS} polls; no longer followed");
+    !running.is_empty()
 }
 
-/// Sends the reply `answer` makes, if the agent's thread may send one that fits.
-async fn answer_in_conversation(peer: &Peer, item: &InboxItem, answer: &Answer) {
+/// The reply to a cancel the agent was asked to carry out, once its task has ended (or
+/// the agent refused): `inform` when the task is `canceled`, `failure` with why otherwise (an
+/// error, or a task that ended another way first). `None` when the thread may send neither.
+pub fn cancel_reply(answer: &Answer, open: &[Arc<str>]) -> Option<Reply> {
+    let canceled = matches!(answer.said(), Said::Task(task) if task.status.state == "canceled");
+    let (performative, content) = if canceled {
+        ("inform", json!({}))
+    } else {
+        let why = match answer.said() {
+            Said::Task(task) => format!("the A2A task had already ended `{}`", task.status.state),
+            _ => answer.reason(),
+        };
+        (
+            "failure",
+            json!({ "reason": format!("the A2A agent did not cancel its task: {why}") }),
+        )
+    };
+    open.iter()
+        .any(|open| &**open == performative)
+        .then(|| Reply {
+            performative: performative.to_owned(),
+            content,
+        })
+}
+
+/// Polls a running task until it ends and answers with its end; stops early when the
+/// conversation leaves the agent nothing to say. Either way the task is then forgotten
+/// (its record in the store goes). A task the agent was asked to cancel answers the cancel
+/// first. Returns the task, so its runner knows it is no longer followed.
+pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
+    let agent = &peer.agent;
+    let conversation = &*task.conversation_id;
+    let mut wait = POLL_FIRST_WAIT;
+    let mut polls = 1..=MAX_POLLS;
+    let ended = loop {
+        let Some(poll) = polls.next() else {
+            tracing::warn!(%agent, task = task.task_id, conversation, "A2A task still running after {MAX_POLLS} polls; no longer followed");
+            break None;
+        };
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(POLL_MAX_WAIT);
+        match peer.engine.replies_open_to(conversation, agent).await {
+            Ok(open) if open.is_empty() => break None,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(%agent, %error, conversation, "stops following an A2A task");
+                break None;
+            }
+        }
+        let request = Request::new(
+            format!("{conversation}/{}/{poll}", task.message_id),
+            "tasks/get",
+            TaskQueryParams {
+                id: task.task_id.clone(),
+            },
+        );
+        match call(&peer, &request).await {
+            Ok(answer) if answer.verdict() == Verdict::Working => {}
+            Ok(answer) => break Some(answer),
+            Err(error) => {
+                tracing::warn!(%agent, %error, task = task.task_id, "no answer from the A2A agent about its task; asking again later");
+            }
+        }
+    };
+    if let Some(answer) = ended {
+        // The record, not `task`: a cancel may have come since the follower started.
+        let cancel = recorded(&peer, &task).await.and_then(|task| task.cancel);
+        if let Some(cancel) = &cancel {
+            answer_in_conversation(&peer, conversation, cancel, |open| {
+                cancel_reply(&answer, open)
+            })
+            .await;
+        }
+        answer_in_conversation(&peer, conversation, &task.message_id, |open| {
+            reply_to(&answer, open)
+        })
+        .await;
+    }
+    if let Err(error) = peer
+        .engine
+        .store
+        .forget_remote_task(agent, conversation, &task.message_id)
+        .await
+    {
+        tracing::warn!(%agent, %error, task = task.task_id, "cannot forget an A2A task that ended");
+    }
+    task
+}
+
+/// Records `task` as running, so a restart goes on following it. Not fatal when the
+/// store cannot: this process follows it all the same.
+async fn keep(peer: &Peer, task: &RemoteTask) {
+    if let Err(error) = peer.engine.store.keep_remote_task(&peer.agent, task).await {
+        tracing::warn!(agent = %peer.agent, %error, task = task.task_id, "cannot record a running A2A task; a restart will not follow it");
+    }
+}
+
+/// The store's record of `task` now.
+async fn recorded(peer: &Peer, task: &RemoteTask) -> Option<RemoteTask> {
+    let tasks = peer.engine.store.remote_tasks(&peer.agent).await.ok()?;
+    tasks.into_iter().find(|kept| {
+        kept.conversation_id == task.conversation_id && kept.message_id == task.message_id
+    })
+}
+
+/// Sends the reply `choose` picks from what the agent's thread may send now, in reply to
+/// message `replied`; nothing when it picks none.
+async fn answer_in_conversation(
+    peer: &Peer,
+    conversation: &str,
+    replied: &str,
+    choose: impl FnOnce(&[Arc<str>]) -> Option<Reply>,
+) {
     let (engine, agent) = (&peer.engine, &*peer.agent);
-    let conversation = &*item.conversation_id;
     let open = match engine.replies_open_to(conversation, agent).await {
         Ok(open) => open,
         Err(error) => {
@@ -434,13 +576,13 @@ async fn answer_in_conversation(peer: &Peer, item: &InboxItem, answer: &Answer) 
             return;
         }
     };
-    let Some(reply) = reply_to(answer, &open) else {
-        tracing::debug!(%agent, conversation, verdict = ?answer.verdict(), "nothing for the A2A agent's answer to say here");
+    let Some(reply) = choose(&open) else {
+        tracing::debug!(%agent, conversation, "nothing for the A2A agent's answer to say here");
         return;
     };
-    let message_id = format!("a2a:{}:{}", item.message.id, reply.performative);
+    let message_id = format!("a2a:{replied}:{}", reply.performative);
     let mut message = SendMessage::new(&reply.performative, reply.content);
-    message.in_reply_to = Some(item.message.id.to_string());
+    message.in_reply_to = Some(replied.to_owned());
     message.message_id = (message_id.len() <= MAX_ID_LEN).then_some(message_id);
     if let Err(error) = engine.send(conversation, agent, message).await {
         tracing::warn!(%agent, %error, conversation, performative = reply.performative, "the A2A agent's answer was not accepted");
@@ -492,11 +634,11 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
         client,
         ..
     } = peer;
-    // The two methods the bridge calls, as metric labels.
-    let method = if request.method == "tasks/get" {
-        "tasks/get"
-    } else {
-        "message/send"
+    // The methods the bridge calls, as metric labels.
+    let method = match request.method.as_str() {
+        "tasks/get" => "tasks/get",
+        "tasks/cancel" => "tasks/cancel",
+        _ => "message/send",
     };
     let mut backoff = WEBHOOK_FIRST_BACKOFF;
     let mut last = String::new();
@@ -510,8 +652,8 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
                 tracing::debug!(%agent, attempt, %error, method, "A2A call failed");
                 last = error;
             }
-            // Asking about a task again is harmless.
-            Err(CallError::TimedOut(error)) if method == "tasks/get" => {
+            // Asking about a task again, or asking again to cancel it, is harmless.
+            Err(CallError::TimedOut(error)) if method != "message/send" => {
                 tracing::debug!(%agent, attempt, %error, method, "A2A call timed out");
                 last = error;
             }
@@ -777,5 +919,40 @@ mod tests {
             message_send(&text).params.message.parts,
             [text_part("hello")]
         );
+    }
+
+    /// A canceled task confirms the cancel; an error, or a task that ended another way
+    /// first, is a failure saying why; nothing fits a thread that may send neither.
+    #[test]
+    fn a_cancel_is_confirmed_by_a_canceled_task_and_refused_otherwise() {
+        let cancelling = open(&["inform", "failure", "not-understood"]);
+        assert_eq!(
+            cancel_reply(&task("canceled", None, vec![]), &cancelling),
+            Some(Reply {
+                performative: "inform".to_owned(),
+                content: json!({})
+            })
+        );
+        let refused = Answer::Error(RpcError {
+            code: -32002,
+            message: "Task cannot be canceled".to_owned(),
+            data: None,
+        });
+        assert_eq!(
+            cancel_reply(&refused, &cancelling),
+            Some(Reply {
+                performative: "failure".to_owned(),
+                content: json!({"reason": "the A2A agent did not cancel its task: Task cannot be canceled"})
+            })
+        );
+        let finished = task("completed", None, vec![data_part(json!({"done": true}))]);
+        assert_eq!(
+            cancel_reply(&finished, &cancelling),
+            Some(Reply {
+                performative: "failure".to_owned(),
+                content: json!({"reason": "the A2A agent did not cancel its task: the A2A task had already ended `completed`"})
+            })
+        );
+        assert_eq!(cancel_reply(&task("canceled", None, vec![]), &[]), None);
     }
 }

@@ -184,6 +184,12 @@ async fn worker(
             cursor = None;
             continue;
         }
+        if cursor.is_none()
+            && let Pusher::A2a(lanes) = &mut pusher
+        {
+            // Taking up the agent: the tasks it runs, recorded by an earlier run or node.
+            lanes.resume().await;
+        }
         let mut after = match cursor {
             Some(after) => after,
             None => match engine.store.webhook_cursor(&agent).await {

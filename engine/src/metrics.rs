@@ -22,7 +22,7 @@ use dashmap::DashMap;
 use smallvec::SmallVec;
 
 use crate::keyed::Hasher;
-use crate::store::{Commit, ConversationStore, InboxEntry, StoreError};
+use crate::store::{Commit, ConversationStore, InboxEntry, RemoteTask, StoreError};
 
 type Counter<K> = DashMap<K, AtomicU64, Hasher>;
 
@@ -408,6 +408,25 @@ impl ConversationStore for MeteredStore {
 
     async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError> {
         self.inner.advance_webhook_cursor(agent, seq).await
+    }
+
+    async fn remote_tasks(&self, agent: &str) -> Result<Vec<RemoteTask>, StoreError> {
+        self.inner.remote_tasks(agent).await
+    }
+
+    async fn keep_remote_task(&self, agent: &str, task: &RemoteTask) -> Result<(), StoreError> {
+        self.inner.keep_remote_task(agent, task).await
+    }
+
+    async fn forget_remote_task(
+        &self,
+        agent: &str,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .forget_remote_task(agent, conversation_id, message_id)
+            .await
     }
 
     async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {

@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use colloquy_engine::store::{ConversationStore, RedisStore, SqliteStore};
@@ -823,6 +823,116 @@ async fn a_restarted_server_pushes_webhooks_from_where_it_got() {
                 "after.request"
             ],
             "each message pushed once, in order, across the restart"
+        );
+        drop(second);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("within the test timeout");
+}
+
+/// A fake remote A2A agent on 127.0.0.1 (JSON-RPC at `/`): `message/send` starts task
+/// `t-1`, which works until `finished` is set and then completes with a translation.
+/// Records every method called. Returns its URL.
+async fn a2a_agent(finished: Arc<AtomicBool>, calls: Arc<Mutex<Vec<String>>>) -> String {
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(
+            move |axum::Json(call): axum::Json<serde_json::Value>| async move {
+                let method = call["method"].as_str().unwrap_or_default().to_owned();
+                calls.lock().expect("lock").push(method.clone());
+                let state = if method == "tasks/get" && finished.load(Ordering::SeqCst) {
+                    "completed"
+                } else {
+                    "working"
+                };
+                axum::Json(json!({"jsonrpc": "2.0", "id": call["id"], "result": {
+                    "kind": "task", "id": "t-1", "contextId": "ctx",
+                    "status": {"state": state},
+                    "artifacts": [{"artifactId": "a", "parts": [
+                        {"kind": "data", "data": {"translated": "hallo"}}
+                    ]}]
+                }}))
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A task a remote A2A agent still runs when the engine is killed is followed again after a
+/// restart on the same SQLite file: the bridge recorded it in the store, the restarted
+/// engine asks about it, and its result completes the conversation. The request is not sent
+/// to the agent a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_goes_on_following_a_running_a2a_task() {
+    timeout(TEST_TIMEOUT, async {
+        let finished = Arc::new(AtomicBool::new(false));
+        let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+        let translator = a2a_agent(finished.clone(), calls.clone()).await;
+        let dir = scratch_dir("a2a-restart");
+        let templates = templates(&dir);
+        let agents = dir.join("agents.yaml");
+        std::fs::write(
+            &agents,
+            format!(
+                "agents:\n  - {{id: alice, token: alice-secret}}\n  \
+                 - {{id: translator, a2a: \"{translator}\"}}\n"
+            ),
+        )
+        .expect("agents file");
+        let agents_arg = ["--agents", agents.to_str().expect("a UTF-8 path")];
+        let db = dir.join("data/colloquy.db");
+        let store = format!("sqlite:{}", db.display());
+
+        let first = Server::start_with(&dir, &templates, &store, "first", &agents_arg);
+        let alice = Client::new(&first.url, "alice", Some("alice-secret")).expect("client");
+        alice
+            .start(&request("trip", "translator", None))
+            .await
+            .expect("start");
+        // The agree is sent after the task is recorded.
+        eventually("translator's agree", || async {
+            let view = alice.conversation("trip").await.ok()?;
+            view.messages
+                .iter()
+                .any(|m| m.performative.name() == "agree")
+                .then_some(())
+        })
+        .await;
+        first.kill();
+        finished.store(true, Ordering::SeqCst);
+
+        let second = Server::start_with(&dir, &templates, &store, "second", &agents_arg);
+        let alice = Client::new(&second.url, "alice", Some("alice-secret")).expect("client");
+        let view = eventually(
+            "the conversation completed by the task's result",
+            || async {
+                let view = alice.conversation("trip").await.ok()?;
+                (view.status == ConversationStatus::Completed).then_some(view)
+            },
+        )
+        .await;
+        let performatives: Vec<&str> = view
+            .messages
+            .iter()
+            .map(|m| m.performative.name())
+            .collect();
+        assert_eq!(performatives, ["request", "agree", "inform"], "{view:?}");
+        assert_eq!(
+            view.messages[2].content.value(),
+            json!({"translated": "hallo"}),
+            "{view:?}"
+        );
+        let calls = calls.lock().expect("lock").clone();
+        assert_eq!(
+            calls.iter().filter(|m| *m == "message/send").count(),
+            1,
+            "the request is sent once: {calls:?}"
         );
         drop(second);
         let _ = std::fs::remove_dir_all(&dir);

@@ -7,7 +7,8 @@
 //! agent's inbox is handled moves only over messages that are all done, so a restart sends
 //! again at most the messages that were under way. Tasks still running after `message/send`
 //! are followed apart ([`super::follow_task`]), without holding a lane or their
-//! conversation's next message.
+//! conversation's next message; those recorded in the store by an earlier run are followed
+//! again when the worker takes up the agent ([`Lanes::resume`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::{self, JoinSet};
 
 use super::{Peer, bridge, follow_task};
+use crate::store::RemoteTask;
 
 /// Most messages of one agent under way at once.
 pub const MAX_IN_FLIGHT: usize = 16;
@@ -26,11 +28,13 @@ pub struct Lanes {
     peer: Peer,
     /// Each message's call and answer; yields the message's `seq` and, when the agent's
     /// task still runs, what to follow.
-    running: JoinSet<(u64, Option<(InboxItem, String)>)>,
+    running: JoinSet<(u64, Option<RemoteTask>)>,
     /// The `seq` of each running task, for one that panicked.
     seq_of: HashMap<task::Id, u64>,
-    /// Tasks still running at the agent, each followed until it ends.
-    followers: JoinSet<()>,
+    /// Tasks still running at the agent, each followed until it ends; yields the task.
+    followers: JoinSet<RemoteTask>,
+    /// The conversation and message of each task followed, so none is followed twice.
+    following: HashSet<(Arc<str>, Arc<str>)>,
     /// Messages started and not yet counted as handled, in inbox order.
     started: VecDeque<u64>,
     /// Of those, the ones that are done.
@@ -47,6 +51,7 @@ impl Lanes {
             running: JoinSet::new(),
             seq_of: HashMap::new(),
             followers: JoinSet::new(),
+            following: HashSet::new(),
             started: VecDeque::new(),
             done: HashSet::new(),
             last: HashMap::new(),
@@ -75,9 +80,9 @@ impl Lanes {
                 // An error means the earlier message's task is gone: nothing to wait for.
                 let _ = before.wait_for(|done| *done).await;
             }
-            let follow = bridge(&peer, &item).await;
+            let running = bridge(&peer, &item).await;
             let _ = finished.send(true);
-            (seq, follow.map(|task| (item, task)))
+            (seq, running)
         });
         self.seq_of.insert(started.id(), seq);
         handled
@@ -87,10 +92,9 @@ impl Lanes {
     /// how far the inbox is handled when that moved.
     pub async fn settle(&mut self) -> Option<u64> {
         let (id, seq) = match self.running.join_next_with_id().await? {
-            Ok((id, (seq, follow))) => {
-                if let Some((item, task)) = follow {
-                    self.followers
-                        .spawn(follow_task(self.peer.clone(), item, task));
+            Ok((id, (seq, running))) => {
+                if let Some(task) = running {
+                    self.follow(task);
                 }
                 (id, seq)
             }
@@ -106,6 +110,31 @@ impl Lanes {
         self.handled()
     }
 
+    /// Follows the tasks the store says the agent still runs (recorded before a restart, or
+    /// by the node that led the agent's delivery before), except those followed already.
+    pub async fn resume(&mut self) {
+        self.reap();
+        let peer = &self.peer;
+        match peer.engine.store.remote_tasks(&peer.agent).await {
+            Ok(tasks) => {
+                for task in tasks {
+                    self.follow(task);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(agent = %peer.agent, %error, "cannot read the A2A agent's running tasks; they are not followed");
+            }
+        }
+    }
+
+    /// Follows `task` until it ends, unless it is followed already.
+    fn follow(&mut self, task: RemoteTask) {
+        let key = (task.conversation_id.clone(), task.message_id.clone());
+        if self.following.insert(key) {
+            self.followers.spawn(follow_task(self.peer.clone(), task));
+        }
+    }
+
     /// Counts the done messages at the head of the inbox as handled: the new position, if
     /// it moved. Also forgets what is over (followers that ended, conversations whose last
     /// message is done).
@@ -118,8 +147,18 @@ impl Lanes {
             self.started.pop_front();
             through = Some(seq);
         }
-        while self.followers.try_join_next().is_some() {}
+        self.reap();
         self.last.retain(|_, done| !*done.borrow());
         through
+    }
+
+    /// Forgets the followers that ended.
+    fn reap(&mut self) {
+        while let Some(ended) = self.followers.try_join_next() {
+            if let Ok(task) = ended {
+                self.following
+                    .remove(&(task.conversation_id, task.message_id));
+            }
+        }
     }
 }

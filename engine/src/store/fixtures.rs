@@ -7,7 +7,7 @@ use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
 use colloquy_protocol::message::{Content, Message};
 use colloquy_protocol::performative::{FipaAct, Performative};
 
-use super::{Commit, ConversationStore, Delivery, StoreError};
+use super::{Commit, ConversationStore, Delivery, RemoteTask, StoreError};
 
 /// The `started` event (seq 1) of conversation `id`.
 pub fn started(id: &str) -> ConversationEvent {
@@ -272,6 +272,64 @@ pub async fn assert_webhook_cursors_only_advance(store: &dyn ConversationStore) 
         .expect("a lower seq");
     assert_eq!(store.webhook_cursor("bob").await.expect("cursor"), 3);
     assert_eq!(store.webhook_cursor("carol").await.expect("cursor"), 0);
+}
+
+/// bob's task `task_id` for message `message_id` of conversation `conversation_id`.
+pub fn remote_task(conversation_id: &str, message_id: &str, task_id: &str) -> RemoteTask {
+    RemoteTask {
+        conversation_id: Arc::from(conversation_id),
+        message_id: Arc::from(message_id),
+        task_id: task_id.to_owned(),
+        cancel: None,
+    }
+}
+
+/// Remote tasks are kept per agent and per conversation and message (a second record for
+/// the same message replaces the first) and forgotten one by one. Returns with bob's tasks
+/// `t-2` (for c1/m1, cancelled by m9) and `t-3` (c2/m1), for a durable store's test to read again
+/// after a reopen.
+pub async fn assert_remote_tasks_are_kept_replaced_and_forgotten(store: &dyn ConversationStore) {
+    let sorted = |mut tasks: Vec<RemoteTask>| {
+        tasks.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+        tasks
+    };
+    assert_eq!(store.remote_tasks("bob").await.expect("tasks"), vec![]);
+    for task in [
+        remote_task("c1", "m1", "t-1"),
+        remote_task("c2", "m1", "t-3"),
+        remote_task("c1", "m2", "t-4"),
+    ] {
+        store.keep_remote_task("bob", &task).await.expect("keep");
+    }
+    store
+        .keep_remote_task("carol", &remote_task("c1", "m1", "t-9"))
+        .await
+        .expect("keep");
+    let cancelling = RemoteTask {
+        cancel: Some(Arc::from("m9")),
+        ..remote_task("c1", "m1", "t-2")
+    };
+    store
+        .keep_remote_task("bob", &cancelling)
+        .await
+        .expect("replace");
+    store
+        .forget_remote_task("bob", "c1", "m2")
+        .await
+        .expect("forget");
+    store
+        .forget_remote_task("bob", "c9", "m9")
+        .await
+        .expect("forgetting what is not there");
+    assert_eq!(
+        sorted(store.remote_tasks("bob").await.expect("tasks")),
+        vec![cancelling, remote_task("c2", "m1", "t-3")]
+    );
+    assert_eq!(
+        store.remote_tasks("carol").await.expect("tasks"),
+        vec![remote_task("c1", "m1", "t-9")]
+    );
+    assert_eq!(store.remote_tasks("dave").await.expect("tasks"), vec![]);
 }
 
 /// The store's id index pages through conversations in id order, whatever order they were

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use colloquy_protocol::event::ConversationEvent;
 use dashmap::mapref::entry::Entry;
 
-use super::{Commit, ConversationStore, InboxEntry, StoreError};
+use super::{Commit, ConversationStore, InboxEntry, RemoteTask, StoreError};
 use crate::keyed::{self, ConversationMap, Hasher};
 
 /// Entries kept per inbox; older ones are dropped. Memory inboxes are a development aid:
@@ -27,6 +27,8 @@ struct Inbox {
     entries: VecDeque<InboxEntry>,
     /// How far webhook delivery has got.
     webhook_cursor: u64,
+    /// The tasks the agent (a remote A2A agent) is running.
+    remote_tasks: Vec<RemoteTask>,
 }
 
 /// An in-process [`ConversationStore`].
@@ -188,6 +190,38 @@ impl ConversationStore for MemoryStore {
         Ok(())
     }
 
+    async fn remote_tasks(&self, agent: &str) -> Result<Vec<RemoteTask>, StoreError> {
+        Ok(self
+            .inboxes()
+            .get(agent)
+            .map(|inbox| inbox.remote_tasks.clone())
+            .unwrap_or_default())
+    }
+
+    async fn keep_remote_task(&self, agent: &str, task: &RemoteTask) -> Result<(), StoreError> {
+        let mut inboxes = self.inboxes();
+        let tasks = &mut inboxes.entry(Arc::from(agent)).or_default().remote_tasks;
+        tasks.retain(|kept| {
+            (&kept.conversation_id, &kept.message_id) != (&task.conversation_id, &task.message_id)
+        });
+        tasks.push(task.clone());
+        Ok(())
+    }
+
+    async fn forget_remote_task(
+        &self,
+        agent: &str,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        if let Some(inbox) = self.inboxes().get_mut(agent) {
+            inbox.remote_tasks.retain(|kept| {
+                (&*kept.conversation_id, &*kept.message_id) != (conversation_id, message_id)
+            });
+        }
+        Ok(())
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
         Ok(self
             .conversations
@@ -266,7 +300,7 @@ mod tests {
     use super::*;
     use crate::store::fixtures::{
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_webhook_cursors_only_advance,
+        assert_remote_tasks_are_kept_replaced_and_forgotten, assert_webhook_cursors_only_advance,
     };
 
     #[tokio::test]
@@ -285,5 +319,10 @@ mod tests {
     #[tokio::test]
     async fn webhook_cursors_only_advance() {
         assert_webhook_cursors_only_advance(&MemoryStore::new()).await;
+    }
+
+    #[tokio::test]
+    async fn remote_tasks_are_kept_replaced_and_forgotten() {
+        assert_remote_tasks_are_kept_replaced_and_forgotten(&MemoryStore::new()).await;
     }
 }

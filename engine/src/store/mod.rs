@@ -102,6 +102,24 @@ pub struct InboxEntry {
     pub message: Arc<Message>,
 }
 
+/// A task a remote A2A agent is still running for a message it was sent (`crate::a2a`): the
+/// bridge asks about it until it ends, and a `cancel` in its conversation becomes the
+/// agent's `tasks/cancel`. Kept in the store, so an engine restarted on it, or the node that
+/// takes over the agent's delivery, goes on following the task.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoteTask {
+    /// The conversation.
+    pub conversation_id: Arc<str>,
+    /// The message the agent runs the task for.
+    pub message_id: Arc<str>,
+    /// The agent's id for the task.
+    pub task_id: String,
+    /// The initiator's `cancel`, once the agent has been asked to cancel the task and said
+    /// it is winding down: the task's end answers that message (`canceled` confirms it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<Arc<str>>,
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -223,6 +241,23 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// never moves back: a lower `seq` (from a node that has just lost the lead) changes
     /// nothing.
     async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError>;
+
+    /// The tasks remote A2A agent `agent` is still running ([`RemoteTask`]), in no
+    /// particular order.
+    async fn remote_tasks(&self, agent: &str) -> Result<Vec<RemoteTask>, StoreError>;
+
+    /// Records `task` of `agent`, replacing the record for the same conversation and
+    /// message.
+    async fn keep_remote_task(&self, agent: &str, task: &RemoteTask) -> Result<(), StoreError>;
+
+    /// Forgets `agent`'s task for `message_id` of `conversation_id` (it ended, or there is
+    /// nothing left to answer with it). Forgetting one that is not recorded is no error.
+    async fn forget_remote_task(
+        &self,
+        agent: &str,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError>;
 
     /// The ids of the conversations `agent` is a party of (initiator or participant), in id
     /// order, or `None` when the store keeps no such index. Durable stores keep one, because

@@ -21,6 +21,7 @@
 //! | `P:changes` | pub/sub channel | one JSON notice per commit that added events |
 //! | `P:lead:{role}` | string | the node leading `role` (webhook delivery), with the lease as its expiry |
 //! | `P:webhook-cursor` | hash | agent → sequence number of the last inbox entry webhook delivery pushed |
+//! | `P:remote-tasks:{agent}` | hash | `["{conversation}","{message}"]` (JSON) → the JSON of the task the remote A2A agent runs for that message |
 //! | `P:ids` | sorted set | every conversation id, all scored 0 so they sort by id: an administrator's listing pages through it |
 //! | `P:ids-built` | string | set once `P:ids` also holds the conversations created before it existed |
 //!
@@ -44,7 +45,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use super::{CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, RemoteChange, StoreError};
+use super::{
+    CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, RemoteChange, RemoteTask, StoreError,
+};
 
 /// Key prefix unless one is given: lets several deployments (or tests) share a Redis.
 pub const DEFAULT_PREFIX: &str = "colloquy";
@@ -239,6 +242,13 @@ impl Keys {
     }
     fn webhook_cursors(&self) -> String {
         format!("{}:webhook-cursor", self.prefix)
+    }
+    fn remote_tasks(&self, agent: &str) -> String {
+        format!("{}:remote-tasks:{agent}", self.prefix)
+    }
+    /// A remote task's field in its agent's hash: unambiguous whatever the ids hold.
+    fn remote_task_field(conversation_id: &str, message_id: &str) -> String {
+        serde_json::json!([conversation_id, message_id]).to_string()
     }
     fn ids(&self) -> String {
         format!("{}:ids", self.prefix)
@@ -784,6 +794,54 @@ impl ConversationStore for RedisStore {
         Ok(())
     }
 
+    async fn remote_tasks(&self, agent: &str) -> Result<Vec<RemoteTask>, StoreError> {
+        let mut connection = self.connection.clone();
+        let bodies: Vec<String> = connection
+            .hvals(self.keys.remote_tasks(agent))
+            .await
+            .map_err(store_error)?;
+        bodies
+            .iter()
+            .map(|body| {
+                serde_json::from_str(body).map_err(|error| {
+                    StoreError::Internal(format!("unreadable remote task of `{agent}`: {error}"))
+                })
+            })
+            .collect()
+    }
+
+    async fn keep_remote_task(&self, agent: &str, task: &RemoteTask) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let body = serde_json::to_string(task)
+            .map_err(|error| StoreError::Internal(format!("cannot encode a task: {error}")))?;
+        let _: i64 = connection
+            .hset(
+                self.keys.remote_tasks(agent),
+                Keys::remote_task_field(&task.conversation_id, &task.message_id),
+                body,
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn forget_remote_task(
+        &self,
+        agent: &str,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = connection
+            .hdel(
+                self.keys.remote_tasks(agent),
+                Keys::remote_task_field(conversation_id, message_id),
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
     async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {
         let mut connection = self.connection.clone();
         let leads: i64 = self
@@ -840,7 +898,8 @@ mod tests {
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
         assert_conversation_ids_page_in_order, assert_refuses_stale_writes,
-        assert_webhook_cursors_only_advance, commit, started,
+        assert_remote_tasks_are_kept_replaced_and_forgotten, assert_webhook_cursors_only_advance,
+        commit, started,
     };
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
@@ -922,6 +981,21 @@ mod tests {
         assert_webhook_cursors_only_advance(&open_store(&url, &prefix).await).await;
         let other_node = open_store(&url, &prefix).await;
         assert_eq!(other_node.webhook_cursor("bob").await.expect("cursor"), 3);
+    }
+
+    #[tokio::test]
+    async fn remote_tasks_are_kept_replaced_forgotten_and_shared_by_nodes() {
+        let Some(url) = test_redis("remote_tasks_are_kept_replaced_forgotten_and_shared_by_nodes")
+        else {
+            return;
+        };
+        let prefix = unique_prefix("remote-tasks");
+        assert_remote_tasks_are_kept_replaced_and_forgotten(&open_store(&url, &prefix).await).await;
+        let other_node = open_store(&url, &prefix).await;
+        assert_eq!(
+            other_node.remote_tasks("bob").await.expect("tasks").len(),
+            2
+        );
     }
 
     /// A message to several agents is one key that their inbox entries name; a message to

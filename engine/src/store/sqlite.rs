@@ -45,7 +45,7 @@ use colloquy_protocol::message::{AgentId, Message};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, StoreError};
+use super::{CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, RemoteTask, StoreError};
 
 mod checkpoint;
 
@@ -165,6 +165,15 @@ const MIGRATIONS: &[&str] = &[
          agent TEXT PRIMARY KEY,
          through INTEGER NOT NULL
      ) WITHOUT ROWID;",
+    // 6: the tasks remote A2A agents are still running, so a restart goes on following them.
+    "CREATE TABLE remote_tasks (
+         agent TEXT NOT NULL,
+         conversation_id TEXT NOT NULL,
+         message_id TEXT NOT NULL,
+         task_id TEXT NOT NULL,
+         cancel_message_id TEXT,
+         PRIMARY KEY (agent, conversation_id, message_id)
+     ) WITHOUT ROWID;",
 ];
 
 /// How far a commit must get before it is acknowledged.
@@ -255,6 +264,14 @@ enum Job {
     /// Answers whether the acknowledgement is complete (see [`ACK_BATCH`]).
     Acknowledge(String, u64, oneshot::Sender<Result<bool, StoreError>>),
     AdvanceWebhookCursor(String, u64, oneshot::Sender<Result<(), StoreError>>),
+    KeepRemoteTask(String, RemoteTask, oneshot::Sender<Result<(), StoreError>>),
+    /// The agent, the conversation and the message.
+    ForgetRemoteTask(
+        String,
+        String,
+        String,
+        oneshot::Sender<Result<(), StoreError>>,
+    ),
 }
 
 /// A [`ConversationStore`] in one SQLite file.
@@ -638,6 +655,19 @@ impl Writer {
                         advance_webhook_cursor(&transaction, &agent, seq)?;
                         Answer::Done(reply, Ok(()))
                     }
+                    Job::KeepRemoteTask(agent, task, reply) => {
+                        keep_remote_task(&transaction, &agent, &task)?;
+                        Answer::Done(reply, Ok(()))
+                    }
+                    Job::ForgetRemoteTask(agent, conversation, message, reply) => {
+                        transaction
+                            .prepare_cached(
+                                "DELETE FROM remote_tasks
+                                 WHERE agent = ?1 AND conversation_id = ?2 AND message_id = ?3",
+                            )?
+                            .execute(params![agent, conversation, message])?;
+                        Answer::Done(reply, Ok(()))
+                    }
                 });
             }
             counts.settle(&transaction)?;
@@ -959,6 +989,46 @@ fn advance_webhook_cursor(
     Ok(())
 }
 
+/// Records `agent`'s `task`, replacing the record for the same conversation and message.
+fn keep_remote_task(
+    connection: &Connection,
+    agent: &str,
+    task: &RemoteTask,
+) -> Result<(), rusqlite::Error> {
+    connection
+        .prepare_cached(
+            "INSERT OR REPLACE INTO remote_tasks
+                 (agent, conversation_id, message_id, task_id, cancel_message_id)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            agent,
+            &*task.conversation_id,
+            &*task.message_id,
+            task.task_id,
+            task.cancel.as_deref()
+        ])?;
+    Ok(())
+}
+
+/// `agent`'s remote tasks.
+fn remote_tasks(connection: &Connection, agent: &str) -> Result<Vec<RemoteTask>, rusqlite::Error> {
+    connection
+        .prepare_cached(
+            "SELECT conversation_id, message_id, task_id, cancel_message_id FROM remote_tasks
+             WHERE agent = ?1",
+        )?
+        .query_map(params![agent], |row| {
+            Ok(RemoteTask {
+                conversation_id: Arc::from(row.get::<_, String>(0)?),
+                message_id: Arc::from(row.get::<_, String>(1)?),
+                task_id: row.get(2)?,
+                cancel: row.get::<_, Option<String>>(3)?.map(Arc::from),
+            })
+        })?
+        .collect()
+}
+
 /// SQLite integers are signed; times and versions stay far below `i64::MAX`.
 fn to_sql(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -1025,6 +1095,33 @@ impl ConversationStore for SqliteStore {
     async fn advance_webhook_cursor(&self, agent: &str, seq: u64) -> Result<(), StoreError> {
         let agent = agent.to_owned();
         self.submit(|reply| Job::AdvanceWebhookCursor(agent, seq, reply))
+            .await
+    }
+
+    async fn remote_tasks(&self, agent: &str) -> Result<Vec<RemoteTask>, StoreError> {
+        let agent = agent.to_owned();
+        self.read(move |connection| remote_tasks(connection, &agent).map_err(internal))
+            .await
+    }
+
+    async fn keep_remote_task(&self, agent: &str, task: &RemoteTask) -> Result<(), StoreError> {
+        let (agent, task) = (agent.to_owned(), task.clone());
+        self.submit(|reply| Job::KeepRemoteTask(agent, task, reply))
+            .await
+    }
+
+    async fn forget_remote_task(
+        &self,
+        agent: &str,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        let (agent, conversation, message) = (
+            agent.to_owned(),
+            conversation_id.to_owned(),
+            message_id.to_owned(),
+        );
+        self.submit(|reply| Job::ForgetRemoteTask(agent, conversation, message, reply))
             .await
     }
 
@@ -1168,7 +1265,8 @@ mod tests {
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
         assert_conversation_ids_page_in_order, assert_refuses_stale_writes,
-        assert_webhook_cursors_only_advance, commit, message, started,
+        assert_remote_tasks_are_kept_replaced_and_forgotten, assert_webhook_cursors_only_advance,
+        commit, message, remote_task, started,
     };
 
     fn temp_db(name: &str) -> PathBuf {
@@ -1285,6 +1383,28 @@ mod tests {
         }
         let store = SqliteStore::open(&path).expect("reopen");
         assert_eq!(store.webhook_cursor("bob").await.expect("cursor"), 3);
+    }
+
+    #[tokio::test]
+    async fn remote_tasks_are_kept_replaced_forgotten_and_survive_a_reopen() {
+        let path = temp_db("remote-tasks");
+        {
+            let store = SqliteStore::open(&path).expect("open");
+            assert_remote_tasks_are_kept_replaced_and_forgotten(&store).await;
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        let mut tasks = store.remote_tasks("bob").await.expect("tasks");
+        tasks.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+        assert_eq!(
+            tasks,
+            vec![
+                RemoteTask {
+                    cancel: Some(Arc::from("m9")),
+                    ..remote_task("c1", "m1", "t-2")
+                },
+                remote_task("c2", "m1", "t-3")
+            ]
+        );
     }
 
     #[tokio::test]

@@ -844,3 +844,150 @@ async fn a_send_that_times_out_is_not_sent_twice() {
     assert_eq!(status, 200, "{view}");
     assert_eq!(performatives(&view), ["request"], "{view:#}");
 }
+
+/// The fake for the cancel tests: `message/send` starts task `t-1`, which works until the
+/// engine asks to cancel it; `tasks/cancel` answers `on_cancel` (and from then on the task
+/// is `canceled`).
+async fn cancellable_fake(on_cancel: &'static str) -> FakeAgent {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    FakeAgent::start(move |request, _| match request["method"].as_str() {
+        Some("message/send") => result(request, task("t-1", "working")),
+        Some("tasks/get") if cancelled.load(Ordering::SeqCst) => {
+            result(request, task("t-1", "canceled"))
+        }
+        Some("tasks/get") => result(request, task("t-1", "working")),
+        Some("tasks/cancel") => {
+            cancelled.store(true, Ordering::SeqCst);
+            result(request, task("t-1", on_cancel))
+        }
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await
+}
+
+/// Alice asks translator, waits for its `agree` (the task runs), cancels, and waits for the
+/// conversation to end: the cancel's id and the ended conversation.
+async fn cancel_the_running_task(server: &Server, fake: &FakeAgent) -> (String, Value) {
+    let (id, _) = ask_translator(server, json!({"action": "translate", "text": "hello"})).await;
+    until(server, fake, &id, "agree", |view| {
+        performatives(view).contains(&"agree")
+    })
+    .await;
+    let (status, body) = call(
+        server
+            .as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "alice",
+            )
+            .json(&json!({"performative": "cancel", "content": {"why": "changed my mind"}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let cancel_id = body["message_id"]
+        .as_str()
+        .expect("the cancel's id")
+        .to_owned();
+    let view = until(server, fake, &id, "completed conversation", completed_view).await;
+    (cancel_id, view)
+}
+
+/// A `cancel` while the agent runs the request's task is A2A's `tasks/cancel` for that task,
+/// not a new `message/send`; the task's `canceled` state confirms the cancel as translator's
+/// `inform` in reply to it, and fipa-request ends cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_of_a_running_task_is_sent_as_tasks_cancel_and_confirmed() {
+    let fake = cancellable_fake("canceled").await;
+    let server = server_for(&fake).await;
+    let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "cancel", "inform"],
+        "{view:#}"
+    );
+    let confirmed = last_message(&view);
+    assert_eq!(confirmed["sender"], "translator", "{confirmed}");
+    assert_eq!(confirmed["in_reply_to"], cancel_id.as_str(), "{confirmed}");
+    let cancels = fake.requests("tasks/cancel");
+    assert_eq!(cancels.len(), 1, "{:#}", Value::from(fake.all()));
+    assert_eq!(
+        cancels[0].body["params"]["id"], "t-1",
+        "{:#}",
+        cancels[0].body
+    );
+    assert_eq!(
+        fake.requests("message/send").len(),
+        1,
+        "the cancel is no message/send: {:#}",
+        Value::from(fake.all())
+    );
+}
+
+/// A task that is still winding down when `tasks/cancel` answers confirms the cancel when
+/// it ends `canceled`: the follower answers the cancel, not the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_still_winding_down_is_confirmed_when_the_task_ends() {
+    let fake = cancellable_fake("working").await;
+    let server = server_for(&fake).await;
+    let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "cancel", "inform"],
+        "{view:#}"
+    );
+    assert_eq!(
+        last_message(&view)["in_reply_to"],
+        cancel_id.as_str(),
+        "{view:#}"
+    );
+    assert_eq!(
+        fake.requests("tasks/cancel").len(),
+        1,
+        "{:#}",
+        Value::from(fake.all())
+    );
+}
+
+/// An agent that will not cancel (a JSON-RPC error) gets its reason recorded as a
+/// `failure` answering the cancel; the task goes on and its result still completes the
+/// request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_the_agent_refuses_is_a_failure_and_the_result_still_comes() {
+    let cancel_refused = Arc::new(AtomicBool::new(false));
+    let fake = FakeAgent::start({
+        let cancel_refused = cancel_refused.clone();
+        move |request, _| match request["method"].as_str() {
+            Some("message/send") => result(request, task("t-1", "working")),
+            Some("tasks/get") if cancel_refused.load(Ordering::SeqCst) => {
+                result(request, completed("t-1", json!({"translated": "hallo"})))
+            }
+            Some("tasks/get") => result(request, task("t-1", "working")),
+            Some("tasks/cancel") => {
+                cancel_refused.store(true, Ordering::SeqCst);
+                rpc_error(request, -32002, "Task cannot be canceled")
+            }
+            _ => rpc_error(request, -32601, "method not found"),
+        }
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
+    assert_eq!(
+        performatives(&view),
+        ["request", "agree", "cancel", "failure", "inform"],
+        "{view:#}"
+    );
+    let messages = view["messages"].as_array().expect("messages");
+    assert_eq!(messages[3]["in_reply_to"], cancel_id.as_str(), "{view:#}");
+    assert_eq!(
+        messages[3]["content"]["reason"],
+        "the A2A agent did not cancel its task: Task cannot be canceled",
+        "{view:#}"
+    );
+    assert_eq!(
+        messages[4]["content"],
+        json!({"translated": "hallo"}),
+        "{view:#}"
+    );
+    assert_eq!(view["outcome"], "success", "{view:#}");
+}

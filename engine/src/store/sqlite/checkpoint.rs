@@ -142,8 +142,7 @@ impl Plan {
             Some((generation, copied)) if generation == self.generation => copied,
             _ => 0,
         };
-        if frames.saturating_sub(copied) <= self.limits.finish
-            || self.passes >= self.limits.passes
+        if frames.saturating_sub(copied) <= self.limits.finish || self.passes >= self.limits.passes
         {
             return Step::Finish;
         }
