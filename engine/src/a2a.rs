@@ -373,7 +373,7 @@ pub struct Peer {
 /// Bridges one inbox item: sends it and records the answer as the agent's reply. Returns
 /// the agent's task when it is still running, for [`follow_task`]; it is recorded in the
 /// store before the reply, so a restart goes on following it. A `cancel` in a conversation
-/// where the agent runs a task becomes `tasks/cancel` ([`cancel_tasks`]). Failures are
+/// where the agent runs a task becomes `tasks/cancel` (`cancel_tasks`). Failures are
 /// logged; nothing is recorded for them.
 pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<RemoteTask> {
     if item.message.performative.name() == "cancel" && cancel_tasks(peer, item).await {
