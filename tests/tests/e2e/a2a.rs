@@ -23,6 +23,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use crate::support::{json_performatives, poll_until};
+
 /// One request the fake A2A agent received.
 #[derive(Clone, Debug)]
 struct Seen {
@@ -235,22 +237,13 @@ async fn until(
     what: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let mut last = Value::Null;
-    let found = tokio::time::timeout(STEP, async {
-        loop {
-            let (status, view) =
-                call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice"))
-                    .await;
-            assert_eq!(status, 200, "{view}");
-            if done(&view) {
-                return view;
-            }
-            last = view;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| {
+    let look = || async {
+        let (status, view) =
+            call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")).await;
+        assert_eq!(status, 200, "{view}");
+        view
+    };
+    poll_until(look, done).await.unwrap_or_else(|last| {
         panic!(
             "no {what} within {STEP:?}\nlast view: {last:#}\nthe fake received: {:#}",
             Value::from(fake.all())
@@ -280,15 +273,6 @@ fn completed_view(view: &Value) -> bool {
     view["status"] == "completed"
 }
 
-fn performatives(view: &Value) -> Vec<&str> {
-    view["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .map(|m| m["performative"].as_str().unwrap_or("?"))
-        .collect()
-}
-
 fn last_message(view: &Value) -> &Value {
     view["messages"]
         .as_array()
@@ -309,7 +293,7 @@ async fn a_completed_task_comes_back_as_an_inform_with_its_artifact() {
     let content = json!({"action": "translate", "text": "hello", "to": "de"});
     let (id, request_id, view) = request_until_ended(&server, &fake, content.clone()).await;
     assert_eq!(view["outcome"], "success", "{view:#}");
-    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request", "inform"], "{view:#}");
     let reply = last_message(&view);
     assert_eq!(reply["sender"], "translator", "{reply}");
     assert_eq!(reply["content"], json!({"translated": "hallo"}), "{reply}");
@@ -362,7 +346,7 @@ async fn a_rejected_task_comes_back_as_a_refusal_with_its_reason() {
     let (_, request_id, view) =
         request_until_ended(&server, &fake, json!({"action": "wash-car"})).await;
     assert_eq!(view["outcome"], "refused", "{view:#}");
-    assert_eq!(performatives(&view), ["request", "refuse"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request", "refuse"], "{view:#}");
     let reply = last_message(&view);
     assert_eq!(reply["sender"], "translator", "{reply}");
     assert_eq!(reply["content"], json!({"reason": "not my job"}), "{reply}");
@@ -390,7 +374,7 @@ async fn a_working_task_is_agreed_then_polled_until_it_completes() {
     .await;
     assert_eq!(view["outcome"], "success", "{view:#}");
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "inform"],
         "{view:#}"
     );
@@ -435,7 +419,7 @@ async fn a_json_rpc_error_comes_back_as_not_understood_with_its_message() {
         request_until_ended(&server, &fake, json!({"action": "translate"})).await;
     assert_eq!(view["outcome"], "not_understood", "{view:#}");
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "not-understood"],
         "{view:#}"
     );
@@ -474,7 +458,7 @@ async fn a_failed_post_is_retried_and_the_retry_answered() {
     )
     .await;
     assert_eq!(view["outcome"], "success", "{view:#}");
-    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request", "inform"], "{view:#}");
     let reply = last_message(&view);
     assert_eq!(reply["sender"], "translator", "{reply}");
     assert_eq!(reply["content"], json!({"translated": "hallo"}), "{reply}");
@@ -600,7 +584,11 @@ async fn a_performative_the_agent_names_is_taken_at_its_word() {
     )
     .await;
     assert_eq!(view["outcome"], "failure", "{view:#}");
-    assert_eq!(performatives(&view), ["request", "failure"], "{view:#}");
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "failure"],
+        "{view:#}"
+    );
     let reply = last_message(&view);
     assert_eq!(
         reply["content"],
@@ -639,7 +627,7 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
         completed_view,
     )
     .await;
-    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request", "inform"], "{view:#}");
     // Messages go out in inbox order, so the first one's call is over by now.
     let (status, view) = call(server.as_agent(
         Method::GET,
@@ -649,7 +637,7 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
     .await;
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["status"], "active", "{view:#}");
-    assert_eq!(performatives(&view), ["request"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request"], "{view:#}");
     assert_eq!(
         fake.requests("message/send").len(),
         2,
@@ -842,7 +830,7 @@ async fn a_send_that_times_out_is_not_sent_twice() {
     let (status, view) =
         call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")).await;
     assert_eq!(status, 200, "{view}");
-    assert_eq!(performatives(&view), ["request"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request"], "{view:#}");
 }
 
 /// The fake for the cancel tests: `message/send` starts task `t-1`, which works until the
@@ -870,7 +858,7 @@ async fn cancellable_fake(on_cancel: &'static str) -> FakeAgent {
 async fn cancel_the_running_task(server: &Server, fake: &FakeAgent) -> (String, Value) {
     let (id, _) = ask_translator(server, json!({"action": "translate", "text": "hello"})).await;
     until(server, fake, &id, "agree", |view| {
-        performatives(view).contains(&"agree")
+        json_performatives(view).contains(&"agree")
     })
     .await;
     let (status, body) = call(
@@ -901,7 +889,7 @@ async fn a_cancel_of_a_running_task_is_sent_as_tasks_cancel_and_confirmed() {
     let server = server_for(&fake).await;
     let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "cancel", "inform"],
         "{view:#}"
     );
@@ -931,7 +919,7 @@ async fn a_cancel_still_winding_down_is_confirmed_when_the_task_ends() {
     let server = server_for(&fake).await;
     let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "cancel", "inform"],
         "{view:#}"
     );
@@ -973,7 +961,7 @@ async fn a_cancel_the_agent_refuses_is_a_failure_and_the_result_still_comes() {
     let server = server_for(&fake).await;
     let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "cancel", "failure", "inform"],
         "{view:#}"
     );

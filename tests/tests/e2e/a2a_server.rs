@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use colloquy_sdk::{Client, Handlers};
 use colloquy_tests::http::{STEP, Server, call};
@@ -17,6 +16,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+
+use crate::support::{json_performatives, poll_until};
 
 /// JSON-RPC error codes of the A2A binding.
 const PARSE_ERROR: i64 = -32700;
@@ -249,19 +250,9 @@ async fn until_task(
     what: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let mut last = Value::Null;
-    let found = tokio::time::timeout(STEP, async {
-        loop {
-            let task = get_task(server, caller, agent, id).await;
-            if done(&task) {
-                return task;
-            }
-            last = task;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| panic!("no {what} within {STEP:?}\nlast task: {last:#}"))
+    poll_until(|| get_task(server, caller, agent, id), done)
+        .await
+        .unwrap_or_else(|last| panic!("no {what} within {STEP:?}\nlast task: {last:#}"))
 }
 
 /// The conversation as `agent` sees it through the native API.
@@ -270,15 +261,6 @@ async fn view(server: &Server, agent: &str, id: &str) -> Value {
         call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), agent)).await;
     assert_eq!(status, 200, "{view}");
     view
-}
-
-fn performatives(view: &Value) -> Vec<&str> {
-    view["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .map(|m| m["performative"].as_str().unwrap_or("?"))
-        .collect()
 }
 
 /// The conversations `agent` can list.
@@ -406,7 +388,7 @@ async fn a_blocking_send_answers_the_completed_task_with_the_inform_as_artifact(
     assert_eq!(view["participants"], json!(["bob"]), "{view:#}");
     assert_eq!(view["status"], "completed", "{view:#}");
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "inform"],
         "{view:#}"
     );
@@ -549,7 +531,11 @@ async fn metadata_names_the_template_and_the_opening_performative() {
     let view = view(&server, "alice", &task_id(&task)).await;
     assert_eq!(view["template"], "fipa-query", "{view:#}");
     assert_eq!(view["participants"], json!(["dave"]), "{view:#}");
-    assert_eq!(performatives(&view), ["query-ref", "inform"], "{view:#}");
+    assert_eq!(
+        json_performatives(&view),
+        ["query-ref", "inform"],
+        "{view:#}"
+    );
     assert_eq!(view["messages"][0]["content"], query, "{view:#}");
 }
 
@@ -576,7 +562,7 @@ async fn text_parts_become_a_text_content_joined_by_newlines() {
 
     let view = view(&server, "alice", &task_id(&task)).await;
     assert_eq!(view["template"], "fipa-request", "{view:#}");
-    assert_eq!(performatives(&view), ["request", "inform"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request", "inform"], "{view:#}");
     assert_eq!(view["messages"][0]["content"], text, "{view:#}");
 }
 
@@ -620,7 +606,7 @@ async fn a_message_with_a_task_id_is_sent_into_that_conversation_as_the_caller()
 
     let view = view(&server, "alice", &id).await;
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "inform", "inform"],
         "{view:#}"
     );
@@ -695,7 +681,7 @@ async fn tasks_cancel_sends_a_cancel_and_the_confirmed_task_is_canceled() {
 
     let view = view(&server, "alice", &id).await;
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "cancel", "inform"],
         "{view:#}"
     );
@@ -730,7 +716,7 @@ async fn an_ended_task_is_not_cancelable() {
     .await;
     let view = view(&server, "alice", &id).await;
     assert_eq!(
-        performatives(&view),
+        json_performatives(&view),
         ["request", "agree", "inform"],
         "{view:#}"
     );
@@ -915,7 +901,7 @@ async fn inputs_the_engine_refuses_are_invalid_params() {
     )
     .await;
     let view = view(&server, "alice", &id).await;
-    assert_eq!(performatives(&view), ["request"], "{view:#}");
+    assert_eq!(json_performatives(&view), ["request"], "{view:#}");
 }
 
 /// JSON-RPC calls need the caller's token: without one, or with an unknown one, the answer
@@ -969,19 +955,18 @@ async fn two_engines_talk_a2a_to_each_other() {
     .await;
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().expect("id").to_owned();
-    let ended = tokio::time::timeout(STEP, async {
-        loop {
-            let here = view(&a, "alice", &id).await;
-            if here["status"] == "completed" {
-                return here;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    let ended = poll_until(
+        || view(&a, "alice", &id),
+        |here| here["status"] == "completed",
+    )
     .await
-    .expect("the conversation on A ends");
+    .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
     assert_eq!(ended["outcome"], "success", "{ended:#}");
-    assert_eq!(performatives(&ended), ["request", "inform"], "{ended:#}");
+    assert_eq!(
+        json_performatives(&ended),
+        ["request", "inform"],
+        "{ended:#}"
+    );
     let reply = &ended["messages"][1];
     assert_eq!(reply["sender"], "remote-bob", "{ended:#}");
     assert_eq!(reply["content"], json!({"booking": "LV-7"}), "{ended:#}");
@@ -997,7 +982,7 @@ async fn two_engines_talk_a2a_to_each_other() {
     assert_eq!(there["initiator"], "carol", "{there:#}");
     assert_eq!(there["participants"], json!(["bob"]), "{there:#}");
     assert_eq!(
-        performatives(&there),
+        json_performatives(&there),
         ["request", "agree", "inform"],
         "{there:#}"
     );

@@ -5,6 +5,8 @@ use colloquy_protocol::conversation::{
     CommitmentState, ConversationView, ThreadView, Violation, ViolationKind,
 };
 use colloquy_tests::Harness;
+use colloquy_tests::http::STEP;
+use serde_json::Value;
 
 /// The state of `participant`'s thread.
 pub fn state<'a>(threads: &'a [ThreadView], participant: &str) -> &'a str {
@@ -69,6 +71,38 @@ pub fn performatives(view: &ConversationView) -> Vec<String> {
         .iter()
         .map(|message| message.performative.name().to_owned())
         .collect()
+}
+
+/// The performatives of a conversation's messages, from its JSON view (HTTP API).
+pub fn json_performatives(view: &Value) -> Vec<&str> {
+    view["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["performative"].as_str().unwrap_or("?"))
+        .collect()
+}
+
+/// Asks `look` every 20 ms until `done` holds of its answer, and returns that answer; after
+/// [`STEP`], `Err` with the last answer seen, for the caller's failure message.
+pub async fn poll_until<F, Fut>(mut look: F, done: impl Fn(&Value) -> bool) -> Result<Value, Value>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Value>,
+{
+    let mut last = Value::Null;
+    let found = tokio::time::timeout(STEP, async {
+        loop {
+            let seen = look().await;
+            if done(&seen) {
+                return seen;
+            }
+            last = seen;
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    found.map_err(|_| last)
 }
 
 /// Asserts that an error left the conversation exactly as `before`.
