@@ -166,6 +166,14 @@ impl Conversation {
         &self.started.initiator
     }
 
+    /// The template's `limits.max_messages`, when the conversation has recorded that many
+    /// messages: it takes no more.
+    pub fn at_message_limit(&self) -> Option<u32> {
+        self.template
+            .max_messages
+            .filter(|&limit| self.accepted.len() >= limit as usize)
+    }
+
     /// Whether the conversation has ended.
     pub fn is_completed(&self) -> bool {
         self.status == ConversationStatus::Completed

@@ -413,9 +413,7 @@ pub fn on_message(
             conversation.id().to_string(),
         ));
     }
-    if let Some(limit) = template.max_messages
-        && conversation.accepted.len() >= limit as usize
-    {
+    if let Some(limit) = conversation.at_message_limit() {
         return Err(EngineError::MessageLimit {
             conversation: conversation.id().to_string(),
             limit,
@@ -1041,8 +1039,7 @@ fn expire(step: &mut Step<'_>) {
 /// `limits.max_messages`, as its deadline would: it can take no more messages, so it would
 /// only wait (without a deadline, for ever).
 fn end_at_message_limit(step: &mut Step<'_>) {
-    if let Some(limit) = step.conversation.template.max_messages
-        && step.conversation.accepted.len() >= limit as usize
+    if let Some(limit) = step.conversation.at_message_limit()
         && !step.conversation.is_completed()
     {
         cut_off(
