@@ -2,12 +2,13 @@
 //! functions of `colloquy:hooks/host@1.0.0` (`log`, `now-ms`).
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use colloquy_protocol::hook::HOST_MODULE;
 use wasmtime::{Caller, Engine, Linker, ResourceLimiter};
 
 use super::MAX_TABLE_ELEMENTS;
+use super::budget::CallBudget;
 use crate::log_safe::OneLine;
 
 /// Longest line a hook may log through `log`; longer lines are cut (not refused: logging
@@ -29,8 +30,8 @@ pub struct HostState {
     pub conversation: Arc<str>,
     /// Lines logged in the current call.
     pub lines_logged: u32,
-    /// When the current call's budget runs out (see `ticker`).
-    pub ends_at: Instant,
+    /// The current call's time budget (see `budget`).
+    pub budget: CallBudget,
 }
 
 impl HostState {
@@ -41,7 +42,7 @@ impl HostState {
             memory_refused: None,
             conversation: Arc::from(""),
             lines_logged: 0,
-            ends_at: Instant::now(),
+            budget: CallBudget::start(Duration::ZERO),
         }
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! One [`HookRuntime`] serves every template of an engine:
 //! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread
-//!   while calls come (`ticker`), so each call is stopped once it has run for the
-//!   template's `timeout_ms`;
+//!   while calls come (`ticker`), so each call is stopped once it has spent the template's
+//!   `timeout_ms` of CPU time (`budget`);
 //! - the pooling instance allocator, sized by [`HookRuntimeConfig`];
 //! - one `InstancePre` per module (keyed by the module's SHA-256, so a template revision
 //!   with a rebuilt module gets its own, and running conversations keep the old one: that is
@@ -23,6 +23,7 @@
 //! the JSON event from a conversation), `ticker` (the epoch ticker), `engine_ext`
 //! ([`crate::Engine::with_hooks`]), [`latency`] (call durations for `/metrics`).
 
+mod budget;
 mod cache;
 mod engine_ext;
 mod host;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use colloquy_policy::compiled::HookModule;
 use colloquy_protocol::hook::{
@@ -14,6 +14,7 @@ use wasmtime::{
     Engine, ExternType, InstancePre, Linker, Memory, Module, Store, Trap, TypedFunc, ValType,
 };
 
+use super::budget::CallBudget;
 use super::host::{HOST_FUNCTIONS, HostState, MemoryCapExceeded};
 use super::ticker::{self, TickerHandle};
 use super::{HookFailure, MAX_OUTPUT_BYTES, cache, event_name};
@@ -189,7 +190,7 @@ impl LoadedModule {
         store.limiter(|state| state);
         let ticker = ticker.clone();
         store.epoch_deadline_callback(move |store| {
-            Ok(ticker::on_epoch(&ticker, store.data().ends_at))
+            Ok(ticker::on_epoch(&ticker, &store.data().budget))
         });
         // Instantiation runs the start function and data initialisers: give it a budget too.
         start_budget(&mut store, VERSION_CALL_BUDGET);
@@ -348,14 +349,10 @@ fn failure(store: &Store<HostState>, error: wasmtime::Error, timeout_ms: u64) ->
     }
 }
 
-/// Starts a budget for what the store runs next: it ends `budget` from now, and the next
-/// epoch tick asks the store's callback whether it has (see `ticker`).
+/// Starts a budget for what the store runs next, and the next epoch tick asks the store's
+/// callback whether it has run out (see `ticker` and `budget`).
 fn start_budget(store: &mut Store<HostState>, budget: Duration) {
-    let now = Instant::now();
-    // A budget past what the clock can hold (compiled templates cap it far below) never ends.
-    store.data_mut().ends_at = now
-        .checked_add(budget)
-        .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
+    store.data_mut().budget = CallBudget::start(budget);
     store.set_epoch_deadline(1);
 }
 

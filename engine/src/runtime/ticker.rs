@@ -1,12 +1,13 @@
 //! The epoch ticker: the thread that advances the wasmtime engine's epoch, which is how a
 //! hook call's budget is enforced.
 //!
-//! Every call runs with an epoch deadline one tick away and its own end time in its store
-//! ([`super::host::HostState::ends_at`]). When the epoch moves, each call in wasm at that
-//! moment runs [`on_epoch`]: past its end time it is stopped (a `Trap::Interrupt`);
-//! otherwise it asks the ticker for a tick at its end time ([`TickerHandle::tick_at`]) and
-//! goes on. So a call is stopped within [`TICK_SLACK`] of its budget, and a tick that finds
-//! a call mid-way costs that call one clock read.
+//! Every call runs with an epoch deadline one tick away and its budget in its store
+//! ([`super::host::HostState::budget`]). When the epoch moves, each call in wasm at that
+//! moment runs [`on_epoch`]: once it has spent its budget it is stopped (a
+//! `Trap::Interrupt`); otherwise it asks the ticker for a tick at the earliest its budget
+//! can end ([`TickerHandle::tick_at`]) and goes on. So a call is stopped within
+//! [`TICK_SLACK`] of its budget (counted in CPU time, see `budget`), and a tick that finds a
+//! call mid-way costs that call one clock read (two once its wall time is up).
 //!
 //! The ticker does not tick at that precision all the time. While calls come, it ticks
 //! once per *period*, the shortest budget of the calls of the last [`PERIOD_WINDOW`] or so
@@ -31,6 +32,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
+
+use super::budget::{CallBudget, Verdict};
 
 /// The ticker never ticks more often than this while calls come (budgets are whole
 /// milliseconds, so only a 1 ms budget makes it tick this often).
@@ -174,14 +177,16 @@ impl TickerHandle {
     }
 }
 
-/// A store's epoch deadline callback: stop the call past its end time, or let it go on to
-/// the next tick, which it asks for at its end time.
-pub fn on_epoch(ticker: &TickerHandle, ends_at: Instant) -> wasmtime::UpdateDeadline {
-    if Instant::now() >= ends_at {
-        return wasmtime::UpdateDeadline::Interrupt;
+/// A store's epoch deadline callback: stop the call once it has spent its budget, or let it
+/// go on to the next tick, which it asks for at the earliest its budget can end.
+pub fn on_epoch(ticker: &TickerHandle, budget: &CallBudget) -> wasmtime::UpdateDeadline {
+    match budget.check(Instant::now()) {
+        Verdict::Spent => wasmtime::UpdateDeadline::Interrupt,
+        Verdict::NotBefore(at) => {
+            ticker.tick_at(at);
+            wasmtime::UpdateDeadline::Continue(1)
+        }
     }
-    ticker.tick_at(ends_at);
-    wasmtime::UpdateDeadline::Continue(1)
 }
 
 /// The ticker thread's loop.
@@ -288,12 +293,18 @@ mod tests {
         wasmtime::Engine::new(&config).expect("engine")
     }
 
+    /// A store whose data is its call's budget, checked at each tick as the runtime does.
+    fn store(engine: &wasmtime::Engine, ticker: &EpochTicker) -> wasmtime::Store<CallBudget> {
+        let mut store = wasmtime::Store::new(engine, CallBudget::start(Duration::ZERO));
+        let handle = ticker.handle().clone();
+        store.epoch_deadline_callback(move |context| Ok(on_epoch(&handle, context.data())));
+        store
+    }
+
     /// Runs an endless loop with `budget`, as the runtime runs a call (its epoch callback,
     /// a [`Ticking`] guard), and returns how long it ran before it was interrupted.
     fn endless_call(engine: &wasmtime::Engine, ticker: &EpochTicker, budget: Duration) -> Duration {
-        let mut store = wasmtime::Store::new(engine, Instant::now());
-        let handle = ticker.handle().clone();
-        store.epoch_deadline_callback(move |context| Ok(on_epoch(&handle, *context.data())));
+        let mut store = store(engine, ticker);
         let wasm = wat::parse_str(r#"(module (func (export "spin") (loop (br 0))))"#).expect("wat");
         let module = wasmtime::Module::new(engine, wasm).expect("module");
         let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
@@ -303,7 +314,7 @@ mod tests {
         let _ticking = ticker.ticking(budget);
         assert!(ticker.is_ticking());
         let started = Instant::now();
-        *store.data_mut() = started + budget;
+        *store.data_mut() = CallBudget::start(budget);
         store.set_epoch_deadline(1);
         // Without ticks this loop would never end (the test would hang); with them it is
         // interrupted.
@@ -324,6 +335,44 @@ mod tests {
         // Not before its budget (an upper bound would be a timed assertion).
         assert!(endless_call(&engine, &ticker, budget) >= budget);
         assert!(!ticker.is_ticking());
+    }
+
+    /// The budget counts the time the call's thread runs, not the time the OS keeps it
+    /// waiting: a call whose thread sleeps past its budget (as a thread of a loaded machine
+    /// waits for a core) and then runs briefly is not stopped.
+    #[test]
+    fn time_the_thread_does_not_run_is_not_counted_against_a_call() {
+        let engine = engine();
+        let ticker = EpochTicker::start(engine.clone()).expect("ticker");
+        let mut store = store(&engine, &ticker);
+        let budget = Duration::from_millis(10);
+        let mut linker = wasmtime::Linker::new(&engine);
+        linker
+            .func_wrap("test", "off-core", move || thread::sleep(3 * budget))
+            .expect("import");
+        // Waits off the core, then counts to 100 000 (well under a millisecond): the loop's
+        // back edges are where a tick that came during the wait is noticed.
+        let wasm = wat::parse_str(
+            r#"(module
+                 (import "test" "off-core" (func $off_core))
+                 (func (export "run") (local $n i32)
+                   (call $off_core)
+                   (loop $count
+                     (local.set $n (i32.add (local.get $n) (i32.const 1)))
+                     (br_if $count (i32.lt_u (local.get $n) (i32.const 100000))))))"#,
+        )
+        .expect("wat");
+        let module = wasmtime::Module::new(&engine, wasm).expect("module");
+        let instance = linker.instantiate(&mut store, &module).expect("instance");
+        let run = instance
+            .get_typed_func::<(), ()>(&mut store, "run")
+            .expect("run");
+        let _ticking = ticker.ticking(budget);
+        *store.data_mut() = CallBudget::start(budget);
+        store.set_epoch_deadline(1);
+        let started = Instant::now();
+        run.call(&mut store, ()).expect("not stopped");
+        assert!(started.elapsed() >= 3 * budget);
     }
 
     #[test]

@@ -1,0 +1,226 @@
+//! A hook call's time budget, counted in the CPU time of the thread that runs the call.
+//!
+//! The budget is there to stop a hook that runs away (an endless loop, a runaway
+//! computation). Wall time is the wrong measure for that: on a loaded machine the OS can
+//! take a thread away for longer than a whole 10 ms budget, and a wall-clock budget then
+//! stops a hook that did nothing wrong (CI on a busy two-core machine saw the credit
+//! assessment's `on_start`, a few microseconds of work, stopped "after its 10 ms budget").
+//!
+//! Reading a thread's CPU clock is a system call, about 0.8 µs on our machines: as much as a
+//! whole trivial hook call. So a call does not read it when it starts. Each thread keeps a
+//! [`CpuMark`], its CPU clock read at some instant, renewed by the first call that finds it
+//! older than [`MARK_MAX_AGE`]. The ticker looks at a call only once the wall time of its
+//! budget has passed (most calls end long before); only then is the CPU clock read. The CPU
+//! time the call has spent is at least what the thread spent since the mark, less the wall
+//! time from the mark to the call's start (the thread cannot have spent more CPU time than
+//! that in between). The call is stopped once that lower bound reaches the budget: a call is
+//! never stopped before it has spent its budget, and a runaway one at most
+//! [`MARK_MAX_AGE`] of CPU time after.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+/// How old a thread's CPU mark may be when a call starts from it: the most a runaway call
+/// may run past its budget (in CPU time, before the ticker's own slack).
+pub const MARK_MAX_AGE: Duration = Duration::from_millis(1);
+
+/// A thread's CPU clock, read at an instant.
+#[derive(Clone, Copy, Debug)]
+struct CpuMark {
+    at: Instant,
+    cpu: Duration,
+}
+
+thread_local! {
+    static MARK: Cell<Option<CpuMark>> = const { Cell::new(None) };
+}
+
+/// The budget of the call a store runs now.
+#[derive(Clone, Copy, Debug)]
+pub struct CallBudget {
+    budget: Duration,
+    started: Instant,
+    /// When the budget would end if the thread ran nothing but the call: the ticker need not
+    /// look at the call before.
+    ends_at: Instant,
+    mark: CpuMark,
+}
+
+/// What a look at a running call finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The call has spent its budget: stop it.
+    Spent,
+    /// It has not; its budget cannot end before this instant.
+    NotBefore(Instant),
+}
+
+impl CallBudget {
+    /// Starts a budget for a call about to run on this thread.
+    pub fn start(budget: Duration) -> CallBudget {
+        let started = Instant::now();
+        let mark = MARK.with(|cell| match cell.get() {
+            Some(mark) if started.saturating_duration_since(mark.at) <= MARK_MAX_AGE => mark,
+            _ => {
+                let mark = CpuMark {
+                    at: started,
+                    cpu: thread_cpu_time(),
+                };
+                cell.set(Some(mark));
+                mark
+            }
+        });
+        CallBudget::from_mark(budget, started, mark)
+    }
+
+    fn from_mark(budget: Duration, started: Instant, mark: CpuMark) -> CallBudget {
+        // A budget past what the clock can hold (compiled templates cap it far below) never
+        // ends.
+        let ends_at = started
+            .checked_add(budget)
+            .unwrap_or_else(|| started + Duration::from_secs(u64::from(u32::MAX)));
+        CallBudget {
+            budget,
+            started,
+            ends_at,
+            mark,
+        }
+    }
+
+    /// Looks at the call at `now`, from the thread that runs it (a store's epoch callback
+    /// runs there).
+    pub fn check(&self, now: Instant) -> Verdict {
+        if now < self.ends_at {
+            return Verdict::NotBefore(self.ends_at);
+        }
+        self.check_cpu(now, thread_cpu_time())
+    }
+
+    /// [`Self::check`] past the wall end, with the thread's CPU clock read at `now`.
+    fn check_cpu(&self, now: Instant, cpu_now: Duration) -> Verdict {
+        let spent_at_least = cpu_now
+            .saturating_sub(self.mark.cpu)
+            .saturating_sub(self.started.saturating_duration_since(self.mark.at));
+        match self.budget.checked_sub(spent_at_least) {
+            Some(left) if !left.is_zero() => Verdict::NotBefore(now + left),
+            _ => Verdict::Spent,
+        }
+    }
+}
+
+/// The CPU time this thread has spent.
+#[cfg(unix)]
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes one `timespec` through the valid pointer it is given.
+    #[allow(unsafe_code)]
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    if status != 0 {
+        // Not expected on any unix we run on; counting nothing would let a runaway call go
+        // on for ever, so count wall time instead.
+        return wall_clock();
+    }
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Without a thread CPU clock, the budget counts wall time.
+#[cfg(not(unix))]
+fn thread_cpu_time() -> Duration {
+    wall_clock()
+}
+
+/// Wall time on a monotonic clock, as a stand-in CPU clock: with it, a budget counts wall
+/// time (the thread is taken to run all the time).
+fn wall_clock() -> Duration {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn budget_of_10ms(mark_age: Duration, mark_cpu: Duration) -> (CallBudget, Instant) {
+        let started = Instant::now();
+        let mark = CpuMark {
+            at: started - mark_age,
+            cpu: mark_cpu,
+        };
+        (CallBudget::from_mark(10 * MS, started, mark), started)
+    }
+
+    #[test]
+    fn before_its_wall_end_a_call_is_not_looked_at() {
+        let (budget, started) = budget_of_10ms(Duration::ZERO, Duration::ZERO);
+        assert_eq!(
+            budget.check(started + 3 * MS),
+            Verdict::NotBefore(started + 10 * MS)
+        );
+    }
+
+    #[test]
+    fn a_call_kept_waiting_by_the_os_goes_on_for_the_cpu_time_it_has_left() {
+        let (budget, started) = budget_of_10ms(Duration::ZERO, 50 * MS);
+        // 25 ms of wall time later the thread has run the call for 2 ms only.
+        let now = started + 25 * MS;
+        assert_eq!(
+            budget.check_cpu(now, 52 * MS),
+            Verdict::NotBefore(now + 8 * MS)
+        );
+    }
+
+    #[test]
+    fn a_call_that_spent_its_budget_is_stopped() {
+        let (budget, started) = budget_of_10ms(Duration::ZERO, 50 * MS);
+        assert_eq!(budget.check_cpu(started + 11 * MS, 60 * MS), Verdict::Spent);
+        assert_eq!(budget.check_cpu(started + 30 * MS, 75 * MS), Verdict::Spent);
+    }
+
+    #[test]
+    fn cpu_time_before_the_call_from_an_older_mark_is_never_counted_against_it() {
+        // The mark is 1 ms older than the call; the thread may have run all of that ms.
+        let (budget, started) = budget_of_10ms(MS, 50 * MS);
+        // 10.5 ms of CPU since the mark: the call itself spent at least 9.5 ms.
+        let now = started + 10 * MS;
+        assert_eq!(
+            budget.check_cpu(now, 60 * MS + MS / 2),
+            Verdict::NotBefore(now + MS / 2)
+        );
+        assert_eq!(budget.check_cpu(now, 61 * MS), Verdict::Spent);
+    }
+
+    #[test]
+    fn a_thread_reuses_its_mark_while_it_is_fresh() {
+        let first = CallBudget::start(10 * MS);
+        let second = CallBudget::start(10 * MS);
+        if second.started.duration_since(first.mark.at) <= MARK_MAX_AGE {
+            assert_eq!(second.mark.at, first.mark.at);
+        }
+        std::thread::sleep(2 * MARK_MAX_AGE);
+        let later = CallBudget::start(10 * MS);
+        assert!(later.mark.at > first.mark.at, "a stale mark is renewed");
+        assert!(later.mark.cpu >= first.mark.cpu);
+    }
+
+    #[test]
+    fn the_thread_cpu_clock_counts_work_and_not_sleep() {
+        let before = thread_cpu_time();
+        std::thread::sleep(20 * MS);
+        let slept = thread_cpu_time() - before;
+        let started = Instant::now();
+        let mut spin = 0u64;
+        while started.elapsed() < 20 * MS {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let worked = thread_cpu_time() - before - slept;
+        assert!(worked > slept, "slept {slept:?}, worked {worked:?}");
+    }
+}
