@@ -45,6 +45,7 @@ use serde_json::{Map, Value, json};
 
 use crate::delivery::{WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_BACKOFF, WEBHOOK_MAX_BACKOFF};
 use crate::engine::{Engine, MAX_ID_LEN};
+use crate::error::EngineError;
 use crate::metrics::{A2aCallResult, Metrics};
 use crate::store::RemoteTask;
 
@@ -496,12 +497,12 @@ pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
         };
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(POLL_MAX_WAIT);
-        match peer.engine.replies_open_to(conversation, agent).await {
-            Ok(open) if open.is_empty() => break None,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::debug!(%agent, %error, conversation, "stops following an A2A task");
-                break None;
+        match still_awaited(peer.engine.replies_open_to(conversation, agent).await) {
+            Awaited::Yes => {}
+            Awaited::No => break None,
+            Awaited::CannotTell(error) => {
+                tracing::warn!(%agent, %error, conversation, task = task.task_id, "cannot read the conversation of an A2A task; asking again later");
+                continue;
             }
         }
         let request = Request::new(
@@ -542,6 +543,27 @@ pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
         tracing::warn!(%agent, %error, task = task.task_id, "cannot forget an A2A task that ended");
     }
     task
+}
+
+/// Whether a conversation still waits for a running task's answer.
+#[derive(Debug)]
+enum Awaited {
+    Yes,
+    /// The conversation is gone (retention removed it) or leaves the agent no reply.
+    No,
+    /// The conversation could not be read (the store is down): the record must stay, so
+    /// the follower asks again later rather than forget a task it may still answer.
+    CannotTell(EngineError),
+}
+
+/// [`Awaited`] from the replies a conversation leaves open to the agent.
+fn still_awaited(open: Result<Vec<Arc<str>>, EngineError>) -> Awaited {
+    match open {
+        Ok(open) if open.is_empty() => Awaited::No,
+        Ok(_) => Awaited::Yes,
+        Err(EngineError::UnknownConversation(_)) => Awaited::No,
+        Err(error) => Awaited::CannotTell(error),
+    }
 }
 
 /// Records `task` as running, so a restart goes on following it. Not fatal when the
@@ -919,6 +941,28 @@ mod tests {
             message_send(&text).params.message.parts,
             [text_part("hello")]
         );
+    }
+
+    /// A follower stops only when the conversation is gone or has nothing left to answer;
+    /// a store it cannot read keeps it (and the task's record) going.
+    #[test]
+    fn a_task_is_followed_until_its_conversation_no_longer_waits_for_it() {
+        use crate::store::StoreError;
+        assert!(matches!(
+            still_awaited(Ok(open(&["inform", "failure"]))),
+            Awaited::Yes
+        ));
+        assert!(matches!(still_awaited(Ok(Vec::new())), Awaited::No));
+        assert!(matches!(
+            still_awaited(Err(EngineError::UnknownConversation("c".to_owned()))),
+            Awaited::No
+        ));
+        assert!(matches!(
+            still_awaited(Err(EngineError::Store(StoreError::Unavailable(
+                "connection refused".to_owned()
+            )))),
+            Awaited::CannotTell(_)
+        ));
     }
 
     /// A canceled task confirms the cancel; an error, or a task that ended another way
