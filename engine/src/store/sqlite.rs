@@ -1775,7 +1775,8 @@ mod tests {
     }
 
     /// Under steady commits the WAL is checkpointed and starts again from its beginning, so
-    /// it stays near the limits however much is written (each commit here is a transaction
+    /// it stays within the force size however much is written, even while a slow disk holds
+    /// up the background passes (each commit here is a transaction
     /// of a few pages: without checkpoints the WAL would hold thousands of frames), and
     /// everything written is in the database after a reopen.
     #[tokio::test]
@@ -1803,8 +1804,10 @@ mod tests {
             // The WAL file keeps its largest size when it starts again: its high-water mark.
             let bytes = std::fs::metadata(&wal).expect("the WAL").len();
             let frames = bytes.saturating_sub(32) / (4096 + 24);
+            // Past the force size the writer checkpoints (waiting for a background pass under
+            // way), so the WAL ends at most one commit's few pages past it.
             assert!(
-                frames <= 2 * limits.force,
+                frames <= limits.force + 64,
                 "the WAL grew to {frames} frames for {conversations} commits"
             );
         }

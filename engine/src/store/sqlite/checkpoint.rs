@@ -20,6 +20,9 @@
 //!   tens, after which the WAL starts again;
 //! - from [`Limits::force`] frames on (the checkpointer cannot keep up), the writer
 //!   checkpoints whatever is left itself, as SQLite would have, so the WAL stays bounded.
+//!   A background pass still running then holds SQLite's checkpoint lock (its sync may wait
+//!   long on a busy disk), so the writer first waits for it to end: commits stop for that
+//!   while, rather than the WAL growing by every commit that comes meanwhile.
 //!
 //! Passive checkpoints never wait for readers or writers; a reader that still needs old
 //! frames just leaves them for a later pass. Both connections run `synchronous = NORMAL`,
@@ -30,8 +33,9 @@ use std::cell::Cell;
 use std::fs::File;
 use std::os::raw::c_int;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 use std::thread;
+use std::time::Duration;
 
 use rusqlite::Connection;
 use rusqlite::hooks::Wal;
@@ -46,9 +50,15 @@ pub(super) struct Limits {
     /// Background passes per WAL after which the writer finishes whatever they left: when
     /// the writer appends more than `finish` frames during every pass, they never get there.
     pub passes: u32,
-    /// WAL size from which the writer checkpoints itself, whatever is left.
+    /// WAL size from which the writer checkpoints itself, whatever is left, after waiting
+    /// for a background pass under way.
     pub force: u64,
 }
+
+/// The longest the writer waits for a background pass to end before it checkpoints past the
+/// force size. Far longer than any sync should take; it only keeps a checkpointer that is
+/// stuck for good from stopping every commit.
+const LONGEST_WAIT_FOR_A_PASS: Duration = Duration::from_secs(10);
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -78,6 +88,51 @@ fn record_wal_size(_wal: &Wal, frames: c_int) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// What the writer knows of the checkpointer, and the signal that a pass ended.
+#[derive(Debug, Default)]
+struct Checkpoints {
+    state: Mutex<Shared>,
+    pass_ended: Condvar,
+}
+
+impl Checkpoints {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Two plain fields, each written whole: a panic cannot leave them inconsistent.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits (at most `longest`) until no background pass is under way.
+    fn wait_for_pass<'a>(
+        &'a self,
+        state: MutexGuard<'a, Shared>,
+        longest: Duration,
+    ) -> MutexGuard<'a, Shared> {
+        let (state, waited) = self
+            .pass_ended
+            .wait_timeout_while(state, longest, |state| state.running)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if waited.timed_out() {
+            tracing::warn!(
+                "a SQLite WAL checkpoint pass has run for {longest:?}; the writer checkpoints without waiting for it"
+            );
+        }
+        state
+    }
+
+    /// Records the end of a background pass and wakes a writer waiting for it.
+    fn end_pass(&self, copied: Option<(u64, u64)>) {
+        let mut state = self.lock();
+        state.running = false;
+        if copied.is_some() {
+            state.last = copied;
+        }
+        drop(state);
+        self.pass_ended.notify_all();
+    }
+}
+
 /// What the writer knows of the checkpointer.
 #[derive(Debug, Default)]
 struct Shared {
@@ -96,6 +151,9 @@ enum Step {
     Background(u64),
     /// Copy what is left on the writer's own connection.
     Finish,
+    /// Past the force size: wait for a background pass under way to end, then copy what is
+    /// left on the writer's own connection.
+    Force,
 }
 
 /// The writer's bookkeeping, apart from any database so its decisions can be tested alone.
@@ -128,12 +186,11 @@ impl Plan {
             self.passes = 0;
         }
         self.frames = frames;
-        // Past the force size the writer copies whatever it can even while a background pass
-        // runs: a pass can take long (its sync waits for a slow or busy disk), and the WAL
-        // must not grow without bound meanwhile. If the pass holds SQLite's checkpoint lock,
-        // the writer's checkpoint gets nothing done and the next commit tries again.
+        // Past the force size the writer checkpoints even while a background pass runs: a
+        // pass can take long (its sync waits for a slow or busy disk), and the WAL must not
+        // grow without bound meanwhile.
         if frames >= self.limits.force {
-            return Step::Finish;
+            return Step::Force;
         }
         if frames < self.limits.background || checkpointer.running {
             return Step::Nothing;
@@ -156,7 +213,7 @@ impl Plan {
 /// The writer's side: decides after each commit whether a checkpoint is due and where.
 pub(super) struct Checkpointer {
     plan: Plan,
-    shared: Arc<Mutex<Shared>>,
+    shared: Arc<Checkpoints>,
     /// Wakes the checkpointer with the WAL generation to checkpoint; `None` once stopping.
     wake: Option<mpsc::Sender<u64>>,
     thread: Option<thread::JoinHandle<()>>,
@@ -173,7 +230,7 @@ impl Checkpointer {
     ) -> std::io::Result<Checkpointer> {
         let database = File::options().write(true).open(database)?;
         writer.wal_hook(Some(record_wal_size));
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        let shared = Arc::new(Checkpoints::default());
         let (wake, passes) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("colloquy-sqlite-checkpointer".to_owned())
@@ -193,7 +250,7 @@ impl Checkpointer {
     /// writer may checkpoint here).
     pub fn after_commit(&mut self, writer: &Connection) {
         let frames = WAL_FRAMES.with(Cell::get);
-        let mut shared = lock(&self.shared);
+        let mut shared = self.shared.lock();
         match self.plan.step(frames, &shared) {
             Step::Nothing => {}
             Step::Background(generation) => {
@@ -205,9 +262,13 @@ impl Checkpointer {
             }
             Step::Finish => {
                 drop(shared);
-                if let Err(error) = passive_checkpoint(writer) {
-                    tracing::warn!(%error, "SQLite WAL checkpoint failed; will try again");
-                }
+                finish(writer);
+            }
+            Step::Force => {
+                // The pass holds SQLite's checkpoint lock: a checkpoint now would copy
+                // nothing.
+                drop(self.shared.wait_for_pass(shared, LONGEST_WAIT_FOR_A_PASS));
+                finish(writer);
             }
         }
     }
@@ -223,11 +284,11 @@ impl Drop for Checkpointer {
     }
 }
 
-fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    // Two plain fields, each written whole: a panic cannot leave them inconsistent.
-    shared
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The writer copies what is left of the WAL.
+fn finish(writer: &Connection) {
+    if let Err(error) = passive_checkpoint(writer) {
+        tracing::warn!(%error, "SQLite WAL checkpoint failed; will try again");
+    }
 }
 
 /// The checkpointer thread: one passive checkpoint per wake-up, then a sync of the
@@ -239,7 +300,7 @@ fn run(
     connection: &Connection,
     database: &File,
     passes: &mpsc::Receiver<u64>,
-    shared: &Mutex<Shared>,
+    shared: &Checkpoints,
 ) {
     while let Ok(generation) = passes.recv() {
         let outcome = passive_checkpoint(connection)
@@ -250,12 +311,11 @@ fn run(
                     .map(|()| copied)
                     .map_err(|error| format!("cannot sync the database file: {error}"))
             });
-        let mut shared = lock(shared);
-        shared.running = false;
         match outcome {
-            Ok(copied) => shared.last = Some((generation, copied)),
+            Ok(copied) => shared.end_pass(Some((generation, copied))),
             Err(error) => {
                 tracing::warn!(%error, "SQLite WAL checkpoint pass failed; will try again");
+                shared.end_pass(None);
             }
         }
     }
@@ -331,7 +391,7 @@ mod tests {
     #[test]
     fn past_the_force_size_the_writer_checkpoints() {
         let mut plan = Plan::new(LIMITS);
-        assert_eq!(plan.step(1_000, &idle(None)), Step::Finish);
+        assert_eq!(plan.step(1_000, &idle(None)), Step::Force);
     }
 
     #[test]
@@ -343,8 +403,35 @@ mod tests {
             last: None,
         };
         assert_eq!(plan.step(999, &running), Step::Nothing);
-        assert_eq!(plan.step(1_000, &running), Step::Finish);
-        assert_eq!(plan.step(1_200, &running), Step::Finish);
+        assert_eq!(plan.step(1_000, &running), Step::Force);
+        assert_eq!(plan.step(1_200, &running), Step::Force);
+    }
+
+    #[test]
+    fn a_writer_forced_to_checkpoint_waits_for_the_pass_under_way() {
+        let checkpoints = Arc::new(Checkpoints::default());
+        checkpoints.lock().running = true;
+        let checkpointer = thread::spawn({
+            let checkpoints = checkpoints.clone();
+            move || {
+                thread::sleep(Duration::from_millis(20));
+                checkpoints.end_pass(Some((0, 900)));
+            }
+        });
+        // Bounded far above the pass, so the test fails rather than hangs.
+        let state = checkpoints.wait_for_pass(checkpoints.lock(), Duration::from_secs(60));
+        assert!(!state.running);
+        assert_eq!(state.last, Some((0, 900)));
+        drop(state);
+        checkpointer.join().expect("the pass");
+    }
+
+    #[test]
+    fn a_pass_that_never_ends_holds_the_writer_only_so_long() {
+        let checkpoints = Checkpoints::default();
+        checkpoints.lock().running = true;
+        let state = checkpoints.wait_for_pass(checkpoints.lock(), Duration::from_millis(10));
+        assert!(state.running);
     }
 
     #[test]
