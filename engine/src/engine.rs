@@ -31,6 +31,8 @@ use crate::wakeups::{Listener, Wakeups};
 
 /// How long a completed conversation stays readable before retention removes it.
 pub const DEFAULT_RETENTION_MS: u64 = 5 * 60 * 1000;
+/// How long a message waits in an agent's inbox, unacknowledged, before it is dropped.
+pub const DEFAULT_INBOX_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// How often a write that lost an optimistic-concurrency race is retried.
 pub const MAX_COMMIT_ATTEMPTS: usize = 5;
 /// Conversations a scheduler pass takes off the deadline index at most.
@@ -73,6 +75,9 @@ pub struct EngineConfig {
     /// conversations and follow them, which would otherwise leave every answer in an inbox
     /// nobody reads or acknowledges. Empty by default.
     pub inboxless: HashSet<AgentId>,
+    /// How long an inbox entry waits for its agent to acknowledge it before it is dropped
+    /// (default 7 days; see `inbox_expiry`). Counted from when its message was sent.
+    pub inbox_ttl_ms: u64,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +85,7 @@ impl Default for EngineConfig {
         EngineConfig {
             retention_ms: DEFAULT_RETENTION_MS,
             inboxless: HashSet::new(),
+            inbox_ttl_ms: DEFAULT_INBOX_TTL_MS,
         }
     }
 }

@@ -18,6 +18,7 @@
 //! - [`keyed`]: the finely sharded maps keyed by conversation id.
 //! - [`listing`]: listing conversations and finding their template.
 //! - [`parties`]: which loaded conversations each agent may read, for its listing.
+//! - [`inbox_expiry`]: dropping inbox entries nobody acknowledged within the inbox TTL.
 //! - [`wakeups`]: waking the streams of one agent's inbox or one conversation's events.
 //! - [`sight`]: what each reader may see of a conversation (a participant: its own thread).
 //! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
@@ -37,6 +38,7 @@ pub mod delivery;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod inbox_expiry;
 pub mod keyed;
 pub mod listing;
 pub mod log_safe;

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use colloquy_protocol::conversation::ViolationKind;
 use colloquy_protocol::event::{ConversationEvent, EventKind};
+use colloquy_protocol::message::AgentId;
 use colloquy_protocol::performative::{FipaAct, Performative};
 use dashmap::DashMap;
 use smallvec::SmallVec;
@@ -392,6 +393,10 @@ impl ConversationStore for MeteredStore {
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError> {
         self.inner.inbox(agent, after_seq, limit).await
+    }
+
+    async fn inbox_agents(&self) -> Result<Vec<AgentId>, StoreError> {
+        self.inner.inbox_agents().await
     }
 
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {

@@ -143,7 +143,10 @@ pub fn launch(
         Some(runtime) => engine.with_hooks(runtime),
         None => engine,
     });
-    let mut background = vec![engine.spawn_scheduler(options.scheduler_period)];
+    let mut background = vec![
+        engine.spawn_scheduler(options.scheduler_period),
+        engine.spawn_inbox_expiry(),
+    ];
     // Other engine nodes' commits (shared Redis store) reach this node's streams.
     background.extend(engine.follow_store());
     let channels: HashMap<_, _> = options

@@ -258,6 +258,30 @@ pub async fn assert_a_large_acknowledgement_leaves_the_rest(
     assert_eq!(store.inbox_head("bob").await.expect("head"), total);
 }
 
+/// A fresh store lists no inbox agents; once a message reaches bob, carol and dave, it lists
+/// them; after carol acknowledged everything, it still lists bob and dave (carol may stay).
+/// Returns with bob and dave holding entries, for a durable store's test to list again after
+/// a reopen.
+pub async fn assert_inbox_agents_are_listed(store: &dyn ConversationStore, id: &str) {
+    let sorted = |mut agents: Vec<Arc<str>>| {
+        agents.sort();
+        agents
+    };
+    assert!(store.inbox_agents().await.expect("agents").is_empty());
+    assert_a_message_to_several_reaches_each(store, id).await;
+    let everyone: Vec<Arc<str>> = ["bob", "carol", "dave"].map(Arc::from).into();
+    assert_eq!(
+        sorted(store.inbox_agents().await.expect("agents")),
+        everyone
+    );
+    let head = store.inbox_head("carol").await.expect("head");
+    store.acknowledge("carol", head).await.expect("ack");
+    let listed = store.inbox_agents().await.expect("agents");
+    for agent in ["bob", "dave"] {
+        assert!(listed.iter().any(|listed| &**listed == agent), "{listed:?}");
+    }
+}
+
 /// Webhook cursors start at 0, are kept per agent and never move back. Returns with bob's
 /// cursor at 3, for a durable store's test to read again after a reopen.
 pub async fn assert_webhook_cursors_only_advance(store: &dyn ConversationStore) {

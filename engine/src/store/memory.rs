@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use colloquy_protocol::event::ConversationEvent;
+use colloquy_protocol::message::AgentId;
 use dashmap::mapref::entry::Entry;
 
 use super::{Commit, ConversationStore, InboxEntry, RemoteTask, StoreError};
@@ -159,6 +160,15 @@ impl ConversationStore for MemoryStore {
         Ok(())
     }
 
+    async fn inbox_agents(&self) -> Result<Vec<AgentId>, StoreError> {
+        Ok(self
+            .inboxes()
+            .iter()
+            .filter(|(_, inbox)| !inbox.entries.is_empty())
+            .map(|(agent, _)| agent.clone())
+            .collect())
+    }
+
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
         Ok(self.inboxes().get(agent).map_or(0, |inbox| inbox.next_seq))
     }
@@ -300,7 +310,8 @@ mod tests {
     use super::*;
     use crate::store::fixtures::{
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_remote_tasks_are_kept_replaced_and_forgotten, assert_webhook_cursors_only_advance,
+        assert_inbox_agents_are_listed, assert_remote_tasks_are_kept_replaced_and_forgotten,
+        assert_webhook_cursors_only_advance,
     };
 
     #[tokio::test]
@@ -314,6 +325,19 @@ mod tests {
         assert_a_message_to_several_reaches_each(&store, "c1").await;
         // Each inbox holds its own handle on a shared message: nothing to check there.
         assert_acknowledged_entries_go(&store, "c1", |_| async {}).await;
+    }
+
+    #[tokio::test]
+    async fn agents_with_inbox_entries_are_listed() {
+        let store = MemoryStore::new();
+        assert_inbox_agents_are_listed(&store, "c1").await;
+        let mut listed = store.inbox_agents().await.expect("agents");
+        listed.sort();
+        assert_eq!(
+            listed,
+            ["bob", "dave"].map(Arc::from),
+            "carol has nothing left"
+        );
     }
 
     #[tokio::test]

@@ -220,6 +220,11 @@ pub trait ConversationStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError>;
 
+    /// The agents whose inboxes hold entries, in no particular order (a store may also list
+    /// agents whose entries are all acknowledged). For the sweep that drops entries nobody
+    /// fetched within the inbox TTL ([`crate::Engine::expire_inboxes`]).
+    async fn inbox_agents(&self) -> Result<Vec<AgentId>, StoreError>;
+
     /// The sequence number of `agent`'s newest inbox entry; 0 when it has none. Stays put
     /// when entries are acknowledged: the next entry is numbered after it.
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError>;

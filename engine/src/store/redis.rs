@@ -745,6 +745,17 @@ impl ConversationStore for RedisStore {
             .collect()
     }
 
+    async fn inbox_agents(&self) -> Result<Vec<AgentId>, StoreError> {
+        // Every agent that ever had an entry has a head: a few bytes each, so listing them
+        // all is cheaper than asking each stream whether it is empty.
+        let mut connection = self.connection.clone();
+        let agents: Vec<String> = connection
+            .hkeys(self.keys.inbox_heads())
+            .await
+            .map_err(store_error)?;
+        Ok(agents.into_iter().map(AgentId::from).collect())
+    }
+
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
         let mut connection = self.connection.clone();
         let head: Option<u64> = connection
@@ -897,9 +908,9 @@ mod tests {
     use crate::store::fixtures::{
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_conversation_ids_page_in_order, assert_refuses_stale_writes,
-        assert_remote_tasks_are_kept_replaced_and_forgotten, assert_webhook_cursors_only_advance,
-        commit, started,
+        assert_conversation_ids_page_in_order, assert_inbox_agents_are_listed,
+        assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
+        assert_webhook_cursors_only_advance, commit, started,
     };
 
     /// The Redis the tests use, from `COLLOQUY_TEST_REDIS` (e.g. `redis://127.0.0.1:6390`;
@@ -981,6 +992,24 @@ mod tests {
         assert_webhook_cursors_only_advance(&open_store(&url, &prefix).await).await;
         let other_node = open_store(&url, &prefix).await;
         assert_eq!(other_node.webhook_cursor("bob").await.expect("cursor"), 3);
+    }
+
+    /// Every node lists the agents with inbox entries.
+    #[tokio::test]
+    async fn agents_with_inbox_entries_are_listed_by_every_node() {
+        let Some(url) = test_redis("agents_with_inbox_entries_are_listed_by_every_node") else {
+            return;
+        };
+        let prefix = unique_prefix("inbox-agents");
+        assert_inbox_agents_are_listed(&open_store(&url, &prefix).await, "c1").await;
+        let listed = open_store(&url, &prefix)
+            .await
+            .inbox_agents()
+            .await
+            .expect("agents");
+        for agent in ["bob", "dave"] {
+            assert!(listed.iter().any(|listed| &**listed == agent), "{listed:?}");
+        }
     }
 
     #[tokio::test]

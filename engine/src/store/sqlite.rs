@@ -863,6 +863,26 @@ fn apply_commit(
 
 /// The last sequence number of `agent`'s inbox (its newest entry, or what it acknowledged
 /// when that was newer), 0 if it never had one.
+/// The agents with entries in either inbox table. Each table is walked agent by agent down
+/// its `(agent, seq)` index (a "skip scan": one index lookup per agent), not entry by entry.
+fn inbox_agents(connection: &Connection) -> Result<Vec<AgentId>, rusqlite::Error> {
+    let mut agents = std::collections::BTreeSet::new();
+    for table in ["inbox", "inbox_recent"] {
+        let mut select = connection.prepare_cached(&format!(
+            "WITH RECURSIVE agents (agent) AS (
+                 SELECT min(agent) FROM {table}
+                 UNION ALL
+                 SELECT (SELECT min(agent) FROM {table} WHERE agent > agents.agent)
+                 FROM agents WHERE agents.agent IS NOT NULL)
+             SELECT agent FROM agents WHERE agent IS NOT NULL"
+        ))?;
+        for agent in select.query_map([], |row| row.get::<_, String>(0))? {
+            agents.insert(agent?);
+        }
+    }
+    Ok(agents.into_iter().map(AgentId::from).collect())
+}
+
 fn inbox_head(connection: &Connection, agent: &str) -> Result<u64, rusqlite::Error> {
     let head: Option<i64> = connection
         .prepare_cached(
@@ -1080,6 +1100,11 @@ impl ConversationStore for SqliteStore {
         self.submit(|reply| Job::Remove(id, reply)).await
     }
 
+    async fn inbox_agents(&self) -> Result<Vec<AgentId>, StoreError> {
+        self.read(|connection| inbox_agents(connection).map_err(internal))
+            .await
+    }
+
     async fn inbox_head(&self, agent: &str) -> Result<u64, StoreError> {
         let agent = agent.to_owned();
         self.read(move |connection| inbox_head(connection, &agent).map_err(internal))
@@ -1264,9 +1289,9 @@ mod tests {
     use crate::store::fixtures::{
         accepted, assert_a_large_acknowledgement_leaves_the_rest,
         assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-        assert_conversation_ids_page_in_order, assert_refuses_stale_writes,
-        assert_remote_tasks_are_kept_replaced_and_forgotten, assert_webhook_cursors_only_advance,
-        commit, message, remote_task, started,
+        assert_conversation_ids_page_in_order, assert_inbox_agents_are_listed,
+        assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
+        assert_webhook_cursors_only_advance, commit, message, remote_task, started,
     };
 
     fn temp_db(name: &str) -> PathBuf {
@@ -1383,6 +1408,19 @@ mod tests {
         }
         let store = SqliteStore::open(&path).expect("reopen");
         assert_eq!(store.webhook_cursor("bob").await.expect("cursor"), 3);
+    }
+
+    #[tokio::test]
+    async fn agents_with_inbox_entries_are_listed_also_after_a_reopen() {
+        let path = temp_db("inbox-agents");
+        {
+            let store = SqliteStore::open(&path).expect("open");
+            assert_inbox_agents_are_listed(&store, "c1").await;
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        let mut listed = store.inbox_agents().await.expect("agents");
+        listed.sort();
+        assert_eq!(listed, ["bob", "dave"].map(AgentId::from));
     }
 
     #[tokio::test]

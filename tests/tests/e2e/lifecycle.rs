@@ -2,6 +2,7 @@
 //! message, the conversation deadline, retention, and unknown conversations.
 
 use colloquy_engine::ErrorKind;
+use colloquy_engine::store::ConversationStore;
 use colloquy_protocol::conversation::{CommitmentState, ConversationStatus, Outcome};
 use colloquy_protocol::message::StartConversation;
 use colloquy_protocol::template::MAX_PARTICIPANTS;
@@ -478,4 +479,55 @@ async fn a_fresh_engine_over_the_same_store_replays_the_same_conversation() {
         commitment_states(&view),
         [CommitmentState::Violated, CommitmentState::Released]
     );
+}
+
+/// An inbox entry nobody acknowledges is dropped once its message is older than the inbox
+/// TTL (7 days by default), oldest first: younger entries stay, the sequence goes on, and the
+/// conversations are untouched.
+#[tokio::test]
+async fn inbox_entries_nobody_acknowledges_expire_after_the_inbox_ttl() {
+    const DAY: u64 = 24 * 60 * 60 * 1000;
+    let h = Harness::new();
+    let first = h.start("fipa-request", "alice", &["bob"], json!({})).await;
+    h.ok(&first.id, "alice", msg("request", json!({"n": 1})))
+        .await;
+    h.clock.advance(3 * DAY);
+    let second = h.start("fipa-request", "alice", &["bob"], json!({})).await;
+    h.ok(&second.id, "alice", msg("request", json!({"n": 2})))
+        .await;
+    let inbox = h.store.inbox("bob", 0, 10).await.expect("inbox");
+    assert_eq!(inbox.len(), 2);
+
+    // The first request is 7 days old less a millisecond: nothing is dropped yet.
+    h.clock.advance(4 * DAY - 1);
+    assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 0);
+    h.clock.advance(1);
+    assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 1);
+    let left = h.store.inbox("bob", 0, 10).await.expect("inbox");
+    assert_eq!(left.len(), 1);
+    assert_eq!(*left[0].conversation_id, *second.id);
+    assert_eq!(left[0].seq, inbox[1].seq, "positions keep their meaning");
+    assert_eq!(h.store.inbox_head("bob").await.expect("head"), inbox[1].seq);
+    assert_eq!(h.view(&first.id).await.status, ConversationStatus::Active);
+
+    // Three days on, the second goes too; a sweep of an empty inbox drops nothing.
+    h.clock.advance(3 * DAY);
+    assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 1);
+    assert!(h.store.inbox("bob", 0, 10).await.expect("inbox").is_empty());
+    assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 0);
+}
+
+/// Expiry reads an inbox a batch at a time: a backlog longer than a batch goes whole.
+#[tokio::test]
+async fn an_expired_backlog_longer_than_a_batch_goes_whole() {
+    let h = Harness::new();
+    for n in 0..300 {
+        let c = h.start("fipa-request", "alice", &["bob"], json!({})).await;
+        h.ok(&c.id, "alice", msg("request", json!({"n": n}))).await;
+    }
+    h.clock
+        .advance(colloquy_engine::engine::DEFAULT_INBOX_TTL_MS);
+    assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 300);
+    assert!(h.store.inbox("bob", 0, 10).await.expect("inbox").is_empty());
+    assert_eq!(h.store.inbox_head("bob").await.expect("head"), 300);
 }

@@ -49,11 +49,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
     /// How long a completed conversation stays readable before it is removed with its
-    /// event log (the messages in agents' inboxes stay): a number and a unit, `ms`, `s`, `m`,
-    /// `h` or `d`, e.g. `90s`, `7d`. The store holds every conversation completed within
-    /// this window.
+    /// event log (the messages in agents' inboxes stay, see --inbox-ttl): a number and a
+    /// unit, `ms`, `s`, `m`, `h` or `d`, e.g. `90s`, `7d`. The store holds every
+    /// conversation completed within this window.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     retention: Duration,
+    /// How long a message waits in an agent's inbox for the agent to acknowledge it before
+    /// it is dropped unread, counted from when it was sent (same format as --retention).
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+    inbox_ttl: Duration,
 }
 
 /// Parses `90s`, `5m`, `250ms`, `2h`, `7d` (a whole number and a unit).
@@ -181,6 +185,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         hooks: Some(hooks),
         engine: EngineConfig {
             retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
+            inbox_ttl_ms: u64::try_from(args.inbox_ttl.as_millis()).unwrap_or(u64::MAX),
             ..EngineConfig::default()
         },
         ..ServiceOptions::default()
