@@ -111,6 +111,8 @@ pub struct Engine {
     /// Whether other engine nodes write to the store too (Redis), so a cached copy may be
     /// behind it.
     shared_store: bool,
+    /// Inbox entries this engine dropped unacknowledged after the inbox TTL (`inbox_expiry`).
+    pub(crate) inbox_entries_expired: std::sync::atomic::AtomicU64,
 }
 
 /// Published after every commit the store accepted: which conversation moved to which
@@ -147,6 +149,7 @@ impl Engine {
             parties: PartyIndex::default(),
             hooks: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
+            inbox_entries_expired: std::sync::atomic::AtomicU64::new(0),
             inbox_wakeups: Wakeups::default(),
             conversation_wakeups: Wakeups::default(),
         }

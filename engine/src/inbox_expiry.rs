@@ -10,6 +10,7 @@
 //! their meaning. Every node of a shared store may sweep; dropping is an acknowledgement,
 //! which never moves back, so two sweeps at once do no harm.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::engine::Engine;
@@ -34,6 +35,8 @@ impl Engine {
                 Ok(0) => {}
                 Ok(count) => {
                     tracing::info!(%agent, count, "dropped inbox entries older than the inbox TTL");
+                    self.inbox_entries_expired
+                        .fetch_add(count, Ordering::Relaxed);
                     dropped += count;
                 }
                 Err(error) => {
@@ -65,6 +68,12 @@ impl Engine {
                 return Ok(dropped);
             }
         }
+    }
+
+    /// Inbox entries this engine has dropped unacknowledged after the inbox TTL, for
+    /// `/metrics`.
+    pub fn inbox_entries_expired(&self) -> u64 {
+        self.inbox_entries_expired.load(Ordering::Relaxed)
     }
 
     /// Sweeps inboxes every [`SWEEP_PERIOD`] until the task is aborted.

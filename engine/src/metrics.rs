@@ -182,7 +182,7 @@ impl Metrics {
     /// The Prometheus text exposition of every counter, plus the live-conversation gauge.
     pub fn render(
         &self,
-        live_conversations: usize,
+        engine: EngineFigures,
         hooks: Option<&crate::runtime::latency::HookLatency>,
     ) -> String {
         let mut out = String::new();
@@ -270,10 +270,23 @@ impl Metrics {
             out,
             "# HELP colloquy_live_conversations Conversations held in memory.\n\
              # TYPE colloquy_live_conversations gauge\n\
-             colloquy_live_conversations {live_conversations}"
+             colloquy_live_conversations {}\n\
+             # HELP colloquy_inbox_expired_total Inbox entries dropped unacknowledged after the inbox TTL.\n\
+             # TYPE colloquy_inbox_expired_total counter\n\
+             colloquy_inbox_expired_total {}",
+            engine.live_conversations, engine.inbox_entries_expired
         );
         out
     }
+}
+
+/// What `/metrics` reads from the engine itself rather than from commits.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EngineFigures {
+    /// Conversations held in memory.
+    pub live_conversations: usize,
+    /// Inbox entries dropped unacknowledged after the inbox TTL.
+    pub inbox_entries_expired: u64,
 }
 
 /// Writes one metric family, its samples sorted so the output is stable.
@@ -472,7 +485,7 @@ mod tests {
         metrics.refused(None, "made-up-act-1", "unknown_performative");
         metrics.refused(None, "made-up-act-2", "unknown_performative");
         metrics.refused(Some(Arc::from("fipa-request")), "agree", "out_of_protocol");
-        let text = metrics.render(0, None);
+        let text = metrics.render(EngineFigures::default(), None);
         assert!(text.contains(
             "colloquy_messages_total{template=\"unknown\",performative=\"unknown\",result=\"unknown_performative\"} 2"
         ), "{text}");
@@ -480,6 +493,7 @@ mod tests {
             "colloquy_messages_total{template=\"fipa-request\",performative=\"agree\",result=\"out_of_protocol\"} 1"
         ), "{text}");
         assert!(text.contains("colloquy_live_conversations 0"), "{text}");
+        assert!(text.contains("colloquy_inbox_expired_total 0"), "{text}");
         assert!(
             !text.contains("colloquy_hook_duration_seconds"),
             "no runtime, no histogram"
@@ -493,7 +507,7 @@ mod tests {
         use colloquy_protocol::template::HookEvent;
         let hooks = crate::runtime::latency::HookLatency::default();
         hooks.observe(HookEvent::OnMessage, true, Duration::from_micros(40));
-        let text = Metrics::new().render(0, Some(&hooks));
+        let text = Metrics::new().render(EngineFigures::default(), Some(&hooks));
         let labels = "event=\"on_message\",result=\"ok\"";
         for line in [
             "# TYPE colloquy_hook_duration_seconds histogram".to_owned(),

@@ -50,7 +50,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .engine()
         .hook_runtime()
         .map(|runtime| runtime.latency());
-    let text = state.metrics().render(state.engine().live_count(), hooks);
+    let figures = crate::metrics::EngineFigures {
+        live_conversations: state.engine().live_count(),
+        inbox_entries_expired: state.engine().inbox_entries_expired(),
+    };
+    let text = state.metrics().render(figures, hooks);
     (
         [(
             header::CONTENT_TYPE,

@@ -126,6 +126,7 @@ async fn health_readiness_and_metrics() {
         "colloquy_messages_total{template=\"fipa-query\",performative=\"unknown\",result=\"unknown_performative\"} 1",
         "colloquy_conversations_completed_total{template=\"fipa-query\",outcome=\"success\"} 1",
         "colloquy_live_conversations 1",
+        "colloquy_inbox_expired_total 0",
         "# TYPE colloquy_violations_total counter",
     ] {
         assert!(text.contains(line), "missing `{line}` in:\n{text}");

@@ -515,6 +515,7 @@ async fn inbox_entries_nobody_acknowledges_expire_after_the_inbox_ttl() {
     assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 1);
     assert!(h.store.inbox("bob", 0, 10).await.expect("inbox").is_empty());
     assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 0);
+    assert_eq!(h.engine.inbox_entries_expired(), 2, "counted for /metrics");
 }
 
 /// Expiry reads an inbox a batch at a time: a backlog longer than a batch goes whole.
