@@ -76,11 +76,15 @@ impl Engine {
         self.inbox_entries_expired.load(Ordering::Relaxed)
     }
 
-    /// Sweeps inboxes every [`SWEEP_PERIOD`] until the task is aborted.
-    pub fn spawn_inbox_expiry(self: &std::sync::Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Sweeps inboxes every `period` ([`SWEEP_PERIOD`] in `colloquy serve`) until the task
+    /// is aborted.
+    pub fn spawn_inbox_expiry(
+        self: &std::sync::Arc<Self>,
+        period: Duration,
+    ) -> tokio::task::JoinHandle<()> {
         let engine = std::sync::Arc::clone(self);
         tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(SWEEP_PERIOD);
+            let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;

@@ -66,17 +66,25 @@ impl Server {
 
     /// A server with this identity and these extra templates.
     pub async fn with(identity: Identity, extra: Vec<CompiledTemplate>) -> Server {
-        let tokens = matches!(identity, Identity::Tokens { .. });
+        Server::with_options(
+            extra,
+            ServiceOptions {
+                identity,
+                // Deadlines in these scenarios are short; check them often.
+                scheduler_period: Duration::from_millis(10),
+                ..ServiceOptions::default()
+            },
+        )
+        .await
+    }
+
+    /// A server with these extra templates and options.
+    pub async fn with_options(extra: Vec<CompiledTemplate>, options: ServiceOptions) -> Server {
+        let tokens = matches!(options.identity, Identity::Tokens { .. });
         let catalog = Catalog::new(builtin_templates().into_iter().chain(extra).map(Arc::new));
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a loopback port");
-        let options = ServiceOptions {
-            identity,
-            // Deadlines in these scenarios are short; check them often.
-            scheduler_period: Duration::from_millis(10),
-            ..ServiceOptions::default()
-        };
         let service = api::launch(catalog, listener, options).expect("service starts");
         let url = service.url();
         Server {

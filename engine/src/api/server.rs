@@ -33,6 +33,9 @@ pub struct ServiceOptions {
     pub engine: EngineConfig,
     /// Scheduler period.
     pub scheduler_period: Duration,
+    /// How often inboxes are swept for entries past the inbox TTL
+    /// ([`crate::inbox_expiry::SWEEP_PERIOD`] by default).
+    pub inbox_sweep_period: Duration,
     /// The store; the memory store when `None`.
     pub store: Option<Arc<dyn ConversationStore>>,
     /// Where templates come from instead of the fixed `catalog` given to [`launch`]: a
@@ -52,6 +55,7 @@ impl Default for ServiceOptions {
             clock: Arc::new(SystemClock),
             engine: EngineConfig::default(),
             scheduler_period: SCHEDULER_PERIOD,
+            inbox_sweep_period: crate::inbox_expiry::SWEEP_PERIOD,
             store: None,
             templates: None,
             routes: None,
@@ -145,7 +149,7 @@ pub fn launch(
     });
     let mut background = vec![
         engine.spawn_scheduler(options.scheduler_period),
-        engine.spawn_inbox_expiry(),
+        engine.spawn_inbox_expiry(options.inbox_sweep_period),
     ];
     // Other engine nodes' commits (shared Redis store) reach this node's streams.
     background.extend(engine.follow_store());

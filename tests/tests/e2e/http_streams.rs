@@ -2,9 +2,14 @@
 //! messages, the long poll wakes up for a new message, and a conversation's event stream
 //! ends with the conversation and resumes from `Last-Event-ID`.
 
+use colloquy_engine::EngineConfig;
+use colloquy_engine::api::ServiceOptions;
 use colloquy_protocol::SendMessage;
 use colloquy_protocol::StartConversation;
-use colloquy_tests::http::{Server, bounded, call};
+use colloquy_tests::http::{Server, bounded, call, identity};
+use std::time::Duration;
+
+use crate::support::poll_until;
 use reqwest::Method;
 use serde_json::json;
 
@@ -430,4 +435,56 @@ async fn an_agent_without_an_inbox_is_left_nothing_to_acknowledge() {
     assert!(inbox.items.is_empty(), "carol keeps no inbox: {inbox:?}");
     let requests = bounded(dave.poll_inbox(0, 0)).await.expect("poll");
     assert_eq!(requests.items.len(), 1, "dave's inbox has the request");
+}
+
+/// A running server sweeps inboxes by itself: what nobody fetches and acknowledges within
+/// the inbox TTL is dropped, `/metrics` counts it, and the sequence goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_drops_what_nobody_acknowledges_within_the_inbox_ttl() {
+    let server = Server::with_options(
+        Vec::new(),
+        ServiceOptions {
+            identity: identity(&[]),
+            engine: EngineConfig {
+                inbox_ttl_ms: 100,
+                ..EngineConfig::default()
+            },
+            inbox_sweep_period: Duration::from_millis(20),
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    let carol = server.client("carol").await;
+    ask_dave(&carol, 1..=2).await;
+    let dave = server.client("dave").await;
+    poll_until(
+        || async { json!(inbox_seqs(&dave).await) },
+        |seqs| seqs == &json!([]),
+    )
+    .await
+    .expect("dave's entries expire");
+    let metrics = || async {
+        let text = bounded(
+            server
+                .anonymous(Method::GET, "/metrics")
+                .send()
+                .await
+                .expect("sent")
+                .text(),
+        )
+        .await
+        .expect("text");
+        json!(text.contains("colloquy_inbox_expired_total 2"))
+    };
+    poll_until(metrics, |counted| counted == &json!(true))
+        .await
+        .expect("both counted");
+    // `through: 0` acknowledges nothing and answers the head: both entries were there.
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/agents/dave/inbox/ack", "dave")
+            .json(&json!({"through": 0})),
+    )
+    .await;
+    assert_eq!((status, body["head"].clone()), (200, json!(2)), "{body}");
 }
