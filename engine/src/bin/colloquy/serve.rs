@@ -56,8 +56,21 @@ pub struct ServeArgs {
     retention: Duration,
     /// How long a message waits in an agent's inbox for the agent to acknowledge it before
     /// it is dropped unread, counted from when it was sent (same format as --retention).
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_inbox_ttl)]
     inbox_ttl: Duration,
+}
+
+/// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
+/// message at the next sweep).
+fn parse_inbox_ttl(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(
+            "an inbox TTL of 0 would drop every message at the next sweep; for an agent that \
+             should have no inbox, give it `inbox: false` in the agents file"
+                .to_owned(),
+        ),
+        ttl => Ok(ttl),
+    }
 }
 
 /// Parses `90s`, `5m`, `250ms`, `2h`, `7d` (a whole number and a unit).
@@ -247,5 +260,12 @@ mod tests {
                 .unwrap_err()
                 .contains("too long")
         );
+    }
+
+    #[test]
+    fn an_inbox_ttl_is_a_duration_other_than_zero() {
+        assert_eq!(parse_inbox_ttl("7d"), Ok(Duration::from_secs(604_800)));
+        assert!(parse_inbox_ttl("0s").unwrap_err().contains("inbox: false"));
+        assert!(parse_inbox_ttl("7").unwrap_err().contains("no unit"));
     }
 }
