@@ -7,8 +7,10 @@
 //! agent and oldest first, the entries whose message was sent more than
 //! [`EngineConfig::inbox_ttl_ms`](crate::EngineConfig::inbox_ttl_ms) ago (default 7 days), as
 //! if the agent had acknowledged them: the sequence goes on, so positions clients hold keep
-//! their meaning. Every node of a shared store may sweep; dropping is an acknowledgement,
-//! which never moves back, so two sweeps at once do no harm.
+//! their meaning. Of the nodes sharing a store, the one holding the [`SWEEP_ROLE`] lead
+//! sweeps (leased for three sweep periods, so another takes over when it dies); dropping is
+//! an acknowledgement, which never moves back, so two sweeps at once would do no harm
+//! either, beyond the doubled work and count.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -18,6 +20,8 @@ use crate::error::EngineError;
 
 /// How often the engine sweeps inboxes for expired entries.
 pub const SWEEP_PERIOD: Duration = Duration::from_secs(60);
+/// The lead ([`crate::store::ConversationStore::lead`]) of the node that sweeps.
+pub const SWEEP_ROLE: &str = "inbox-expiry";
 /// Inbox entries read at a time while looking for the end of the expired ones.
 const BATCH: usize = 256;
 
@@ -76,8 +80,8 @@ impl Engine {
         self.inbox_entries_expired.load(Ordering::Relaxed)
     }
 
-    /// Sweeps inboxes every `period` ([`SWEEP_PERIOD`] in `colloquy serve`) until the task
-    /// is aborted.
+    /// Sweeps inboxes every `period` ([`SWEEP_PERIOD`] in `colloquy serve`) while this node
+    /// holds the [`SWEEP_ROLE`] lead, until the task is aborted.
     pub fn spawn_inbox_expiry(
         self: &std::sync::Arc<Self>,
         period: Duration,
@@ -86,8 +90,17 @@ impl Engine {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let lease_ms = u64::try_from(period.as_millis().saturating_mul(3)).unwrap_or(u64::MAX);
             loop {
                 ticker.tick().await;
+                match engine.store.lead(SWEEP_ROLE, lease_ms).await {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot tell which node sweeps inboxes; will try again");
+                        continue;
+                    }
+                }
                 if let Err(error) = engine.expire_inboxes().await {
                     tracing::warn!(%error, "inbox expiry sweep failed");
                 }
