@@ -118,6 +118,14 @@ impl Server {
         }
     }
 
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let response = bounded(self.anonymous(reqwest::Method::GET, "/metrics").send())
+            .await
+            .expect("metrics sent");
+        bounded(response.text()).await.expect("metrics text")
+    }
+
     /// A raw request without credentials.
     pub fn anonymous(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         raw().request(method, format!("{}{path}", self.url))

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use colloquy_engine::api::Identity;
-use colloquy_tests::http::{ADMIN_TOKEN, STEP, Server, bounded, call};
+use colloquy_tests::http::{ADMIN_TOKEN, STEP, Server, call};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
@@ -101,6 +101,16 @@ impl FakeAgent {
             .filter(|s| s.body["method"] == method)
             .cloned()
             .collect()
+    }
+
+    /// Asserts that `method` was called `count` times (`why` says what that shows).
+    fn assert_calls(&self, method: &str, count: usize, why: &str) {
+        assert_eq!(
+            self.requests(method).len(),
+            count,
+            "{why}: {:#}",
+            Value::from(self.all())
+        );
     }
 
     /// Every request body received so far, for failure messages.
@@ -401,12 +411,7 @@ async fn a_working_task_is_agreed_then_polled_until_it_completes() {
         assert_eq!(poll.body["jsonrpc"], "2.0", "{:#}", poll.body);
         assert_eq!(poll.body["params"]["id"], "t-1", "{:#}", poll.body);
     }
-    assert_eq!(
-        fake.requests("message/send").len(),
-        1,
-        "{:#}",
-        Value::from(fake.all())
-    );
+    fake.assert_calls("message/send", 1, "sent once, then only polled");
 }
 
 /// A JSON-RPC error answer comes back as `not-understood` whose reason is the error's
@@ -427,11 +432,10 @@ async fn a_json_rpc_error_comes_back_as_not_understood_with_its_message() {
     assert_eq!(reply["sender"], "translator", "{reply}");
     assert_eq!(reply["content"], json!({"reason": "bad params"}), "{reply}");
     assert_eq!(reply["in_reply_to"], request_id.as_str(), "{reply}");
-    assert_eq!(
-        fake.requests("message/send").len(),
+    fake.assert_calls(
+        "message/send",
         1,
-        "a JSON-RPC error is an answer, not retried: {:#}",
-        Value::from(fake.all())
+        "a JSON-RPC error is an answer, not retried",
     );
 }
 
@@ -479,10 +483,7 @@ async fn a_failed_post_is_retried_and_the_retry_answered() {
             attempt.body
         );
     }
-    let metrics = bounded(server.anonymous(Method::GET, "/metrics").send())
-        .await
-        .expect("metrics");
-    let metrics = bounded(metrics.text()).await.expect("metrics text");
+    let metrics = server.metrics().await;
     for line in [
         r#"colloquy_a2a_calls_total{method="message/send",result="retried"} 1"#,
         r#"colloquy_a2a_calls_total{method="message/send",result="answered"} 1"#,
@@ -638,12 +639,7 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["status"], "active", "{view:#}");
     assert_eq!(json_performatives(&view), ["request"], "{view:#}");
-    assert_eq!(
-        fake.requests("message/send").len(),
-        2,
-        "one call per message, none repeated: {:#}",
-        Value::from(fake.all())
-    );
+    fake.assert_calls("message/send", 2, "one call per message, none repeated");
 }
 
 /// The text of a bridged message's data content (`{"text": …}`).
@@ -804,29 +800,17 @@ async fn a_send_that_times_out_is_not_sent_twice() {
     let server = Server::with(identity, Vec::new()).await;
     let (id, _) = ask_translator(&server, json!({"action": "slow"})).await;
     let given_up = r#"colloquy_a2a_calls_total{method="message/send",result="failed"} 1"#;
-    let metrics = tokio::time::timeout(STEP, async {
-        loop {
-            let response = bounded(server.anonymous(Method::GET, "/metrics").send())
-                .await
-                .expect("metrics");
-            let text = bounded(response.text()).await.expect("metrics text");
-            if text.contains(given_up) {
-                return text;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+    let metrics = poll_until(
+        || async { json!(server.metrics().await) },
+        |text| text.as_str().is_some_and(|text| text.contains(given_up)),
+    )
     .await
     .expect("the send is given up");
+    let metrics = metrics.as_str().unwrap_or_default();
     assert!(!metrics.contains(r#"result="retried""#), "{metrics}");
     // The agent's late answer changes nothing.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        fake.requests("message/send").len(),
-        1,
-        "{:#}",
-        Value::from(fake.all())
-    );
+    fake.assert_calls("message/send", 1, "a send that timed out is not sent again");
     let (status, view) =
         call(server.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")).await;
     assert_eq!(status, 200, "{view}");
@@ -903,12 +887,7 @@ async fn a_cancel_of_a_running_task_is_sent_as_tasks_cancel_and_confirmed() {
         "{:#}",
         cancels[0].body
     );
-    assert_eq!(
-        fake.requests("message/send").len(),
-        1,
-        "the cancel is no message/send: {:#}",
-        Value::from(fake.all())
-    );
+    fake.assert_calls("message/send", 1, "the cancel is no message/send");
 }
 
 /// A task that is still winding down when `tasks/cancel` answers confirms the cancel when
@@ -928,12 +907,7 @@ async fn a_cancel_still_winding_down_is_confirmed_when_the_task_ends() {
         cancel_id.as_str(),
         "{view:#}"
     );
-    assert_eq!(
-        fake.requests("tasks/cancel").len(),
-        1,
-        "{:#}",
-        Value::from(fake.all())
-    );
+    fake.assert_calls("tasks/cancel", 1, "one tasks/cancel for the cancel");
 }
 
 /// An agent that will not cancel (a JSON-RPC error) gets its reason recorded as a

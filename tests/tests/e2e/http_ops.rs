@@ -110,16 +110,7 @@ async fn health_readiness_and_metrics() {
     bounded(dave.send(&view.id, &SendMessage::new("inform", json!({"value": 1}))))
         .await
         .expect("answered");
-    let text = bounded(
-        server
-            .anonymous(Method::GET, "/metrics")
-            .send()
-            .await
-            .expect("sent")
-            .text(),
-    )
-    .await
-    .expect("text");
+    let text = server.metrics().await;
     for line in [
         "colloquy_messages_total{template=\"fipa-query\",performative=\"query-ref\",result=\"accepted\"} 1",
         "colloquy_messages_total{template=\"fipa-query\",performative=\"inform\",result=\"accepted\"} 1",
@@ -215,12 +206,7 @@ async fn webhooks_receive_every_message_in_order_after_retries() {
         [Some(1), Some(2), Some(3)],
         "the refused first push was retried"
     );
-    let metrics = bounded(server.anonymous(Method::GET, "/metrics").send())
-        .await
-        .expect("sent")
-        .text()
-        .await
-        .expect("text");
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains("colloquy_webhook_deliveries_total{result=\"retried\"} 1"),
         "{metrics}"
