@@ -864,6 +864,18 @@ async fn cancel_the_running_task(server: &Server, fake: &FakeAgent) -> (String, 
     (cancel_id, view)
 }
 
+/// Asserts that the conversation ended with translator's `inform` answering the cancel.
+fn assert_the_cancel_is_confirmed(view: &Value, cancel_id: &str) {
+    assert_eq!(
+        json_performatives(view),
+        ["request", "agree", "cancel", "inform"],
+        "{view:#}"
+    );
+    let confirmed = last_message(view);
+    assert_eq!(confirmed["sender"], "translator", "{confirmed}");
+    assert_eq!(confirmed["in_reply_to"], cancel_id, "{confirmed}");
+}
+
 /// A `cancel` while the agent runs the request's task is A2A's `tasks/cancel` for that task,
 /// not a new `message/send`; the task's `canceled` state confirms the cancel as translator's
 /// `inform` in reply to it, and fipa-request ends cancelled.
@@ -872,16 +884,9 @@ async fn a_cancel_of_a_running_task_is_sent_as_tasks_cancel_and_confirmed() {
     let fake = cancellable_fake("canceled").await;
     let server = server_for(&fake).await;
     let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
-    assert_eq!(
-        json_performatives(&view),
-        ["request", "agree", "cancel", "inform"],
-        "{view:#}"
-    );
-    let confirmed = last_message(&view);
-    assert_eq!(confirmed["sender"], "translator", "{confirmed}");
-    assert_eq!(confirmed["in_reply_to"], cancel_id.as_str(), "{confirmed}");
+    assert_the_cancel_is_confirmed(&view, &cancel_id);
+    fake.assert_calls("tasks/cancel", 1, "one tasks/cancel for the cancel");
     let cancels = fake.requests("tasks/cancel");
-    assert_eq!(cancels.len(), 1, "{:#}", Value::from(fake.all()));
     assert_eq!(
         cancels[0].body["params"]["id"], "t-1",
         "{:#}",
@@ -897,16 +902,7 @@ async fn a_cancel_still_winding_down_is_confirmed_when_the_task_ends() {
     let fake = cancellable_fake("working").await;
     let server = server_for(&fake).await;
     let (cancel_id, view) = cancel_the_running_task(&server, &fake).await;
-    assert_eq!(
-        json_performatives(&view),
-        ["request", "agree", "cancel", "inform"],
-        "{view:#}"
-    );
-    assert_eq!(
-        last_message(&view)["in_reply_to"],
-        cancel_id.as_str(),
-        "{view:#}"
-    );
+    assert_the_cancel_is_confirmed(&view, &cancel_id);
     fake.assert_calls("tasks/cancel", 1, "one tasks/cancel for the cancel");
 }
 
