@@ -16,7 +16,8 @@
 //! like the pipeline's: encode, copy in, run, parse the answer), without the engine around
 //! them, so the hook's own cost is not lost in the pipeline's noise.
 //! Arguments: `--messages N` per round and variant (default 200 000); `--calls-only` runs
-//! the second table alone, `--only NAME` (with it) one variant; `--spaced-ms MS` (with
+//! the second table alone; `--only NAME` runs one variant (and the no-hook baseline of the
+//! pipeline table); `--spaced-ms MS` (with
 //! `--calls-only`) waits MS milliseconds before each call and times the calls alone
 //! (1 000 per round), as on a lightly loaded engine where each call finds caches cold and
 //! the epoch ticker possibly parked.
@@ -262,12 +263,15 @@ fn main() {
     let mut best = vec![0.0f64; variants.len()];
     let mut best_calls = vec![0.0f64; variants.len()];
     let only = std::env::args().skip_while(|arg| arg != "--only").nth(1);
-    for _ in 0..ROUNDS {
-        for index in 1..variants.len() {
-            if only
+    let skipped = |index: usize| {
+        index > 0
+            && only
                 .as_deref()
                 .is_some_and(|only| only != variants[index].0)
-            {
+    };
+    for _ in 0..ROUNDS {
+        for index in 1..variants.len() {
+            if skipped(index) {
                 continue;
             }
             let rate = calls_per_second(&runtime, &templates[index], messages);
@@ -275,7 +279,7 @@ fn main() {
         }
     }
     if std::env::args().any(|arg| arg == "--calls-only") {
-        for index in 1..variants.len() {
+        for index in (1..variants.len()).filter(|&index| !skipped(index)) {
             println!(
                 "  {:<10} {:>7.2} µs/call",
                 variants[index].0,
@@ -286,11 +290,16 @@ fn main() {
     }
     tokio.block_on(async {
         // Warm-up: instances created, caches filled.
-        for (name, _) in &variants {
-            messages_per_second(&engine, name, 2_000).await;
+        for (index, (name, _)) in variants.iter().enumerate() {
+            if !skipped(index) {
+                messages_per_second(&engine, name, 2_000).await;
+            }
         }
         for _ in 0..ROUNDS {
             for (index, (name, _)) in variants.iter().enumerate() {
+                if skipped(index) {
+                    continue;
+                }
                 let rate = messages_per_second(&engine, name, messages).await;
                 best[index] = best[index].max(rate);
             }
@@ -302,7 +311,7 @@ fn main() {
         "  {:<10} {:>12.0} msg/s  {:>7.2} µs/msg",
         variants[0].0, best[0], base_us
     );
-    for index in 1..variants.len() {
+    for index in (1..variants.len()).filter(|&index| !skipped(index)) {
         let us = 1e6 / best[index];
         println!(
             "  {:<10} {:>12.0} msg/s  {:>7.2} µs/msg  (+{:.2} µs, {:.0}% of no-hook throughput)",
@@ -314,7 +323,7 @@ fn main() {
         );
     }
     println!("hook calls alone: {messages} calls per round, best of {ROUNDS}");
-    for index in 1..variants.len() {
+    for index in (1..variants.len()).filter(|&index| !skipped(index)) {
         println!(
             "  {:<10} {:>12.0} calls/s {:>7.2} µs/call",
             variants[index].0,

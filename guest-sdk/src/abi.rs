@@ -45,13 +45,7 @@ pub fn handle_into<H: Hook + ?Sized>(hook: &H, kind: HookKind, input: &[u8], out
         actions,
         log: Vec::new(),
     };
-    // Serializing these types cannot fail: string keys, no non-finite floats unless a hook
-    // put one in a `backoff`, which serde_json writes as `null`.
-    let start = out.len();
-    if serde_json::to_writer(&mut *out, &output).is_err() {
-        out.truncate(start);
-        out.extend_from_slice(b"{}");
-    }
+    crate::write::output(&output, out);
 }
 
 /// Output buffers larger than this are freed after the call instead of kept for the next.

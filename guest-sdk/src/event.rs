@@ -2,8 +2,8 @@
 //!
 //! [`Event`] borrows from the input text: names and ids are [`Cow`]s that point into it
 //! (owned only when the JSON escapes a character), and the free-form parts (`vars`,
-//! `parameters`, `context`, `config` and the message `content`) stay raw JSON text
-//! ([`RawValue`]) until the hook asks for something in them. The accessors pick one field
+//! `parameters`, `context`, `config` and the message content) stay raw JSON text
+//! ([`RawJson`]) until the hook asks for something in them. The accessors pick one field
 //! out of such an object without building a tree ([`field`]) and convert only that value:
 //!
 //! - one field: [`Event::content_u64`], [`Event::content_str`], [`Event::config_str`],
@@ -14,21 +14,21 @@
 //! - nested values: [`field`] and [`as_u64`] / [`as_str`] / [`as_f64`] / [`as_type`] on the
 //!   raw value an accessor returned.
 //!
-//! Unknown fields are ignored, so a hook built against this SDK keeps working when a newer
-//! engine adds some.
+//! The event itself is read by the SDK's own JSON reader ([`crate::json`](mod@crate::json)), in one pass;
+//! your types are read by serde. Unknown fields are ignored, so a hook built against this
+//! SDK keeps working when a newer engine adds some.
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::IntoDeserializer;
 use serde::Deserialize;
-pub use serde_json::value::RawValue;
 
 use crate::action::Outcome;
+use crate::json::Reader;
+pub use crate::json::{as_f64, as_str, as_type, as_u64, field, Error, RawJson};
 
 /// Which lifecycle event a call is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookKind {
     /// The conversation starts.
     OnStart,
@@ -39,7 +39,7 @@ pub enum HookKind {
 }
 
 /// One call's event, borrowing from the input text.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug)]
 pub struct Event<'a> {
     /// The ABI version of the engine (1).
     pub abi_version: u32,
@@ -48,117 +48,87 @@ pub struct Event<'a> {
     /// The engine's clock (Unix milliseconds).
     pub now: u64,
     /// The conversation before this event.
-    #[serde(borrow)]
     pub conversation: Conversation<'a>,
     /// For `on_message`: the message.
-    #[serde(default, borrow)]
     pub message: Option<Message<'a>>,
     /// For `on_timeout`: what came due.
-    #[serde(default, borrow)]
     pub timeout: Option<Timeout<'a>>,
     /// The template's `spec.hooks.config`, unparsed (`None` when absent or `null`).
-    #[serde(default, borrow)]
-    pub config: Option<&'a RawValue>,
+    pub config: Option<RawJson<'a>>,
 }
 
 /// The conversation.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default)]
 pub struct Conversation<'a> {
     /// Its id.
-    #[serde(borrow)]
     pub id: Cow<'a, str>,
     /// The template's name (empty when the template's `hooks.reads` leaves out
     /// `template`).
-    #[serde(default, borrow)]
     pub template: Cow<'a, str>,
     /// The template revision it is pinned to (as `template`).
-    #[serde(default, borrow)]
     pub revision: Cow<'a, str>,
     /// `active` or `completed`.
-    #[serde(borrow)]
     pub status: Cow<'a, str>,
     /// The outcome, once completed.
-    #[serde(default)]
     pub outcome: Option<Outcome>,
     /// The initiator (empty when `hooks.reads` leaves out `parties`).
-    #[serde(default, borrow)]
     pub initiator: Cow<'a, str>,
     /// The participants (as `initiator`).
-    #[serde(default, borrow, deserialize_with = "cow_vec")]
     pub participants: Vec<Cow<'a, str>>,
     /// Each participant's thread (empty when `hooks.reads` leaves out `threads`).
-    #[serde(default, borrow)]
     pub threads: Vec<Thread<'a>>,
     /// Variables set by hooks and declarative actions (an object), unparsed: see
     /// [`Event::var`]. `None` also when `hooks.reads` leaves out `vars`, and likewise
     /// for `parameters` and `context`.
-    #[serde(default, borrow)]
-    pub vars: Option<&'a RawValue>,
+    pub vars: Option<RawJson<'a>>,
     /// The start parameters, unparsed: see [`Event::parameters`].
-    #[serde(default, borrow)]
-    pub parameters: Option<&'a RawValue>,
+    pub parameters: Option<RawJson<'a>>,
     /// The context snapshot, unparsed: see [`Event::context`].
-    #[serde(default, borrow)]
-    pub context: Option<&'a RawValue>,
+    pub context: Option<RawJson<'a>>,
     /// The conversation deadline (Unix milliseconds).
-    #[serde(default)]
     pub deadline: Option<u64>,
     /// Retries fired so far.
-    #[serde(default)]
     pub retry_attempts: u32,
 }
 
 /// A participant thread.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Thread<'a> {
     /// The participant.
-    #[serde(borrow)]
     pub participant: Cow<'a, str>,
     /// Its state's name.
-    #[serde(borrow)]
     pub state: Cow<'a, str>,
     /// Its outcome, when terminal.
-    #[serde(default)]
     pub outcome: Option<Outcome>,
     /// Its reply-by deadline.
-    #[serde(default)]
     pub deadline: Option<u64>,
 }
 
 /// The message an `on_message` call handles.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default)]
 pub struct Message<'a> {
     /// Its id.
-    #[serde(borrow)]
     pub id: Cow<'a, str>,
     /// The performative.
-    #[serde(borrow)]
     pub performative: Cow<'a, str>,
     /// The sender.
-    #[serde(borrow)]
     pub sender: Cow<'a, str>,
     /// Receivers before routing.
-    #[serde(borrow, deserialize_with = "cow_vec")]
     pub receivers: Vec<Cow<'a, str>>,
     /// The content, unparsed (`None` when absent or `null`): see [`Event::content`].
-    #[serde(default, borrow)]
-    pub content: Option<&'a RawValue>,
+    pub content: Option<RawJson<'a>>,
     /// The message it answers.
-    #[serde(default, borrow, deserialize_with = "cow_opt")]
     pub in_reply_to: Option<Cow<'a, str>>,
     /// Its reply-by.
-    #[serde(default)]
     pub reply_by: Option<u64>,
 }
 
 /// What an `on_timeout` call handles.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeout<'a> {
     /// `conversation`, `thread` or `retry`.
-    #[serde(borrow)]
     pub kind: Cow<'a, str>,
     /// For `thread`: whose reply-by passed.
-    #[serde(default, borrow, deserialize_with = "cow_opt")]
     pub participant: Option<Cow<'a, str>>,
     /// For `retry`: which retry (1 for the first); otherwise retries so far.
     pub attempt: u32,
@@ -166,13 +136,13 @@ pub struct Timeout<'a> {
 
 impl<'a> Event<'a> {
     /// Parses an event from its JSON text, borrowing from it.
-    pub fn from_json(text: &'a [u8]) -> Result<Event<'a>, serde_json::Error> {
-        // One UTF-8 check of the whole text, then the `str` reader, which does not check
-        // each string again (the slice reader would, string by string).
-        match std::str::from_utf8(text) {
-            Ok(text) => serde_json::from_str(text),
-            Err(_) => serde_json::from_slice(text),
-        }
+    pub fn from_json(text: &'a [u8]) -> Result<Event<'a>, Error> {
+        let text =
+            std::str::from_utf8(text).map_err(|error| Error::invalid_utf8(error.valid_up_to()))?;
+        let mut reader = Reader::new(text);
+        let event = read_event(&mut reader)?;
+        reader.end()?;
+        Ok(event)
     }
 
     // --- message content -------------------------------------------------------------
@@ -185,16 +155,15 @@ impl<'a> Event<'a> {
     }
 
     /// The message content, unparsed.
-    pub fn content_raw(&self) -> Option<&'a RawValue> {
+    pub fn content_raw(&self) -> Option<RawJson<'a>> {
         self.message.as_ref().and_then(|message| message.content)
     }
 
     /// A top-level field of the message content, unparsed (`None` when the content is not
     /// an object or lacks it).
-    pub fn content_field(&self, name: &str) -> Option<&'a RawValue> {
+    pub fn content_field(&self, name: &str) -> Option<RawJson<'a>> {
         field(self.content_raw()?, name)
     }
-
     /// A top-level field of the message content as `T` (`None` when missing or not a `T`).
     pub fn content_as<T: Deserialize<'a>>(&self, name: &str) -> Option<T> {
         as_type(self.content_field(name)?)
@@ -229,7 +198,7 @@ impl<'a> Event<'a> {
     }
 
     /// A top-level field of `spec.hooks.config`, unparsed.
-    pub fn config_field(&self, name: &str) -> Option<&'a RawValue> {
+    pub fn config_field(&self, name: &str) -> Option<RawJson<'a>> {
         field(self.config?, name)
     }
 
@@ -261,7 +230,7 @@ impl<'a> Event<'a> {
     // --- conversation vars, parameters, context --------------------------------------
 
     /// A variable of the conversation, unparsed.
-    pub fn var(&self, name: &str) -> Option<&'a RawValue> {
+    pub fn var(&self, name: &str) -> Option<RawJson<'a>> {
         field(self.conversation.vars?, name)
     }
 
@@ -286,7 +255,7 @@ impl<'a> Event<'a> {
     }
 
     /// A top-level start parameter, unparsed.
-    pub fn parameter(&self, name: &str) -> Option<&'a RawValue> {
+    pub fn parameter(&self, name: &str) -> Option<RawJson<'a>> {
         field(self.conversation.parameters?, name)
     }
 
@@ -306,194 +275,197 @@ impl<'a> Event<'a> {
     }
 }
 
-fn parse_or_null<'a, T: Deserialize<'a>>(
-    raw: Option<&'a RawValue>,
-) -> Result<T, serde_json::Error> {
-    serde_json::from_str(raw.map_or("null", RawValue::get))
+fn parse_or_null<'a, T: Deserialize<'a>>(raw: Option<RawJson<'a>>) -> Result<T, serde_json::Error> {
+    serde_json::from_str(raw.map_or("null", RawJson::get))
 }
 
-// --- reading raw JSON ----------------------------------------------------------------
+// --- reading the event -----------------------------------------------------------------
 
-/// The value of `key` in the JSON object `object`, unparsed; `None` when `object` is not an
-/// object or has no such key. Only the keys before it are read (their values are skipped
-/// without being built); the first occurrence of a repeated key wins.
-pub fn field<'a>(object: &'a RawValue, key: &str) -> Option<&'a RawValue> {
-    let text = object.get();
-    if !text.trim_start().starts_with('{') {
-        return None;
-    }
-    let mut found = None;
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    // Once the key is found the visitor stops reading, so serde_json reports the rest of the
-    // object as unexpected: that error is expected and ignored (the text was validated when
-    // the event was parsed).
-    let _ = (&mut deserializer).deserialize_map(FieldFinder {
-        key,
-        found: &mut found,
-    });
-    found
+/// A `match` on an object key (string literals, then `_`), comparing with
+/// [`crate::json::same`] rather than `==`, which is slow in wasm.
+macro_rules! match_key {
+    ($key:expr, { $($name:literal => $arm:expr,)* _ => $default:expr $(,)? }) => {{
+        let key: &str = $key;
+        $(if crate::json::same(key, $name) { $arm } else)* { $default }
+    }};
 }
 
-/// A JSON value as text: borrowed from the input unless it has escapes. `None` when it is
-/// not a string.
-pub fn as_str(value: &RawValue) -> Option<Cow<'_, str>> {
-    let mut deserializer = serde_json::Deserializer::from_str(value.get());
-    (&mut deserializer).deserialize_str(CowStrVisitor).ok()
+/// A required field that was not there.
+fn missing(field: &'static str, within: &'static str, reader: &Reader<'_>) -> Error {
+    Error::missing(field, within, reader.position())
 }
 
-/// A JSON value as a whole number: a non-negative integer, or a non-negative float
-/// truncated. `None` otherwise.
-pub fn as_u64(value: &RawValue) -> Option<u64> {
-    let mut deserializer = serde_json::Deserializer::from_str(value.get());
-    (&mut deserializer).deserialize_any(U64Visitor).ok()
-}
-
-/// A JSON value as a number. `None` when it is not one.
-pub fn as_f64(value: &RawValue) -> Option<f64> {
-    as_type(value)
-}
-
-/// A JSON value as any `Deserialize` type. `None` when it does not fit.
-pub fn as_type<'a, T: Deserialize<'a>>(value: &'a RawValue) -> Option<T> {
-    serde_json::from_str(value.get()).ok()
-}
-
-/// Scans a map for one key; skips the values of the others with [`IgnoredAny`].
-struct FieldFinder<'k, 'f, 'a> {
-    key: &'k str,
-    found: &'f mut Option<&'a RawValue>,
-}
-
-impl<'de, 'k, 'f> Visitor<'de> for FieldFinder<'k, 'f, 'de> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(matched) = map.next_key_seed(KeyIs(self.key))? {
-            if matched {
-                *self.found = Some(map.next_value()?);
-                return Ok(());
-            }
-            map.next_value::<IgnoredAny>()?;
-        }
+fn read_event<'a>(reader: &mut Reader<'a>) -> Result<Event<'a>, Error> {
+    // Filled in place: the structs are large, and each move is a copy (in wasm, a call).
+    let mut event = Event {
+        abi_version: 0,
+        hook: HookKind::OnMessage,
+        now: 0,
+        conversation: Conversation::default(),
+        message: None,
+        timeout: None,
+        config: None,
+    };
+    let mut seen = Seen::default();
+    reader.object(|reader, key| {
+        match_key!(key, {
+            "abi_version" => event.abi_version = seen.mark(0, reader.u32())?,
+            "hook" => event.hook = seen.mark(1, read_hook_kind(reader))?,
+            "now" => event.now = seen.mark(2, reader.u64())?,
+            "conversation" => seen.mark(3, read_conversation(reader, &mut event.conversation))?,
+            "message" => {
+                if reader.null()? {
+                    event.message = None;
+                } else {
+                    let message = event.message.get_or_insert_with(Message::default);
+                    read_message(reader, message)?;
+                }
+            },
+            "timeout" => event.timeout = reader.optional(read_timeout)?,
+            "config" => event.config = reader.optional_raw()?,
+            _ => reader.skip()?,
+        });
         Ok(())
-    }
+    })?;
+    seen.require(
+        &["abi_version", "hook", "now", "conversation"],
+        "the event",
+        reader,
+    )?;
+    Ok(event)
 }
 
-/// A map key, compared with the wanted one without being copied (escaped keys are compared
-/// unescaped).
-struct KeyIs<'k>(&'k str);
+/// Which required fields of an object were read (one bit each, by index).
+#[derive(Default)]
+struct Seen(u32);
 
-impl<'de, 'k> DeserializeSeed<'de> for KeyIs<'k> {
-    type Value = bool;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de, 'k> Visitor<'de> for KeyIs<'k> {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a key")
+impl Seen {
+    /// Notes field `index` as read when `value` is `Ok`, and passes it on.
+    #[inline]
+    fn mark<T>(&mut self, index: u32, value: Result<T, Error>) -> Result<T, Error> {
+        if value.is_ok() {
+            self.0 |= 1 << index;
+        }
+        value
     }
 
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
-        Ok(key == self.0)
-    }
-}
-
-struct U64Visitor;
-
-impl<'de> Visitor<'de> for U64Visitor {
-    type Value = u64;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a non-negative number")
-    }
-
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<u64, E> {
-        Ok(value)
-    }
-
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<u64, E> {
-        u64::try_from(value).map_err(|_| E::custom("negative"))
-    }
-
-    fn visit_f64<E: de::Error>(self, value: f64) -> Result<u64, E> {
-        if value >= 0.0 {
-            Ok(value as u64)
-        } else {
-            Err(E::custom("negative or not a number"))
+    /// Fails, naming the first missing one, unless every field in `names` (by index) was read.
+    fn require(
+        &self,
+        names: &[&'static str],
+        within: &'static str,
+        reader: &Reader<'_>,
+    ) -> Result<(), Error> {
+        match (0..names.len()).find(|&index| self.0 & (1 << index) == 0) {
+            Some(index) => Err(missing(names[index], within, reader)),
+            None => Ok(()),
         }
     }
 }
 
-/// Strings as `Cow`: borrowed when the input has them verbatim. (serde's own `Cow<str>`
-/// always copies unless the field is `#[serde(borrow)]`, which does not reach into `Vec`s and
-/// `Option`s.)
-struct CowStrVisitor;
-
-impl<'de> Visitor<'de> for CowStrVisitor {
-    type Value = Cow<'de, str>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a string")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, value: &'de str) -> Result<Self::Value, E> {
-        Ok(Cow::Borrowed(value))
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
-        Ok(Cow::Owned(value.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, value: String) -> Result<Self::Value, E> {
-        Ok(Cow::Owned(value))
+fn read_hook_kind(reader: &mut Reader<'_>) -> Result<HookKind, Error> {
+    let at = reader.position();
+    match &*reader.string()? {
+        "on_start" => Ok(HookKind::OnStart),
+        "on_message" => Ok(HookKind::OnMessage),
+        "on_timeout" => Ok(HookKind::OnTimeout),
+        other => Err(Error::unknown("hook", other, at)),
     }
 }
 
-struct CowStr<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(CowStrVisitor).map(CowStr)
-    }
-}
-
-fn cow_opt<'de: 'a, 'a, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Cow<'a, str>>, D::Error> {
-    Ok(Option::<CowStr<'a>>::deserialize(deserializer)?.map(|text| text.0))
-}
-
-fn cow_vec<'de: 'a, 'a, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Vec<Cow<'a, str>>, D::Error> {
-    struct Strings;
-
-    impl<'de> Visitor<'de> for Strings {
-        type Value = Vec<Cow<'de, str>>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a list of strings")
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-            while let Some(CowStr(text)) = seq.next_element()? {
-                out.push(text);
-            }
-            Ok(out)
+fn read_outcome(reader: &mut Reader<'_>) -> Result<Option<Outcome>, Error> {
+    let at = reader.position();
+    match reader.optional_string()? {
+        None => Ok(None),
+        Some(name) => {
+            let name: &str = &name;
+            Outcome::deserialize(name.into_deserializer())
+                .map(Some)
+                .map_err(|_: serde::de::value::Error| Error::unknown("outcome", name, at))
         }
     }
+}
 
-    deserializer.deserialize_seq(Strings)
+fn read_conversation<'a>(
+    reader: &mut Reader<'a>,
+    conversation: &mut Conversation<'a>,
+) -> Result<(), Error> {
+    let mut seen = Seen::default();
+    reader.object(|reader, key| {
+        match_key!(key, {
+            "id" => conversation.id = seen.mark(0, reader.string())?,
+            "template" => conversation.template = reader.string()?,
+            "revision" => conversation.revision = reader.string()?,
+            "status" => conversation.status = seen.mark(1, reader.string())?,
+            "outcome" => conversation.outcome = read_outcome(reader)?,
+            "initiator" => conversation.initiator = reader.string()?,
+            "participants" => conversation.participants = reader.strings()?,
+            "threads" => conversation.threads = reader.list(read_thread)?,
+            "vars" => conversation.vars = reader.optional_raw()?,
+            "parameters" => conversation.parameters = reader.optional_raw()?,
+            "context" => conversation.context = reader.optional_raw()?,
+            "deadline" => conversation.deadline = reader.optional_u64()?,
+            "retry_attempts" => conversation.retry_attempts = reader.u32()?,
+            _ => reader.skip()?,
+        });
+        Ok(())
+    })?;
+    seen.require(&["id", "status"], "the conversation", reader)
+}
+
+fn read_thread<'a>(reader: &mut Reader<'a>) -> Result<Thread<'a>, Error> {
+    let mut thread = Thread::default();
+    let mut seen = Seen::default();
+    reader.object(|reader, key| {
+        match_key!(key, {
+            "participant" => thread.participant = seen.mark(0, reader.string())?,
+            "state" => thread.state = seen.mark(1, reader.string())?,
+            "outcome" => thread.outcome = read_outcome(reader)?,
+            "deadline" => thread.deadline = reader.optional_u64()?,
+            _ => reader.skip()?,
+        });
+        Ok(())
+    })?;
+    seen.require(&["participant", "state"], "a thread", reader)?;
+    Ok(thread)
+}
+
+fn read_message<'a>(reader: &mut Reader<'a>, message: &mut Message<'a>) -> Result<(), Error> {
+    let mut seen = Seen::default();
+    reader.object(|reader, key| {
+        match_key!(key, {
+            "id" => message.id = seen.mark(0, reader.string())?,
+            "performative" => message.performative = seen.mark(1, reader.string())?,
+            "sender" => message.sender = seen.mark(2, reader.string())?,
+            "receivers" => message.receivers = seen.mark(3, reader.strings())?,
+            "content" => message.content = reader.optional_raw()?,
+            "in_reply_to" => message.in_reply_to = reader.optional_string()?,
+            "reply_by" => message.reply_by = reader.optional_u64()?,
+            _ => reader.skip()?,
+        });
+        Ok(())
+    })?;
+    seen.require(
+        &["id", "performative", "sender", "receivers"],
+        "the message",
+        reader,
+    )
+}
+
+fn read_timeout<'a>(reader: &mut Reader<'a>) -> Result<Timeout<'a>, Error> {
+    let mut timeout = Timeout::default();
+    let mut seen = Seen::default();
+    reader.object(|reader, key| {
+        match_key!(key, {
+            "kind" => timeout.kind = seen.mark(0, reader.string())?,
+            "participant" => timeout.participant = reader.optional_string()?,
+            "attempt" => timeout.attempt = seen.mark(1, reader.u32())?,
+            _ => reader.skip()?,
+        });
+        Ok(())
+    })?;
+    seen.require(&["kind", "attempt"], "the timeout", reader)?;
+    Ok(timeout)
 }
 
 #[cfg(test)]
@@ -606,7 +578,7 @@ mod tests {
             Some("A-17")
         );
         let nested = event.var("nested").expect("nested");
-        assert_eq!(field(nested, "a").map(RawValue::get), Some("[1, 2]"));
+        assert_eq!(field(nested, "a").map(RawJson::get), Some("[1, 2]"));
         assert_eq!(event.var_as::<Vec<u32>>("nested"), None, "not a list");
         assert_eq!(event.var_str("status").as_deref(), Some("pending"));
         assert_eq!(event.var_u64("count"), Some(3));
@@ -623,8 +595,93 @@ mod tests {
             assert_eq!(event.content_u64("amount"), None, "content {content}");
             assert!(event.content_field("amount").is_none());
         }
-        let raw = RawValue::from_string("[{\"amount\": 1}]".to_owned()).expect("raw");
-        assert!(field(&raw, "amount").is_none());
+        let raw = RawJson::new("[{\"amount\": 1}]").expect("raw");
+        assert!(field(raw, "amount").is_none());
+    }
+
+    #[test]
+    fn broken_events_are_refused_saying_what_and_where() {
+        let start = r#"{"abi_version":1,"hook":"on_start","now":1,"conversation":{"id":"c","status":"active"}}"#;
+        assert!(Event::from_json(start.as_bytes()).is_ok(), "the minimum");
+        for (text, what) in [
+            (
+                start.replace(r#""id":"c","#, ""),
+                "missing field `id` in the conversation",
+            ),
+            (
+                start.replace(r#""now":1,"#, ""),
+                "missing field `now` in the event",
+            ),
+            (
+                start.replace("on_start", "on_stop"),
+                "unknown hook `on_stop`",
+            ),
+            (
+                start.replace(r#""now":1"#, r#""now":-1"#),
+                "expected a whole number at byte 41",
+            ),
+            (
+                start.replace(r#""now":1"#, r#""now":"1""#),
+                "expected a whole number",
+            ),
+            (
+                start.replace(r#""abi_version":1"#, r#""abi_version":4294967296"#),
+                "number out of range",
+            ),
+            (
+                start.replace(r#""status":"active""#, r#""status":7"#),
+                "expected a string",
+            ),
+            (
+                start.replace(
+                    r#""status":"active"}"#,
+                    r#""status":"active","threads":[{"state":"s"}]}"#,
+                ),
+                "missing field `participant` in a thread",
+            ),
+            (format!("{start} x"), "trailing characters"),
+            (
+                start[..start.len() - 1].to_owned(),
+                "expected `,` or `}`, found the end",
+            ),
+            (
+                start.replace(r#"}}"#, r#"},"message":{"id":"m"}}"#),
+                "missing field `performative` in the message",
+            ),
+            (
+                start.replace(r#"}}"#, r#"},"timeout":{"kind":"retry"}}"#),
+                "missing field `attempt` in the timeout",
+            ),
+            (
+                start.replace(r#"}}"#, r#","outcome":"won"}}"#),
+                "unknown outcome `won`",
+            ),
+        ] {
+            let error = Event::from_json(text.as_bytes()).expect_err(&text);
+            assert!(
+                error.to_string().starts_with(what),
+                "{text}: {error} (wanted {what})"
+            );
+        }
+        let error = Event::from_json(b"{\"abi_version\":1,\xff}").expect_err("not UTF-8");
+        assert_eq!(error.to_string(), "invalid UTF-8 at byte 17");
+    }
+
+    #[test]
+    fn free_form_parts_stay_text_however_deep_or_odd() {
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        let text = EVENT.replace(r#""context": null"#, &format!(r#""context": {deep}"#));
+        let parsed = Event::from_json(text.as_bytes()).expect("event");
+        assert_eq!(parsed.conversation.context.map(RawJson::get), Some(&*deep));
+        let hostile = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+        let text = EVENT.replace(r#""context": null"#, &format!(r#""context": {hostile}"#));
+        let error = Event::from_json(text.as_bytes()).expect_err("too deep");
+        assert!(
+            error.to_string().starts_with("nested too deeply"),
+            "{error}"
+        );
+        // Unknown fields of any shape are skipped.
+        assert_eq!(event().conversation.retry_attempts, 2);
     }
 
     #[test]

@@ -45,7 +45,10 @@
 //! # Layout
 //! - [`event`]: the event ([`Event`], [`Conversation`], [`Message`], [`Timeout`]) and the
 //!   raw-JSON readers behind its accessors ([`event::field`], [`event::as_u64`], ...).
-//! - [`action`]: the typed actions ([`Action`]) and the output ([`Output`]).
+//! - [`json`](mod@json): the JSON reader the event is parsed with, and [`RawJson`], the unparsed
+//!   parts.
+//! - [`action`]: the typed actions ([`Action`]) and the output ([`Output`]), written as
+//!   JSON by hand (`write`).
 //! - [`host`]: `log` and `now_ms`, the host functions.
 //! - [`abi`]: the canonical-ABI glue [`export_hook!`] expands to.
 //! - [`arena`]: the allocator of the `call-arena` feature, emptied after every call.
@@ -56,9 +59,11 @@ pub mod action;
 pub mod arena;
 pub mod event;
 pub mod host;
+pub mod json;
+mod write;
 
 pub use action::{Action, LogLevel, Outcome, Output, RouteMode};
-pub use event::{Conversation, Event, HookKind, Message, RawValue, Thread, Timeout};
+pub use event::{Conversation, Event, HookKind, Message, RawJson, Thread, Timeout};
 pub use serde_json::{json, Map, Value};
 
 /// The hook ABI version this SDK speaks (what `hooks_abi_version` returns).
