@@ -59,18 +59,25 @@ impl fmt::Display for RawJson<'_> {
 }
 
 /// Why a text is not the JSON expected: what, and at which byte.
+///
+/// Boxed, so a `Result<(), Error>` is one pointer wide: every step of the reader returns
+/// one, and in wasm a wider one goes through memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Error {
+pub struct Error(Box<Problem>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Problem {
     what: Cow<'static, str>,
     at: usize,
 }
 
 impl Error {
+    #[cold]
     fn new(what: impl Into<Cow<'static, str>>, at: usize) -> Error {
-        Error {
+        Error(Box::new(Problem {
             what: what.into(),
             at,
-        }
+        }))
     }
 
     pub(crate) fn invalid_utf8(at: usize) -> Error {
@@ -87,13 +94,13 @@ impl Error {
 
     /// The byte offset in the text where the problem was found.
     pub fn offset(&self) -> usize {
-        self.at
+        self.0.at
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "{} at byte {}", self.what, self.at)
+        write!(f, "{} at byte {}", self.0.what, self.0.at)
     }
 }
 
@@ -229,6 +236,10 @@ fn plain_u64(text: &str) -> Option<u64> {
 
 /// Reads JSON from a text, front to back. Every method leaves the position after what it
 /// read, skipping whitespace before it.
+///
+/// The small steps (`peek`, `expect`, `string`) are `#[inline(always)]`: the wasm builds
+/// (Rust 1.63's LLVM) kept them out of line, and there a call costs more than the step;
+/// inlined, the credit policy's call took about 8% less.
 pub(crate) struct Reader<'a> {
     text: &'a str,
     pos: usize,
@@ -265,9 +276,15 @@ impl<'a> Reader<'a> {
     }
 
     /// The next byte after whitespace, not consumed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn peek(&mut self) -> Option<u8> {
         let bytes = self.bytes();
+        // The engine writes no whitespace: the first byte is the usual answer.
+        match bytes.get(self.pos) {
+            Some(&byte) if byte > b' ' => return Some(byte),
+            None => return None,
+            Some(_) => {}
+        }
         let mut pos = self.pos;
         while let Some(&byte) = bytes.get(pos) {
             match byte {
@@ -282,7 +299,7 @@ impl<'a> Reader<'a> {
         None
     }
 
-    #[inline]
+    #[inline(always)]
     fn expect(&mut self, wanted: u8, what: &'static str) -> Result<(), Error> {
         if self.peek() == Some(wanted) {
             self.pos += 1;
@@ -379,7 +396,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a string: borrowed from the text unless it has escapes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn string(&mut self) -> Result<Cow<'a, str>, Error> {
         self.expect(b'"', "a string")?;
         let start = self.pos;
@@ -401,7 +418,7 @@ impl<'a> Reader<'a> {
 
     /// Scans past the closing quote of a string whose opening quote was consumed; returns
     /// whether it has escapes. Checks escapes and refuses control characters.
-    #[inline]
+    #[inline(always)]
     fn scan_string(&mut self) -> Result<bool, Error> {
         let bytes = self.bytes();
         // The position lives in a local while scanning (stores through `self` in the loop
