@@ -1236,6 +1236,22 @@ async fn the_admin_token_of_the_agents_file_or_the_flag_is_one_administrator() {
 /// templates; it does not follow the other nodes' commits, so what it has cached stays as it
 /// was until it reloads.
 async fn library_node(url: &str, prefix: &str, templates: &Path) -> colloquy_engine::Engine {
+    library_node_with(
+        url,
+        prefix,
+        templates,
+        colloquy_engine::EngineConfig::default(),
+    )
+    .await
+}
+
+/// [`library_node`] with its own engine configuration.
+async fn library_node_with(
+    url: &str,
+    prefix: &str,
+    templates: &Path,
+    config: colloquy_engine::EngineConfig,
+) -> colloquy_engine::Engine {
     let compiled = colloquy_policy::TemplateCompiler::new()
         .compile_dir(templates)
         .expect("built-in templates compile");
@@ -1248,8 +1264,97 @@ async fn library_node(url: &str, prefix: &str, templates: &Path) -> colloquy_eng
         )),
         Arc::new(store),
         Arc::new(colloquy_engine::SystemClock),
-        colloquy_engine::EngineConfig::default(),
+        config,
     )
+}
+
+/// Of two nodes on one Redis that both run the inbox sweep, only the holder of the sweep's
+/// lead drops expired entries, so each is dropped and counted once; when the holder stops,
+/// the other takes the lead once the lease has run out and sweeps in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_nodes_one_sweeps_inboxes_and_the_other_takes_over() {
+    let Some(url) = test_redis("of_two_nodes_one_sweeps_inboxes_and_the_other_takes_over") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("inbox-sweep");
+        let templates = templates(&dir);
+        let prefix = format!("colloquy-test-sweep-{}", uuid::Uuid::now_v7());
+        // Everything delivered is expired by the next sweep.
+        let config = colloquy_engine::EngineConfig {
+            inbox_ttl_ms: 1,
+            ..colloquy_engine::EngineConfig::default()
+        };
+        let node_a = Arc::new(library_node_with(&url, &prefix, &templates, config.clone()).await);
+        let node_b = Arc::new(library_node_with(&url, &prefix, &templates, config).await);
+        let store = RedisStore::connect_with_prefix(&url, &prefix)
+            .await
+            .expect("connect");
+        for n in 0..5 {
+            node_a
+                .start("alice", request(&format!("sweep-{n}"), "bob", None))
+                .await
+                .expect("start");
+        }
+        assert_eq!(store.inbox("bob", 0, 10).await.expect("inbox").len(), 5);
+
+        // A sweep every 200 ms; the lead is leased for three of them.
+        let period = Duration::from_millis(200);
+        let sweep_a = node_a.spawn_inbox_expiry(period);
+        let sweep_b = node_b.spawn_inbox_expiry(period);
+        eventually("the first five entries to be swept", || async {
+            store
+                .inbox("bob", 0, 10)
+                .await
+                .ok()?
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+        // A sweep acknowledges, then counts: wait for the count (a node counts a sweep's
+        // drops at once, so two sweeping nodes would show a split or a double count).
+        let swept = eventually("the sweep to count what it dropped", || async {
+            let counts = (
+                node_a.inbox_entries_expired(),
+                node_b.inbox_entries_expired(),
+            );
+            (counts.0 + counts.1 >= 5).then_some(counts)
+        })
+        .await;
+        assert!(
+            swept == (5, 0) || swept == (0, 5),
+            "one node swept everything, not both a part: {swept:?}"
+        );
+        let (holder, holder_sweep, other, other_sweep) = if swept.0 == 5 {
+            (&node_a, sweep_a, &node_b, sweep_b)
+        } else {
+            (&node_b, sweep_b, &node_a, sweep_a)
+        };
+
+        // The holder stops sweeping (as if it died): the other leads once the lease is out.
+        holder_sweep.abort();
+        for n in 5..8 {
+            other
+                .start("alice", request(&format!("sweep-{n}"), "bob", None))
+                .await
+                .expect("start");
+        }
+        eventually("the other node to sweep the next three", || async {
+            (other.inbox_entries_expired() == 3).then_some(())
+        })
+        .await;
+        assert!(store.inbox("bob", 0, 10).await.expect("inbox").is_empty());
+        assert_eq!(
+            holder.inbox_entries_expired(),
+            5,
+            "the stopped node swept no more"
+        );
+        assert_eq!(store.inbox_head("bob").await.expect("head"), 8);
+        other_sweep.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
 }
 
 /// A refusal decided on a cached copy that another node's commit has left behind would be
