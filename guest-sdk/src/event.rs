@@ -14,9 +14,9 @@
 //! - nested values: [`field`] and [`as_u64`] / [`as_str`] / [`as_f64`] / [`as_type`] on the
 //!   raw value an accessor returned.
 //!
-//! The event itself is read by the SDK's own JSON reader ([`crate::json`](mod@crate::json)), in one pass;
-//! your types are read by serde. Unknown fields are ignored, so a hook built against this
-//! SDK keeps working when a newer engine adds some.
+//! The event itself is read in one pass by the SDK's own JSON reader
+//! ([`crate::json`](mod@crate::json)); your types are read by serde. Unknown fields are
+//! ignored, so a hook built against this SDK keeps working when a newer engine adds some.
 
 use std::borrow::Cow;
 

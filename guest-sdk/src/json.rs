@@ -765,6 +765,25 @@ mod tests {
     }
 
     #[test]
+    fn the_first_stop_in_a_word_is_found_exactly() {
+        // After each stop byte, the byte that would take a borrow from it (and so raise a
+        // false alarm above it): a false alarm must never come first.
+        for (stop, after) in [(b'"', b'#'), (b'\\', b']'), (0x01, b' '), (0x00, 0x01)] {
+            for at in 0..8 {
+                let mut word = [b'a'; 8];
+                word[at] = stop;
+                if at + 1 < 8 {
+                    word[at + 1] = after;
+                }
+                let stops = string_stops(u64::from_le_bytes(word));
+                assert_eq!(stops.trailing_zeros() / 8, at as u32, "{stop:#x} at {at}");
+            }
+        }
+        assert_eq!(string_stops(u64::from_le_bytes(*b"plain \xe9t")), 0);
+        assert_eq!(string_stops(u64::from_le_bytes(*b"no stops")), 0);
+    }
+
+    #[test]
     fn fields_are_found_without_reading_further() {
         let object =
             RawJson::new(r#"{"a": {"b": 1}, "b": 2, "esc\u0061ped": 3, "b": 4}"#).expect("json");
