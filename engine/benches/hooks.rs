@@ -16,11 +16,13 @@
 //! like the pipeline's: encode, copy in, run, parse the answer), without the engine around
 //! them, so the hook's own cost is not lost in the pipeline's noise.
 //! Arguments: `--messages N` per round and variant (default 200 000); `--calls-only` runs
-//! the second table alone; `--only NAME` runs one variant (and the no-hook baseline of the
-//! pipeline table); `--spaced-ms MS` (with
-//! `--calls-only`) waits MS milliseconds before each call and times the calls alone
+//! the second table alone; `--only NAME[,NAME...]` runs those variants (and the no-hook
+//! baseline of the pipeline table); `--spaced-ms MS` (with `--calls-only`) waits MS milliseconds before each call and times the calls alone
 //! (1 000 per round), as on a lightly loaded engine where each call finds caches cold and
-//! the epoch ticker possibly parked.
+//! the epoch ticker possibly parked. `--rounds N` sets how many interleaved rounds run (the
+//! best counts; more rounds ride out a noisy machine better), and `--compare PATH` adds a
+//! variant `compare` running the module at PATH as `rust-reads` runs the credit policy (to
+//! compare two builds of a hook, e.g. with two SDK versions, in one run).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,7 +47,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Messages per conversation: long enough that starting one is noise, short enough that the
 /// event log stays small.
 const MESSAGES_PER_CONVERSATION: usize = 20;
-/// Interleaved rounds; the fastest of each variant counts.
+/// Interleaved rounds by default (`--rounds N`); the fastest of each variant counts.
 const ROUNDS: usize = 3;
 /// Calls per round and variant with `--spaced-ms`.
 const SPACED_CALLS: usize = 1_000;
@@ -203,7 +205,7 @@ fn calls_per_second(runtime: &HookRuntime, template: &CompiledTemplate, calls: u
 
 fn main() {
     let messages = arg("--messages", 200_000);
-    let variants = [
+    let mut variants = vec![
         ("no-hook", None),
         (
             "c-trivial",
@@ -235,6 +237,15 @@ fn main() {
             )),
         ),
     ];
+    // Another build of a hook, run as `rust-reads` is: to compare SDK versions in one run.
+    if let Some(path) = std::env::args().skip_while(|arg| arg != "--compare").nth(1) {
+        let path: &'static str = Box::leak(path.into_boxed_str());
+        variants.push((
+            "compare",
+            Some((path, "{ max_amount: 100000 }", ", reads: [threads]")),
+        ));
+    }
+    let rounds = arg("--rounds", ROUNDS);
     let templates: Vec<Arc<CompiledTemplate>> = variants
         .iter()
         .map(|(name, hook)| Arc::new(template(name, *hook)))
@@ -267,9 +278,9 @@ fn main() {
         index > 0
             && only
                 .as_deref()
-                .is_some_and(|only| only != variants[index].0)
+                .is_some_and(|only| !only.split(',').any(|name| name == variants[index].0))
     };
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds {
         for index in 1..variants.len() {
             if skipped(index) {
                 continue;
@@ -295,7 +306,7 @@ fn main() {
                 messages_per_second(&engine, name, 2_000).await;
             }
         }
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             for (index, (name, _)) in variants.iter().enumerate() {
                 if skipped(index) {
                     continue;
@@ -306,7 +317,7 @@ fn main() {
         }
     });
     let base_us = 1e6 / best[0];
-    println!("hooks bench: {messages} messages per round, best of {ROUNDS}, one thread");
+    println!("hooks bench: {messages} messages per round, best of {rounds}, one thread");
     println!(
         "  {:<10} {:>12.0} msg/s  {:>7.2} µs/msg",
         variants[0].0, best[0], base_us
@@ -322,7 +333,7 @@ fn main() {
             100.0 * best[index] / best[0]
         );
     }
-    println!("hook calls alone: {messages} calls per round, best of {ROUNDS}");
+    println!("hook calls alone: {messages} calls per round, best of {rounds}");
     for index in (1..variants.len()).filter(|&index| !skipped(index)) {
         println!(
             "  {:<10} {:>12.0} calls/s {:>7.2} µs/call",
