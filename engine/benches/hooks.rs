@@ -17,9 +17,10 @@
 //! them, so the hook's own cost is not lost in the pipeline's noise.
 //! Arguments: `--messages N` per round and variant (default 200 000); `--calls-only` runs
 //! the second table alone; `--only NAME[,NAME...]` runs those variants (and the no-hook
-//! baseline of the pipeline table); `--spaced-ms MS` (with `--calls-only`) waits MS milliseconds before each call and times the calls alone
-//! (1 000 per round), as on a lightly loaded engine where each call finds caches cold and
-//! the epoch ticker possibly parked. `--rounds N` sets how many interleaved rounds run (the
+//! baseline of the pipeline table); `--spaced-ms MS` (with `--calls-only`) waits MS
+//! milliseconds before each call and times the calls alone (1 000 per round), as on a
+//! lightly loaded engine where each call finds caches cold and the epoch ticker possibly
+//! parked. `--rounds N` sets how many interleaved rounds run (the
 //! best counts; more rounds ride out a noisy machine better), and `--compare PATH` adds a
 //! variant `compare` running the module at PATH as `rust-reads` runs the credit policy (to
 //! compare two builds of a hook, e.g. with two SDK versions, in one run).
