@@ -118,21 +118,15 @@ pub fn field<'a>(object: RawJson<'a>, key: &str) -> Option<RawJson<'a>> {
         return None;
     }
     reader.pos += 1;
-    if reader.peek() == Some(b'}') {
-        return None;
-    }
-    loop {
-        let name = reader.string().ok()?;
-        reader.expect(b':', "`:`").ok()?;
+    let mut first = true;
+    while let Some(name) = reader.next_key(first).ok()? {
         if same(&name, key) {
             return reader.raw().ok();
         }
         reader.skip().ok()?;
-        if reader.peek() != Some(b',') {
-            return None;
-        }
-        reader.pos += 1;
+        first = false;
     }
+    None
 }
 
 /// A JSON value as text: borrowed from the input unless it has escapes. `None` when it is
@@ -350,26 +344,34 @@ impl<'a> Reader<'a> {
         F: FnMut(&mut Reader<'a>, &str) -> Result<(), Error>,
     {
         self.expect(b'{', "`{`")?;
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            return Ok(());
-        }
-        loop {
-            if self.peek() != Some(b'"') {
-                return Err(self.unexpected("a key"));
-            }
-            let key = self.string()?;
-            self.expect(b':', "`:`")?;
+        let mut first = true;
+        while let Some(key) = self.next_key(first)? {
             each(self, &key)?;
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    return Ok(());
-                }
-                _ => return Err(self.unexpected("`,` or `}`")),
-            }
+            first = false;
         }
+        Ok(())
+    }
+
+    /// Inside an object (after its `{`, or after the value of its previous key when not
+    /// `first`): reads the next key and its colon, leaving the reader at the value; `None`
+    /// when the object ends here (its `}` read).
+    #[inline(always)]
+    fn next_key(&mut self, first: bool) -> Result<Option<Cow<'a, str>>, Error> {
+        match self.peek() {
+            Some(b'}') => {
+                self.pos += 1;
+                return Ok(None);
+            }
+            Some(b',') if !first => self.pos += 1,
+            _ if first => {}
+            _ => return Err(self.unexpected("`,` or `}`")),
+        }
+        if self.peek() != Some(b'"') {
+            return Err(self.unexpected("a key"));
+        }
+        let key = self.string()?;
+        self.expect(b':', "`:`")?;
+        Ok(Some(key))
     }
 
     /// Reads an array, calling `each` with the reader at each element; `each` must read it.
