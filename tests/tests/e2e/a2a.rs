@@ -604,8 +604,10 @@ async fn a_performative_the_agent_names_is_taken_at_its_word() {
 /// answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
-    let fake = FakeAgent::start(|request, attempt| {
-        if attempt == 0 {
+    // Chosen by the message, not by arrival: the two conversations' messages go out at
+    // once (one lane each), in either order.
+    let fake = FakeAgent::start(|request, _| {
+        if text_of(request) == "first" {
             Answer {
                 status: 200,
                 body: json!({"hello": "not json-rpc"}),
@@ -629,7 +631,17 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
     )
     .await;
     assert_eq!(json_performatives(&view), ["request", "inform"], "{view:#}");
-    // Messages go out in inbox order, so the first one's call is over by now.
+    // The garbled answer's call is over once it is counted as failed.
+    let garbled_call = r#"colloquy_a2a_calls_total{method="message/send",result="failed"} 1"#;
+    poll_until(
+        || async { json!(server.metrics().await) },
+        |text| {
+            text.as_str()
+                .is_some_and(|text| text.contains(garbled_call))
+        },
+    )
+    .await
+    .expect("the garbled answer's call is counted as failed");
     let (status, view) = call(server.as_agent(
         Method::GET,
         &format!("/v1/conversations/{garbled}"),
