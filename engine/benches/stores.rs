@@ -22,6 +22,17 @@
 //! (HTTP, per backend; default 5), `--clients C`, `--backends LIST` (comma-separated among
 //! `sqlite`, `redis`; default both; memory always runs, as the reference).
 //!
+//! Before the table, two **ceilings**: what each backend itself does on this machine with
+//! the engine left out, as a ratio to a memory-store run made just before them. No backend
+//! row can beat its ceiling, so a ceiling below a target says the target is out of reach
+//! here whatever the engine does:
+//! - SQLite: one thread writing, per message, the least any SQLite layout must (the
+//!   conversation's version row, one event row, one inbox row, of the sizes a request
+//!   conversation's commits have), 64 messages a transaction, `synchronous = NORMAL`, no
+//!   checkpoints: the writer's share of a message with nothing else around it.
+//! - Redis: 64 tasks on one multiplexed connection (as the store has) running a Lua script
+//!   with the four writes a commit needs at least (event stream, version, wake-up, inbox).
+//!
 //! The SQLite-only column (Linux) is the CPU time of the store's writer, syncer and
 //! checkpointer threads per message: steadier than messages per second on a shared, noisy
 //! machine. The last columns are the 99th percentile and the longest time one message took
@@ -307,6 +318,122 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
     }
 }
 
+/// Messages per transaction in the SQLite ceiling: as many as the bench's 64 clients can
+/// have waiting at once.
+const CEILING_BATCH: usize = 64;
+/// Sizes of what a request conversation's commit writes, in bytes: its events as JSON (663
+/// on average over the three commits, measured in this bench's database) and the message
+/// in the receiver's inbox (180).
+const EVENTS_BYTES: usize = 663;
+const MESSAGE_BYTES: usize = 180;
+/// The commit-shaped Lua script of the Redis ceiling: the four writes any Redis layout
+/// needs for a message.
+const CEILING_SCRIPT: &str = "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1]); \
+    redis.call('HSET', KEYS[2], KEYS[1], ARGV[3]); \
+    redis.call('ZADD', KEYS[3], ARGV[3], KEYS[1]); \
+    redis.call('RPUSH', KEYS[4], ARGV[2]); return 1";
+
+/// SQLite alone: messages/s of the least a store must write per message (see the module
+/// docs), on this thread, in request conversations of three messages.
+fn sqlite_ceiling(dir: &Path, messages: usize) -> f64 {
+    let path = dir.join("ceiling.db");
+    let connection = rusqlite::Connection::open(&path).expect("open ceiling database");
+    connection
+        .execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             PRAGMA wal_autocheckpoint = 0;
+             PRAGMA cache_size = -8192;
+             CREATE TABLE conversations (id TEXT PRIMARY KEY, version INTEGER NOT NULL)
+                 WITHOUT ROWID;
+             CREATE TABLE events (conversation_id TEXT NOT NULL, last_seq INTEGER NOT NULL,
+                 body TEXT NOT NULL);
+             CREATE UNIQUE INDEX events_by_conversation ON events (conversation_id, last_seq);
+             CREATE TABLE inbox (agent TEXT NOT NULL, seq INTEGER NOT NULL,
+                 conversation_id TEXT NOT NULL, message TEXT NOT NULL);",
+        )
+        .expect("ceiling schema");
+    let (events, message) = ("e".repeat(EVENTS_BYTES), "m".repeat(MESSAGE_BYTES));
+    let ids: Vec<String> = (0..messages.div_ceil(3))
+        .map(|_| uuid::Uuid::now_v7().to_string())
+        .collect();
+    let began = Instant::now();
+    for (batch, chunk) in ids.chunks(CEILING_BATCH / 3).enumerate() {
+        let transaction = connection.unchecked_transaction().expect("begin");
+        for version in 1..=3_i64 {
+            for (client, id) in chunk.iter().enumerate() {
+                let sql = if version == 1 {
+                    "INSERT INTO conversations (id, version) VALUES (?1, ?2)"
+                } else {
+                    "UPDATE conversations SET version = ?2 WHERE id = ?1"
+                };
+                transaction
+                    .prepare_cached(sql)
+                    .and_then(|mut statement| statement.execute(rusqlite::params![id, version]))
+                    .expect("version row");
+                transaction
+                    .prepare_cached("INSERT INTO events VALUES (?1, ?2, ?3)")
+                    .and_then(|mut statement| {
+                        statement.execute(rusqlite::params![id, version, events])
+                    })
+                    .expect("event row");
+                let seq = (batch * 3) as i64 + version;
+                transaction
+                    .prepare_cached("INSERT INTO inbox VALUES (?1, ?2, ?3, ?4)")
+                    .and_then(|mut statement| {
+                        statement.execute(rusqlite::params![format!("b{client}"), seq, id, message])
+                    })
+                    .expect("inbox row");
+            }
+        }
+        transaction.commit().expect("commit");
+    }
+    (ids.len() * 3) as f64 / began.elapsed().as_secs_f64()
+}
+
+/// Redis alone: commit-shaped scripts per second from `clients` tasks sharing one
+/// multiplexed connection, as the store's do; `None` when Redis cannot be reached.
+async fn redis_ceiling(url: &str, messages: usize, clients: usize) -> Option<f64> {
+    let client = ::redis::Client::open(url).ok()?;
+    let connection = client.get_multiplexed_async_connection().await.ok()?;
+    let prefix = format!("colloquy-bench:ceiling:{}", uuid::Uuid::now_v7());
+    let script = Arc::new(::redis::Script::new(CEILING_SCRIPT));
+    let (events, message) = ("e".repeat(EVENTS_BYTES), "m".repeat(MESSAGE_BYTES));
+    let next = Arc::new(AtomicUsize::new(0));
+    let began = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|task| {
+            let (mut connection, script, next, prefix) = (
+                connection.clone(),
+                script.clone(),
+                next.clone(),
+                prefix.clone(),
+            );
+            let (events, message) = (events.clone(), message.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < messages {
+                    let answer: Result<i64, _> = script
+                        .key(format!("{prefix}:c{task}"))
+                        .key(format!("{prefix}:versions"))
+                        .key(format!("{prefix}:wake"))
+                        .key(format!("{prefix}:inbox:b{task}"))
+                        .arg(&events)
+                        .arg(&message)
+                        .arg(next.load(Ordering::Relaxed))
+                        .invoke_async(&mut connection)
+                        .await;
+                    answer.ok()?;
+                }
+                Some(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.ok()??;
+    }
+    Some(messages as f64 / began.elapsed().as_secs_f64())
+}
+
 /// A `redis-server` for the run, stopped on drop.
 struct RedisServer {
     child: Child,
@@ -435,9 +562,27 @@ fn main() {
         .filter(|_| wanted("redis"));
 
     let spawned = &spawned;
-    let rows = runtime.block_on(async {
+    let (rows, ceilings) = runtime.block_on(async {
         // Warm-up: code paths and allocator.
         in_process(Arc::new(MemoryStore::new()), 2_000, clients).await;
+        let memory = in_process(Arc::new(MemoryStore::new()), conversations * 5, clients).await;
+        let mut ceilings: Vec<(&str, f64)> = Vec::new();
+        if wanted("sqlite") {
+            ceilings.push((
+                "sqlite alone (one writer)",
+                sqlite_ceiling(&dir, conversations * 3),
+            ));
+        }
+        if let Some(url) = &redis_url {
+            match redis_ceiling(url, conversations * 3, clients).await {
+                Some(rate) => ceilings.push(("redis alone (64 tasks)", rate)),
+                None => println!("redis at {url} unreachable: its ceiling left out"),
+            }
+        }
+        let ceilings: Vec<(&str, f64, f64)> = ceilings
+            .into_iter()
+            .map(|(name, rate)| (name, rate, memory.rate))
+            .collect();
         let mut rows: Vec<Row> = Vec::new();
         let sqlite_runs = [
             ("sqlite (synchronous=FULL)", Synchronous::Full),
@@ -496,10 +641,22 @@ fn main() {
         } else if wanted("redis") {
             println!("no redis-server on PATH and no COLLOQUY_BENCH_REDIS: redis left out");
         }
-        rows
+        (rows, ceilings)
     });
     let _ = std::fs::remove_dir_all(&dir);
 
+    println!("ceilings: each backend alone, without the engine (see the bench's docs)");
+    println!(
+        "{:<28} {:>12} {:>10} {:>6}",
+        "backend", "msg/s", "memory", "ratio"
+    );
+    for (name, rate, memory) in &ceilings {
+        println!(
+            "{name:<28} {rate:>12.0} {memory:>10.0} {:>5.2}x",
+            rate / memory
+        );
+    }
+    println!();
     println!(
         "request conversations (3 messages each), {clients} concurrent clients; \
          in-process {conversations} conversations, HTTP {seconds}s per backend"
