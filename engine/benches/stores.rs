@@ -28,13 +28,13 @@
 //! here whatever the engine does:
 //! - SQLite: one thread writing, per message, the least any SQLite layout must (the
 //!   conversation's version row, one event row, one inbox row, of the sizes a request
-//!   conversation's commits have), 64 messages a transaction, `synchronous = NORMAL`, no
-//!   checkpoints: the writer's share of a message with nothing else around it. Its second
+//!   conversation's commits have), as many messages a transaction as there are clients (the
+//!   most they can have waiting), the store's cache size, `synchronous = NORMAL`, no checkpoints: the writer's share of a message with nothing else around it. Its second
 //!   ratio also counts the engine's own work: with the memory store the engine keeps every
 //!   core busy at `M` msg/s, so it spends at least `cores / M` CPU seconds a message, and a
 //!   writer that needs `1 / C` more gives at most `cores / (cores / M + 1 / C)` msg/s (and
 //!   never more than `C`, one writer's rate).
-//! - Redis: 64 tasks on one multiplexed connection (as the store has) running a Lua script
+//! - Redis: a task per client on one multiplexed connection (as the store has) running a Lua script
 //!   with the four writes a commit needs at least (event stream, version, wake-up, inbox).
 //!
 //! The SQLite-only column (Linux) is the CPU time of the store's writer, syncer and
@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use colloquy_engine::api::{self, ServiceOptions};
 use colloquy_engine::store::{
-    ConversationStore, MemoryStore, RedisStore, SqliteStore, Synchronous,
+    ConversationStore, MemoryStore, RedisStore, SqliteStore, Synchronous, sqlite,
 };
 use colloquy_engine::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, TemplateCompiler};
@@ -322,9 +322,6 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
     }
 }
 
-/// Messages per transaction in the SQLite ceiling: as many as the bench's 64 clients can
-/// have waiting at once.
-const CEILING_BATCH: usize = 64;
 /// Sizes of what a request conversation's commit writes, in bytes: its events as JSON (663
 /// on average over the three commits, measured in this bench's database) and the message
 /// in the receiver's inbox (180).
@@ -350,15 +347,17 @@ struct Ceiling {
 
 /// SQLite alone: messages/s of the least a store must write per message (see the module
 /// docs), on this thread, in request conversations of three messages.
-fn sqlite_ceiling(dir: &Path, messages: usize) -> f64 {
+/// One transaction takes as many messages as the clients can have waiting at once (one
+/// each), the three of a conversation together.
+fn sqlite_ceiling(dir: &Path, messages: usize, clients: usize) -> f64 {
     let path = dir.join("ceiling.db");
     let connection = rusqlite::Connection::open(&path).expect("open ceiling database");
     connection
-        .execute_batch(
+        .execute_batch(&format!(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              PRAGMA wal_autocheckpoint = 0;
-             PRAGMA cache_size = -8192;
+             PRAGMA cache_size = -{};
              CREATE TABLE conversations (id TEXT PRIMARY KEY, version INTEGER NOT NULL)
                  WITHOUT ROWID;
              CREATE TABLE events (conversation_id TEXT NOT NULL, last_seq INTEGER NOT NULL,
@@ -366,14 +365,15 @@ fn sqlite_ceiling(dir: &Path, messages: usize) -> f64 {
              CREATE UNIQUE INDEX events_by_conversation ON events (conversation_id, last_seq);
              CREATE TABLE inbox (agent TEXT NOT NULL, seq INTEGER NOT NULL,
                  conversation_id TEXT NOT NULL, message TEXT NOT NULL);",
-        )
+            sqlite::CACHE_KIB
+        ))
         .expect("ceiling schema");
     let (events, message) = ("e".repeat(EVENTS_BYTES), "m".repeat(MESSAGE_BYTES));
     let ids: Vec<String> = (0..messages.div_ceil(3))
         .map(|_| uuid::Uuid::now_v7().to_string())
         .collect();
     let began = Instant::now();
-    for (batch, chunk) in ids.chunks(CEILING_BATCH / 3).enumerate() {
+    for (batch, chunk) in ids.chunks((clients / 3).max(1)).enumerate() {
         let transaction = connection.unchecked_transaction().expect("begin");
         for version in 1..=3_i64 {
             for (client, id) in chunk.iter().enumerate() {
@@ -426,7 +426,11 @@ async fn redis_ceiling(url: &str, messages: usize, clients: usize) -> Option<f64
             );
             let (events, message) = (events.clone(), message.clone());
             tokio::spawn(async move {
-                while next.fetch_add(1, Ordering::Relaxed) < messages {
+                loop {
+                    let sent = next.fetch_add(1, Ordering::Relaxed);
+                    if sent >= messages {
+                        break;
+                    }
                     let answer: Result<i64, _> = script
                         .key(format!("{prefix}:c{task}"))
                         .key(format!("{prefix}:versions"))
@@ -434,7 +438,7 @@ async fn redis_ceiling(url: &str, messages: usize, clients: usize) -> Option<f64
                         .key(format!("{prefix}:inbox:b{task}"))
                         .arg(&events)
                         .arg(&message)
-                        .arg(next.load(Ordering::Relaxed))
+                        .arg(sent)
                         .invoke_async(&mut connection)
                         .await;
                     answer.ok()?;
@@ -581,33 +585,30 @@ fn main() {
         // Warm-up: code paths and allocator.
         in_process(Arc::new(MemoryStore::new()), 2_000, clients).await;
         let memory = in_process(Arc::new(MemoryStore::new()), conversations * 5, clients).await;
-        let mut ceilings: Vec<(&str, f64)> = Vec::new();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let mut ceilings: Vec<Ceiling> = Vec::new();
         if wanted("sqlite") {
-            ceilings.push((
-                "sqlite alone (one writer)",
-                sqlite_ceiling(&dir, conversations * 3),
-            ));
+            let rate = sqlite_ceiling(&dir, conversations * 3, clients);
+            ceilings.push(Ceiling {
+                name: "sqlite alone (one writer)",
+                rate,
+                memory: memory.rate,
+                // The writer is this process's own thread, beside the engine's.
+                with_engine: Some((cores / (cores / memory.rate + 1.0 / rate)).min(rate)),
+            });
         }
         if let Some(url) = &redis_url {
             match redis_ceiling(url, conversations * 3, clients).await {
-                Some(rate) => ceilings.push(("redis alone (64 tasks)", rate)),
+                Some(rate) => ceilings.push(Ceiling {
+                    name: "redis alone",
+                    rate,
+                    memory: memory.rate,
+                    // Already includes the server's share of the cores.
+                    with_engine: None,
+                }),
                 None => println!("redis at {url} unreachable: its ceiling left out"),
             }
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        let ceilings: Vec<Ceiling> = ceilings
-            .into_iter()
-            .map(|(name, rate)| Ceiling {
-                name,
-                rate,
-                memory: memory.rate,
-                // Only SQLite's writer is this process's own thread; Redis's figure already
-                // includes the server's share of the cores.
-                with_engine: name
-                    .starts_with("sqlite")
-                    .then(|| (cores / (cores / memory.rate + 1.0 / rate)).min(rate)),
-            })
-            .collect();
         let mut rows: Vec<Row> = Vec::new();
         let sqlite_runs = [
             ("sqlite (synchronous=FULL)", Synchronous::Full),

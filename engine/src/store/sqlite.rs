@@ -78,7 +78,7 @@ const ACK_BATCH: u64 = 10_000;
 /// table, which grows with the cache. With 64 MiB that walk (`pcache1TruncateUnsafe`) was
 /// the SQLite threads' hottest function in the stores bench (3.7% of all samples, against
 /// 0.5% with 8 MiB), and 8 MiB took 5-10% off the writer's CPU time per message.
-const CACHE_KIB: u32 = 8 * 1024;
+pub const CACHE_KIB: u32 = 8 * 1024;
 
 /// How long [`SqliteStore::open`] waits for another process to let go of the file.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
