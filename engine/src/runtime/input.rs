@@ -10,7 +10,7 @@ use colloquy_protocol::hook::{
 };
 use colloquy_protocol::message::{AgentId, Message};
 use colloquy_protocol::template::{ConversationPart, HookEvent};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::conversation::Conversation;
 use crate::rules::TimeoutInfo;
@@ -109,9 +109,9 @@ pub fn hook_input<'a>(
 /// Writes `input` as the JSON the hook receives: byte for byte what `serde_json::to_writer`
 /// writes for [`HookInput`] (same field order, same omissions, same escapes; the tests
 /// compare the two), but faster. Keys are literals, strings that need no escape (all the
-/// ids and names of real conversations) are copied as they are, and numbers are formatted
-/// by hand; the free-form values (vars, parameters, context, content, config) and any string
-/// that needs escapes go through serde_json.
+/// ids and names of real conversations) are copied as they are, whole numbers are formatted
+/// by hand, and the free-form values (vars, parameters, context, content, config) are walked
+/// here too; only strings that need escapes and fractional numbers go through serde_json.
 pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
     out.extend_from_slice(b"{\"abi_version\":");
     number(out, u64::from(input.abi_version));
@@ -158,7 +158,7 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
     }
     if let Some(vars) = &conversation.vars {
         out.extend_from_slice(b",\"vars\":");
-        serde_json::to_writer(&mut *out, &**vars)?;
+        object(out, vars)?;
     }
     optional_value(out, b",\"parameters\":", conversation.parameters.as_deref())?;
     optional_value(out, b",\"context\":", conversation.context.as_deref())?;
@@ -198,10 +198,7 @@ pub fn encode(input: &HookInput<'_>, out: &mut Vec<u8>) -> Result<(), serde_json
 /// A JSON string: copied between quotes when nothing in it needs an escape, otherwise
 /// escaped by serde_json.
 fn string(out: &mut Vec<u8>, text: &str) -> Result<(), serde_json::Error> {
-    if text
-        .bytes()
-        .any(|byte| byte < 0x20 || byte == b'"' || byte == b'\\')
-    {
+    if needs_escape(text.as_bytes()) {
         return serde_json::to_writer(&mut *out, text);
     }
     out.reserve(text.len() + 2);
@@ -209,6 +206,30 @@ fn string(out: &mut Vec<u8>, text: &str) -> Result<(), serde_json::Error> {
     out.extend_from_slice(text.as_bytes());
     out.push(b'"');
     Ok(())
+}
+
+/// Whether `bytes` hold a quote, a backslash or a control character (what a JSON string
+/// must escape), eight bytes at a time: the event's strings are mostly ids of 36 bytes.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // The high bit of each byte that is zero in `x` (exact for the first such byte, which is
+    // all a yes/no needs).
+    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let stops = zero_bytes(word ^ (ONES * u64::from(b'"')))
+            | zero_bytes(word ^ (ONES * u64::from(b'\\')))
+            | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS);
+        if stops != 0 {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
 }
 
 fn strings(out: &mut Vec<u8>, texts: &[Cow<'_, str>]) -> Result<(), serde_json::Error> {
@@ -223,12 +244,46 @@ fn strings(out: &mut Vec<u8>, texts: &[Cow<'_, str>]) -> Result<(), serde_json::
     Ok(())
 }
 
+/// A free-form value, written as serde_json writes it (compact, keys in the map's order).
+/// Recursive like serde_json's own writer: every value here was parsed or built under
+/// serde_json's nesting limit.
 fn value(out: &mut Vec<u8>, value: &Value) -> Result<(), serde_json::Error> {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
-        Value::Object(map) if map.is_empty() => out.extend_from_slice(b"{}"),
-        other => serde_json::to_writer(&mut *out, other)?,
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => match n.as_u64() {
+            Some(n) => number(out, n),
+            // Negative and fractional numbers: serde_json's formatting (itoa, ryu).
+            None => serde_json::to_writer(&mut *out, n)?,
+        },
+        Value::String(text) => string(out, text)?,
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                self::value(out, item)?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => object(out, map)?,
     }
+    Ok(())
+}
+
+fn object(out: &mut Vec<u8>, map: &Map<String, Value>) -> Result<(), serde_json::Error> {
+    out.push(b'{');
+    for (index, (key, item)) in map.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        string(out, key)?;
+        out.push(b':');
+        value(out, item)?;
+    }
+    out.push(b'}');
     Ok(())
 }
 
@@ -299,6 +354,22 @@ mod tests {
     }
 
     #[test]
+    fn needs_escape_finds_every_stop_byte_wherever_it_is() {
+        for len in 0..20 {
+            let plain = "x".repeat(len);
+            assert!(!needs_escape(plain.as_bytes()), "{len}");
+            for at in 0..len {
+                for stop in [b'"', b'\\', 0, 0x1f] {
+                    let mut bytes = plain.clone().into_bytes();
+                    bytes[at] = stop;
+                    assert!(needs_escape(&bytes), "{len} {at} {stop}");
+                }
+            }
+        }
+        assert!(!needs_escape("é😀 ~\u{7f}\u{80}".as_bytes()));
+    }
+
+    #[test]
     fn encode_writes_what_serde_writes() {
         same_as_serde(json!({
             "abi_version": 1, "hook": "on_message", "now": 1767225600000u64,
@@ -339,6 +410,17 @@ mod tests {
             "message": {"id": "m", "performative": "inform", "sender": "b",
                 "receivers": ["a"], "content": null},
             "config": {}
+        }));
+        // Every kind of free-form value, with escapes in keys and strings.
+        same_as_serde(json!({
+            "abi_version": 1, "hook": "on_message", "now": 5,
+            "conversation": {"id": "c", "status": "active", "retry_attempts": 0,
+                "vars": {"n": [0, -1, i64::MIN, u64::MAX, 0.1, -2.5e-8, 1e300, 12.0],
+                    "t": [true, false, null, [], {}, [[{"deep": [null]}]]],
+                    "k\"ey\u{1f}": "v\\al\u{0}ue", "long string without escapes": "0123456789abcdef"}},
+            "message": {"id": "m", "performative": "inform", "sender": "b",
+                "receivers": ["a"], "content": ["é", "quote \" at 8", "1234567\""]},
+            "config": {"a": {"b": {"c": -0.0}}, "esc": "tab\there"}
         }));
         // Parts a template's `hooks.reads` left out.
         same_as_serde(json!({

@@ -57,6 +57,10 @@ pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// Most table elements a hook may grow its tables to.
 pub const MAX_TABLE_ELEMENTS: usize = 10_000;
 
+/// Set (to anything) in the environment, the runtime writes `/tmp/perf-PID.map`, so `perf
+/// report` names the functions of the hooks it compiled.
+pub const PERFMAP_ENV: &str = "COLLOQUY_PERFMAP";
+
 /// How a [`HookRuntime`] is set up.
 #[derive(Clone, Debug)]
 pub struct HookRuntimeConfig {
@@ -186,6 +190,10 @@ impl HookRuntime {
             .max_memory_size(MAX_MEMORY_BYTES as usize)
             .table_elements(MAX_TABLE_ELEMENTS);
         let mut wasm = wasmtime::Config::new();
+        // `perf` can name the hooks' compiled functions (docs/hook-abi.md, "Profiling").
+        if std::env::var_os(PERFMAP_ENV).is_some() {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         wasm.epoch_interruption(true)
             .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
         let engine =
@@ -232,7 +240,7 @@ impl HookRuntime {
         input: &HookInput<'_>,
     ) -> Result<HookOutput, HookFailure> {
         let started = Instant::now();
-        let result = self.call_untraced(template, event, input);
+        let result = self.call_untraced(template, event, input, started);
         let elapsed = started.elapsed();
         self.latency.observe(event, result.is_ok(), elapsed);
         let duration_us = elapsed.as_micros() as u64;
@@ -275,6 +283,7 @@ impl HookRuntime {
         template: &CompiledTemplate,
         event: HookEvent,
         input: &HookInput<'_>,
+        started: Instant,
     ) -> Result<HookOutput, HookFailure> {
         let Some(spec) = &template.hooks else {
             return Ok(HookOutput::default());
@@ -293,6 +302,7 @@ impl HookRuntime {
             spec,
             &input.conversation.id,
             self.config.idle_instances_per_module,
+            started,
         )
     }
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use colloquy_policy::compiled::HookModule;
 use colloquy_protocol::hook::{
@@ -81,7 +81,7 @@ impl LoadedModule {
             idle: Mutex::new(Vec::new()),
         };
         let mut probe = loaded.instantiate(engine, ticker, super::MAX_MEMORY_BYTES)?;
-        start_budget(&mut probe.store, VERSION_CALL_BUDGET);
+        start_budget(&mut probe.store, VERSION_CALL_BUDGET, Instant::now());
         let version = probe.version.call(&mut probe.store, ()).map_err(|error| {
             failure(&probe.store, error, VERSION_CALL_BUDGET.as_millis() as u64)
         })?;
@@ -117,7 +117,8 @@ impl LoadedModule {
     }
 
     /// One call: input in, output out, on an idle instance (or a new one). The instance goes
-    /// back to the idle stack only when the call succeeded.
+    /// back to the idle stack only when the call succeeded. `started` is when the caller
+    /// began the call; a reused instance's budget counts from it.
     #[allow(
         clippy::too_many_arguments,
         reason = "the runtime's parts a call uses, each once"
@@ -131,6 +132,7 @@ impl LoadedModule {
         spec: &HookSpec,
         conversation: &str,
         max_idle: usize,
+        started: Instant,
     ) -> Result<HookOutput, HookFailure> {
         let cap = spec.limits.memory_bytes;
         let reused = self
@@ -138,13 +140,14 @@ impl LoadedModule {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .pop();
-        let mut instance = match reused {
+        let (mut instance, started) = match reused {
             // An instance grown under a larger cap (another template, same module) is over
             // this one's: start afresh rather than let it keep memory it may not have.
             Some(instance) if (instance.memory.data_size(&instance.store) as u64) <= cap => {
-                instance
+                (instance, started)
             }
-            _ => self.instantiate(engine, ticker, cap)?,
+            // The call's budget starts after the instantiation (which has its own).
+            _ => (self.instantiate(engine, ticker, cap)?, Instant::now()),
         };
         let state = instance.store.data_mut();
         state.memory_cap = cap;
@@ -164,6 +167,7 @@ impl LoadedModule {
         start_budget(
             &mut instance.store,
             Duration::from_millis(spec.limits.timeout_ms),
+            started,
         );
         let output = instance.invoke(event).map_err(|error| match error {
             Invoke::Wasm(error) => failure(&instance.store, error, spec.limits.timeout_ms),
@@ -193,7 +197,7 @@ impl LoadedModule {
             Ok(ticker::on_epoch(&ticker, &store.data().budget))
         });
         // Instantiation runs the start function and data initialisers: give it a budget too.
-        start_budget(&mut store, VERSION_CALL_BUDGET);
+        start_budget(&mut store, VERSION_CALL_BUDGET, Instant::now());
         let instance = self
             .pre
             .instantiate(&mut store)
@@ -349,10 +353,10 @@ fn failure(store: &Store<HostState>, error: wasmtime::Error, timeout_ms: u64) ->
     }
 }
 
-/// Starts a budget for what the store runs next, and the next epoch tick asks the store's
-/// callback whether it has run out (see `ticker` and `budget`).
-fn start_budget(store: &mut Store<HostState>, budget: Duration) {
-    store.data_mut().budget = CallBudget::start(budget);
+/// Starts a budget, counted from `started`, for what the store runs next, and the next epoch
+/// tick asks the store's callback whether it has run out (see `ticker` and `budget`).
+fn start_budget(store: &mut Store<HostState>, budget: Duration, started: Instant) {
+    store.data_mut().budget = CallBudget::start_at(budget, started);
     store.set_epoch_deadline(1);
 }
 
