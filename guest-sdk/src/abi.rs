@@ -45,8 +45,14 @@ pub fn handle_into<H: Hook + ?Sized>(hook: &H, kind: HookKind, input: &[u8], out
         actions,
         log: Vec::new(),
     };
+    // Room for a usual answer at once: grown from empty, the buffer was copied four times
+    // on its way to a one-action answer (with the call arena it starts empty every call).
+    out.reserve(OUTPUT_START_CAPACITY);
     crate::write::output(&output, out);
 }
+
+/// What the output buffer holds before the answer is written: a few actions' worth.
+const OUTPUT_START_CAPACITY: usize = 256;
 
 /// Output buffers larger than this are freed after the call instead of kept for the next.
 const KEEP_OUTPUT_CAPACITY: usize = 64 * 1024;

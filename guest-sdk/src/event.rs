@@ -281,12 +281,65 @@ fn parse_or_null<'a, T: Deserialize<'a>>(raw: Option<RawJson<'a>>) -> Result<T, 
 
 // --- reading the event -----------------------------------------------------------------
 
-/// A `match` on an object key (string literals, then `_`), comparing with
-/// [`crate::json::same`] rather than `==`, which is slow in wasm.
-macro_rules! match_key {
-    ($key:expr, { $($name:literal => $arm:expr,)* _ => $default:expr $(,)? }) => {{
-        let key: &str = $key;
-        $(if crate::json::same(key, $name) { $arm } else)* { $default }
+/// Reads an object, running the arm of each known key (string literals, listed in the
+/// order the engine writes them) with `$reader` at its value, and the `_` arm for any other
+/// key; an arm's `?` returns from the enclosing function.
+///
+/// The engine writes no whitespace and its keys need no escapes, so each key is first
+/// looked for as the exact text `"name":` of the known keys after the last one read: one
+/// or two word compares against a constant for the usual key, where reading it as a string
+/// and comparing it with every name cost several times that in wasm. A key not found so
+/// (another order, whitespace, escapes, an unknown key) is read as a string and compared
+/// with [`crate::json::same`] (`==` on strings is a slow `memcmp` in wasm): same result.
+macro_rules! read_object {
+    ($reader:ident, { $($name:literal => $arm:expr,)* _ => $default:expr $(,)? }) => {{
+        $reader.expect_object()?;
+        let mut first = true;
+        // The first known key that may come next, by its index in the list.
+        let mut next = 0usize;
+        while $reader.entry(first)? {
+            first = false;
+            // The known key here, by index (`usize::MAX`: none). The indices are constants
+            // once inlined, so each step below compiles to straight-line compares.
+            let mut found = usize::MAX;
+            let mut index = 0usize;
+            $(
+                if found == usize::MAX
+                    && index >= next
+                    && $reader.eat(concat!("\"", $name, "\":"))
+                {
+                    found = index;
+                }
+                index += 1;
+            )*
+            if found == usize::MAX {
+                let key = $reader.key_text()?;
+                index = 0;
+                $(
+                    if found == usize::MAX && crate::json::same(&key, $name) {
+                        found = index;
+                    }
+                    index += 1;
+                )*
+            }
+            let _ = index;
+            if found != usize::MAX {
+                next = found + 1;
+            }
+            let mut at = 0usize;
+            let mut done = false;
+            $(
+                if !done && found == at {
+                    $arm;
+                    done = true;
+                }
+                at += 1;
+            )*
+            let _ = at;
+            if !done {
+                $default;
+            }
+        }
     }};
 }
 
@@ -307,8 +360,7 @@ fn read_event<'a>(reader: &mut Reader<'a>) -> Result<Event<'a>, Error> {
         config: None,
     };
     let mut seen = Seen::default();
-    reader.object(|reader, key| {
-        match_key!(key, {
+    read_object!(reader, {
             "abi_version" => event.abi_version = seen.mark(0, reader.u32())?,
             "hook" => event.hook = seen.mark(1, read_hook_kind(reader))?,
             "now" => event.now = seen.mark(2, reader.u64())?,
@@ -324,9 +376,7 @@ fn read_event<'a>(reader: &mut Reader<'a>) -> Result<Event<'a>, Error> {
             "timeout" => event.timeout = reader.optional(read_timeout)?,
             "config" => event.config = reader.optional_raw()?,
             _ => reader.skip()?,
-        });
-        Ok(())
-    })?;
+    });
     seen.require(
         &["abi_version", "hook", "now", "conversation"],
         "the event",
@@ -391,8 +441,7 @@ fn read_conversation<'a>(
     conversation: &mut Conversation<'a>,
 ) -> Result<(), Error> {
     let mut seen = Seen::default();
-    reader.object(|reader, key| {
-        match_key!(key, {
+    read_object!(reader, {
             "id" => conversation.id = seen.mark(0, reader.string())?,
             "template" => conversation.template = reader.string()?,
             "revision" => conversation.revision = reader.string()?,
@@ -407,33 +456,27 @@ fn read_conversation<'a>(
             "deadline" => conversation.deadline = reader.optional_u64()?,
             "retry_attempts" => conversation.retry_attempts = reader.u32()?,
             _ => reader.skip()?,
-        });
-        Ok(())
-    })?;
+    });
     seen.require(&["id", "status"], "the conversation", reader)
 }
 
 fn read_thread<'a>(reader: &mut Reader<'a>) -> Result<Thread<'a>, Error> {
     let mut thread = Thread::default();
     let mut seen = Seen::default();
-    reader.object(|reader, key| {
-        match_key!(key, {
+    read_object!(reader, {
             "participant" => thread.participant = seen.mark(0, reader.string())?,
             "state" => thread.state = seen.mark(1, reader.string())?,
             "outcome" => thread.outcome = read_outcome(reader)?,
             "deadline" => thread.deadline = reader.optional_u64()?,
             _ => reader.skip()?,
-        });
-        Ok(())
-    })?;
+    });
     seen.require(&["participant", "state"], "a thread", reader)?;
     Ok(thread)
 }
 
 fn read_message<'a>(reader: &mut Reader<'a>, message: &mut Message<'a>) -> Result<(), Error> {
     let mut seen = Seen::default();
-    reader.object(|reader, key| {
-        match_key!(key, {
+    read_object!(reader, {
             "id" => message.id = seen.mark(0, reader.string())?,
             "performative" => message.performative = seen.mark(1, reader.string())?,
             "sender" => message.sender = seen.mark(2, reader.string())?,
@@ -442,9 +485,7 @@ fn read_message<'a>(reader: &mut Reader<'a>, message: &mut Message<'a>) -> Resul
             "in_reply_to" => message.in_reply_to = reader.optional_string()?,
             "reply_by" => message.reply_by = reader.optional_u64()?,
             _ => reader.skip()?,
-        });
-        Ok(())
-    })?;
+    });
     seen.require(
         &["id", "performative", "sender", "receivers"],
         "the message",
@@ -455,15 +496,12 @@ fn read_message<'a>(reader: &mut Reader<'a>, message: &mut Message<'a>) -> Resul
 fn read_timeout<'a>(reader: &mut Reader<'a>) -> Result<Timeout<'a>, Error> {
     let mut timeout = Timeout::default();
     let mut seen = Seen::default();
-    reader.object(|reader, key| {
-        match_key!(key, {
+    read_object!(reader, {
             "kind" => timeout.kind = seen.mark(0, reader.string())?,
             "participant" => timeout.participant = reader.optional_string()?,
             "attempt" => timeout.attempt = seen.mark(1, reader.u32())?,
             _ => reader.skip()?,
-        });
-        Ok(())
-    })?;
+    });
     seen.require(&["kind", "attempt"], "the timeout", reader)?;
     Ok(timeout)
 }
@@ -514,6 +552,29 @@ mod tests {
         assert_eq!(event.thread("risk").expect("thread").deadline, Some(9));
         assert!(event.thread("nobody").is_none());
         assert!(event.conversation.context.is_none(), "null reads as None");
+    }
+
+    #[test]
+    fn keys_read_alike_in_any_order_spacing_or_escape() {
+        let compact = r#"{"abi_version":1,"hook":"on_message","now":7,"conversation":{"id":"c1","status":"active","threads":[{"participant":"risk","state":"s"}],"retry_attempts":2},"message":{"id":"m1","performative":"request","sender":"desk","receivers":["risk"],"content":{"a":1}},"config":{"k":"v"}}"#;
+        let shuffled = r#"{ "config" : {"k":"v"}, "message": {"receivers":["risk"],"sender":"desk",
+            "content":{"a":1},"performative":"request","id":"m1"}, "conversation":{"retry_attempts":2,
+            "threads":[{"state":"s","participant":"risk"}],"status":"active","i\u0064":"c1"},
+            "now":7, "extra":{"id":"x"}, "hook":"on_message", "abi_version":1 }"#;
+        // A known key twice: the later value wins, as serde_json's derive would have it.
+        let repeated = compact.replace(r#""now":7"#, r#""now":1,"now":7"#);
+        for text in [compact, shuffled, &repeated] {
+            let event = Event::from_json(text.as_bytes()).expect(text);
+            assert_eq!((event.abi_version, event.now), (1, 7), "{text}");
+            assert_eq!(event.conversation.id, "c1");
+            assert_eq!(event.conversation.retry_attempts, 2);
+            assert_eq!(event.conversation.threads[0].state, "s");
+            let message = event.message.as_ref().expect("message");
+            assert_eq!(message.performative, "request");
+            assert_eq!(message.receivers, ["risk"]);
+            assert_eq!(event.content_u64("a"), Some(1));
+            assert_eq!(event.config_str("k").as_deref(), Some("v"));
+        }
     }
 
     #[test]

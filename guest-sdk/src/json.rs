@@ -172,7 +172,12 @@ pub fn as_type<'a, T: Deserialize<'a>>(value: RawJson<'a>) -> Option<T> {
 /// calls a `memcmp` that compares byte by byte, and the event compares every key it reads.
 #[inline(always)]
 pub(crate) fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+    same_bytes(a.as_bytes(), b.as_bytes())
+}
+
+/// [`same`] on bytes.
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -337,19 +342,11 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Reads an object, calling `each` with the reader at each value and its key; `each`
-    /// must read the value.
-    pub(crate) fn object<F>(&mut self, mut each: F) -> Result<(), Error>
-    where
-        F: FnMut(&mut Reader<'a>, &str) -> Result<(), Error>,
-    {
-        self.expect(b'{', "`{`")?;
-        let mut first = true;
-        while let Some(key) = self.next_key(first)? {
-            each(self, &key)?;
-            first = false;
-        }
-        Ok(())
+    /// Reads the `{` that opens an object (then [`Reader::entry`] and [`Reader::key_text`]
+    /// or [`Reader::eat`] walk its keys).
+    #[inline(always)]
+    pub(crate) fn expect_object(&mut self) -> Result<(), Error> {
+        self.expect(b'{', "`{`")
     }
 
     /// Inside an object (after its `{`, or after the value of its previous key when not
@@ -357,21 +354,53 @@ impl<'a> Reader<'a> {
     /// when the object ends here (its `}` read).
     #[inline(always)]
     fn next_key(&mut self, first: bool) -> Result<Option<Cow<'a, str>>, Error> {
+        if !self.entry(first)? {
+            return Ok(None);
+        }
+        self.key_text().map(Some)
+    }
+
+    /// Inside an object (as [`Reader::next_key`]): moves past the `,` before the next key
+    /// and answers whether there is one; at the object's end, moves past its `}` and
+    /// answers `false`.
+    #[inline(always)]
+    pub(crate) fn entry(&mut self, first: bool) -> Result<bool, Error> {
         match self.peek() {
             Some(b'}') => {
                 self.pos += 1;
-                return Ok(None);
+                Ok(false)
             }
-            Some(b',') if !first => self.pos += 1,
-            _ if first => {}
-            _ => return Err(self.unexpected("`,` or `}`")),
+            Some(b',') if !first => {
+                self.pos += 1;
+                Ok(true)
+            }
+            _ if first => Ok(true),
+            _ => Err(self.unexpected("`,` or `}`")),
         }
+    }
+
+    /// Reads a key and its colon, leaving the reader at the value.
+    #[inline(always)]
+    pub(crate) fn key_text(&mut self) -> Result<Cow<'a, str>, Error> {
         if self.peek() != Some(b'"') {
             return Err(self.unexpected("a key"));
         }
         let key = self.string()?;
         self.expect(b':', "`:`")?;
-        Ok(Some(key))
+        Ok(key)
+    }
+
+    /// Whether the text at the position is exactly `key` (a key as the engine writes it:
+    /// `"name":`); if so, moves past it. A constant `key` makes this a few word compares.
+    #[inline(always)]
+    pub(crate) fn eat(&mut self, key: &'static str) -> bool {
+        match self.bytes().get(self.pos..self.pos + key.len()) {
+            Some(bytes) if same_bytes(bytes, key.as_bytes()) => {
+                self.pos += key.len();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Reads an array, calling `each` with the reader at each element; `each` must read it.
