@@ -20,8 +20,9 @@
 //!
 //! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
 //! (loading, link checks, the calling convention), `cache` (AOT files), `input` (building
-//! the JSON event from a conversation), `ticker` (the epoch ticker), `engine_ext`
-//! ([`crate::Engine::with_hooks`]), [`latency`] (call durations for `/metrics`).
+//! the JSON event from a conversation), `output` (reading the answer), `ticker` (the epoch
+//! ticker), `engine_ext` ([`crate::Engine::with_hooks`]), [`latency`] (call durations for
+//! `/metrics`).
 
 mod budget;
 mod cache;
@@ -30,6 +31,7 @@ mod host;
 pub(crate) mod input;
 pub mod latency;
 mod module;
+mod output;
 mod ticker;
 
 use std::collections::HashMap;

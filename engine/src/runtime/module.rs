@@ -307,7 +307,7 @@ impl Instance {
         let output = out_ptr
             .checked_add(out_len)
             .and_then(|end| memory.data(&*store).get(out_ptr..end))
-            .map(parse_output)
+            .map(super::output::parse)
             .ok_or_else(|| bad_pointer("the output is outside memory"))?;
         if let Some(post) = &posts[index] {
             post.call(&mut *store, retptr)?;
@@ -318,17 +318,6 @@ impl Instance {
 
 fn bad_pointer(what: &str) -> Invoke {
     Invoke::Failure(HookFailure::BadOutput(what.to_owned()))
-}
-
-fn parse_output(bytes: &[u8]) -> Result<HookOutput, HookFailure> {
-    // "Carry on", the most common answer, without the parser.
-    if bytes == b"{}" {
-        return Ok(HookOutput::default());
-    }
-    serde_json::from_slice(bytes).map_err(|error| {
-        let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned();
-        HookFailure::BadOutput(format!("{error} (output starts with {shown:?})"))
-    })
 }
 
 /// Classifies an error from wasm by its type (never by its text): the limiter's
