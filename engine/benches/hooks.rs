@@ -23,13 +23,15 @@
 //! parked. `--rounds N` sets how many interleaved rounds run (the
 //! best counts; more rounds ride out a noisy machine better), and `--compare PATH` adds a
 //! variant `compare` running the module at PATH as `rust-reads` runs the credit policy (to
-//! compare two builds of a hook, e.g. with two SDK versions, in one run).
+//! compare two builds of a hook, e.g. with two SDK versions, in one run). `--operators`
+//! prints instead the wasm operators one call of each hook executes (wasmtime fuel): a
+//! count that the machine's load does not move, for changes too small to time here.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
+use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig, operators};
 use colloquy_engine::store::MemoryStore;
 use colloquy_engine::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
@@ -204,6 +206,23 @@ fn calls_per_second(runtime: &HookRuntime, template: &CompiledTemplate, calls: u
     calls as f64 / began.elapsed().as_secs_f64()
 }
 
+/// `--operators`: the wasm operators one call of each hook executes (wasmtime fuel), on the
+/// calls-only table's event. Steady where timings are not: for comparing two builds.
+fn print_operators(variants: &[(&str, Option<Hook>)]) {
+    println!("wasm operators per call (wasmtime fuel; the third call of one instance)");
+    for (name, hook) in variants {
+        if hook.is_none() {
+            continue;
+        }
+        let template = template(name, *hook);
+        let module = template.hook_module.as_ref().expect("a hook module");
+        let input = sample_input(&template);
+        let used = operators::per_call(&module.bytes, HookEvent::OnMessage, &input, 3)
+            .unwrap_or_else(|failure| panic!("{name}: {failure}"));
+        println!("  {name:<10} {:>9}", used[2]);
+    }
+}
+
 fn main() {
     let messages = arg("--messages", 200_000);
     let mut variants = vec![
@@ -245,6 +264,10 @@ fn main() {
             "compare",
             Some((path, "{ max_amount: 100000 }", ", reads: [threads]")),
         ));
+    }
+    if std::env::args().any(|arg| arg == "--operators") {
+        print_operators(&variants);
+        return;
     }
     let rounds = arg("--rounds", ROUNDS);
     let templates: Vec<Arc<CompiledTemplate>> = variants

@@ -20,8 +20,8 @@
 //!
 //! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
 //! (loading, link checks, the calling convention), `cache` (AOT files), `input` (building
-//! the JSON event from a conversation), `output` (reading the answer), `ticker` (the epoch
-//! ticker), `engine_ext` ([`crate::Engine::with_hooks`]), [`latency`] (call durations for
+//! the JSON event from a conversation), `output` (reading the answer), [`operators`]
+//! (wasm operators per call, for benchmarks), `ticker` (the epoch ticker), `engine_ext` ([`crate::Engine::with_hooks`]), [`latency`] (call durations for
 //! `/metrics`).
 
 mod budget;
@@ -31,6 +31,7 @@ mod host;
 pub(crate) mod input;
 pub mod latency;
 mod module;
+pub mod operators;
 mod output;
 mod ticker;
 

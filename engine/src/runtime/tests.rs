@@ -176,3 +176,16 @@ fn a_cache_directory_others_can_write_is_not_used() {
     assert_eq!(mode & 0o077, 0, "created for this user only: {mode:o}");
     assert_eq!(std::fs::read_dir(&fresh).expect("dir").count(), 1);
 }
+
+#[test]
+fn operators_counts_what_a_call_executes() {
+    let wasm = wat::parse_str(GOOD).expect("WAT");
+    let value = input();
+    let input: HookInput<'_> = serde_json::from_value(value).expect("input");
+    let used = operators::per_call(&wasm, HookEvent::OnMessage, &input, 3).expect("counted");
+    // `cabi_realloc` has one operator before its end, `message` seven (four constants, two
+    // stores, the returned constant); wasmtime 48 charges 10 for the pair, every call.
+    assert_eq!(used, vec![10, 10, 10]);
+    let missing = operators::per_call(&wasm, HookEvent::OnTimeout, &input, 1);
+    assert!(matches!(missing, Err(HookFailure::Link(_))), "{missing:?}");
+}
