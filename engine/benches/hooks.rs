@@ -2,14 +2,16 @@
 //! run. Run with `cargo bench -p colloquy-engine --bench hooks` after
 //! `templates/examples/build.sh` (it uses the C amount guard and the Rust credit policy).
 //!
-//! Five templates share one protocol (the initiator's `request` loops in state `open`), so
+//! Six templates share one protocol (the initiator's `request` loops in state `open`), so
 //! every message is parsed, schema-validated, run through the state machine and stored;
-//! four of them also run an `on_message` hook: a trivial C hook (`trivial_hook.c`, answers
-//! `{}`: the ABI round trip alone), the C amount guard (scans the event, answers `{}`) and the
-//! Rust credit-assessment policy (the guest SDK reads the event, borrowing and parsing only
-//! the fields the hook asks for; the hook reads three of them and answers `set_vars` on every
-//! request), twice: `rust-hook` with the whole event, `rust-reads` with the event cut to the
-//! parts its template's `hooks.reads` lists (`threads`), as the example ships.
+//! five of them also run an `on_message` hook: a trivial C hook (`trivial_hook.c`, answers
+//! `{}`: the ABI round trip alone), a WAT hook that answers the credit policy's `set_vars`
+//! without reading the event (`set_vars_hook.wat`: the least a hook with that answer costs),
+//! the C amount guard (scans the event, answers `{}`) and the Rust credit-assessment policy
+//! (the guest SDK reads the event, borrowing and parsing only the fields the hook asks for;
+//! the hook reads three of them and answers `set_vars` on every request), twice:
+//! `rust-hook` with the whole event, `rust-reads` with the event cut to the parts its
+//! template's `hooks.reads` lists (`threads`), as the example ships.
 //! One thread; the best of several interleaved rounds is reported.
 //!
 //! A second table times the hook calls alone (`HookRuntime::call` on a fixed event shaped
@@ -230,6 +232,11 @@ fn main() {
         (
             "c-trivial",
             Some(("../../target/hooks/trivial_hook.wasm", "{}", "")),
+        ),
+        // The credit policy's answer without reading the event: the least that answer costs.
+        (
+            "wat-answer",
+            Some(("../../target/hooks/set_vars_hook.wasm", "{}", "")),
         ),
         (
             "c-guard",

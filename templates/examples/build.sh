@@ -55,6 +55,8 @@ clang --target=wasm32-unknown-unknown -O2 -nostdlib -ffreestanding -Wall -Wextra
 # --- WAT, assembled by wabt.
 echo "== wat: auto-responder"
 wat2wasm "$here/auto-responder/auto_responder.wat" -o "$here/auto-responder/auto_responder.wasm"
+# The benchmark's set_vars hook (engine/benches/hooks.rs).
+wat2wasm "$root/engine/benches/set_vars_hook.wat" -o "$out/set_vars_hook.wasm"
 
 # --- Zig, from PyPI's ziglang package.
 echo "== zig: lowest-price"
