@@ -415,11 +415,16 @@ impl Seen {
 
 fn read_hook_kind(reader: &mut Reader<'_>) -> Result<HookKind, Error> {
     let at = reader.position();
-    match &*reader.string()? {
-        "on_start" => Ok(HookKind::OnStart),
-        "on_message" => Ok(HookKind::OnMessage),
-        "on_timeout" => Ok(HookKind::OnTimeout),
-        other => Err(Error::unknown("hook", other, at)),
+    // `same`, not a `match` on the text: in wasm that compares through `memcmp` calls.
+    let kind = reader.string()?;
+    if crate::json::same(&kind, "on_message") {
+        Ok(HookKind::OnMessage)
+    } else if crate::json::same(&kind, "on_start") {
+        Ok(HookKind::OnStart)
+    } else if crate::json::same(&kind, "on_timeout") {
+        Ok(HookKind::OnTimeout)
+    } else {
+        Err(Error::unknown("hook", &kind, at))
     }
 }
 
@@ -690,6 +695,22 @@ mod tests {
                 "number out of range",
             ),
             (
+                start.replace(r#""now":1"#, r#""now":18446744073709551616"#),
+                "expected a whole number at byte 41",
+            ),
+            (
+                start.replace(r#""now":1"#, r#""now":01"#),
+                "expected a whole number",
+            ),
+            (
+                start.replace(r#""now":1"#, r#""now":1.5"#),
+                "expected a whole number",
+            ),
+            (
+                start.replace(r#""now":1"#, r#""now":1e3"#),
+                "expected a whole number",
+            ),
+            (
                 start.replace(r#""status":"active""#, r#""status":7"#),
                 "expected a string",
             ),
@@ -724,6 +745,9 @@ mod tests {
                 "{text}: {error} (wanted {what})"
             );
         }
+        let largest = start.replace(r#""now":1"#, r#""now":18446744073709551615"#);
+        let event = Event::from_json(largest.as_bytes()).expect("u64::MAX");
+        assert_eq!(event.now, u64::MAX);
         let error = Event::from_json(b"{\"abi_version\":1,\xff}").expect_err("not UTF-8");
         assert_eq!(error.to_string(), "invalid UTF-8 at byte 17");
     }

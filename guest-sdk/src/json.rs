@@ -521,19 +521,37 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Reads a non-negative integer.
+    /// Reads a non-negative integer: digits (no leading zero) that fit a u64, not followed by
+    /// a fraction or an exponent. One pass, value and checks together: in wasm each extra
+    /// walk or slice comparison (a `memcmp` call) cost more than the digits.
     pub(crate) fn u64(&mut self) -> Result<u64, Error> {
         self.peek();
-        let start = self.pos;
         let bytes = self.bytes();
-        while bytes.get(self.pos).map_or(false, u8::is_ascii_digit) {
-            self.pos += 1;
+        let start = self.pos;
+        let mut pos = start;
+        let mut value: u64 = 0;
+        while let Some(&byte) = bytes.get(pos) {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                break;
+            }
+            // Wraps only past 19 digits, which are read again below (checked arithmetic on
+            // u64 is a 128-bit multiplication in wasm).
+            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+            pos += 1;
         }
-        let digits = &self.text[start..self.pos];
-        let valid = !digits.is_empty() && (digits == "0" || !digits.starts_with('0'));
-        let followed_by_number = matches!(bytes.get(self.pos), Some(b'.' | b'e' | b'E'));
-        match plain_u64(digits) {
-            Some(value) if valid && !followed_by_number => Ok(value),
+        let digits = pos - start;
+        let leading_zero = digits > 1 && bytes[start] == b'0';
+        let fraction_or_exponent = matches!(bytes.get(pos), Some(b'.' | b'e' | b'E'));
+        let value = match digits {
+            1..=19 => Some(value),
+            _ => self.text[start..pos].parse().ok(),
+        };
+        match value {
+            Some(value) if !leading_zero && !fraction_or_exponent => {
+                self.pos = pos;
+                Ok(value)
+            }
             _ => Err(Error::new("expected a whole number", start)),
         }
     }
