@@ -361,21 +361,21 @@ fn read_event<'a>(reader: &mut Reader<'a>) -> Result<Event<'a>, Error> {
     };
     let mut seen = Seen::default();
     read_object!(reader, {
-            "abi_version" => event.abi_version = seen.mark(0, reader.u32())?,
-            "hook" => event.hook = seen.mark(1, read_hook_kind(reader))?,
-            "now" => event.now = seen.mark(2, reader.u64())?,
-            "conversation" => seen.mark(3, read_conversation(reader, &mut event.conversation))?,
-            "message" => {
-                if reader.null()? {
-                    event.message = None;
-                } else {
-                    let message = event.message.get_or_insert_with(Message::default);
-                    read_message(reader, message)?;
-                }
-            },
-            "timeout" => event.timeout = reader.optional(read_timeout)?,
-            "config" => event.config = reader.optional_raw()?,
-            _ => reader.skip()?,
+        "abi_version" => event.abi_version = seen.mark(0, reader.u32())?,
+        "hook" => event.hook = seen.mark(1, read_hook_kind(reader))?,
+        "now" => event.now = seen.mark(2, reader.u64())?,
+        "conversation" => seen.mark(3, read_conversation(reader, &mut event.conversation))?,
+        "message" => {
+            if reader.null()? {
+                event.message = None;
+            } else {
+                let message = event.message.get_or_insert_with(Message::default);
+                read_message(reader, message)?;
+            }
+        },
+        "timeout" => event.timeout = reader.optional(read_timeout)?,
+        "config" => event.config = reader.optional_raw()?,
+        _ => reader.skip()?,
     });
     seen.require(
         &["abi_version", "hook", "now", "conversation"],
@@ -447,20 +447,20 @@ fn read_conversation<'a>(
 ) -> Result<(), Error> {
     let mut seen = Seen::default();
     read_object!(reader, {
-            "id" => conversation.id = seen.mark(0, reader.string())?,
-            "template" => conversation.template = reader.string()?,
-            "revision" => conversation.revision = reader.string()?,
-            "status" => conversation.status = seen.mark(1, reader.string())?,
-            "outcome" => conversation.outcome = read_outcome(reader)?,
-            "initiator" => conversation.initiator = reader.string()?,
-            "participants" => conversation.participants = reader.strings()?,
-            "threads" => conversation.threads = reader.list(read_thread)?,
-            "vars" => conversation.vars = reader.optional_raw()?,
-            "parameters" => conversation.parameters = reader.optional_raw()?,
-            "context" => conversation.context = reader.optional_raw()?,
-            "deadline" => conversation.deadline = reader.optional_u64()?,
-            "retry_attempts" => conversation.retry_attempts = reader.u32()?,
-            _ => reader.skip()?,
+        "id" => conversation.id = seen.mark(0, reader.string())?,
+        "template" => conversation.template = reader.string()?,
+        "revision" => conversation.revision = reader.string()?,
+        "status" => conversation.status = seen.mark(1, reader.string())?,
+        "outcome" => conversation.outcome = read_outcome(reader)?,
+        "initiator" => conversation.initiator = reader.string()?,
+        "participants" => conversation.participants = reader.strings()?,
+        "threads" => conversation.threads = reader.list(read_thread)?,
+        "vars" => conversation.vars = reader.optional_raw()?,
+        "parameters" => conversation.parameters = reader.optional_raw()?,
+        "context" => conversation.context = reader.optional_raw()?,
+        "deadline" => conversation.deadline = reader.optional_u64()?,
+        "retry_attempts" => conversation.retry_attempts = reader.u32()?,
+        _ => reader.skip()?,
     });
     seen.require(&["id", "status"], "the conversation", reader)
 }
@@ -469,11 +469,11 @@ fn read_thread<'a>(reader: &mut Reader<'a>) -> Result<Thread<'a>, Error> {
     let mut thread = Thread::default();
     let mut seen = Seen::default();
     read_object!(reader, {
-            "participant" => thread.participant = seen.mark(0, reader.string())?,
-            "state" => thread.state = seen.mark(1, reader.string())?,
-            "outcome" => thread.outcome = read_outcome(reader)?,
-            "deadline" => thread.deadline = reader.optional_u64()?,
-            _ => reader.skip()?,
+        "participant" => thread.participant = seen.mark(0, reader.string())?,
+        "state" => thread.state = seen.mark(1, reader.string())?,
+        "outcome" => thread.outcome = read_outcome(reader)?,
+        "deadline" => thread.deadline = reader.optional_u64()?,
+        _ => reader.skip()?,
     });
     seen.require(&["participant", "state"], "a thread", reader)?;
     Ok(thread)
@@ -482,14 +482,14 @@ fn read_thread<'a>(reader: &mut Reader<'a>) -> Result<Thread<'a>, Error> {
 fn read_message<'a>(reader: &mut Reader<'a>, message: &mut Message<'a>) -> Result<(), Error> {
     let mut seen = Seen::default();
     read_object!(reader, {
-            "id" => message.id = seen.mark(0, reader.string())?,
-            "performative" => message.performative = seen.mark(1, reader.string())?,
-            "sender" => message.sender = seen.mark(2, reader.string())?,
-            "receivers" => message.receivers = seen.mark(3, reader.strings())?,
-            "content" => message.content = reader.optional_raw()?,
-            "in_reply_to" => message.in_reply_to = reader.optional_string()?,
-            "reply_by" => message.reply_by = reader.optional_u64()?,
-            _ => reader.skip()?,
+        "id" => message.id = seen.mark(0, reader.string())?,
+        "performative" => message.performative = seen.mark(1, reader.string())?,
+        "sender" => message.sender = seen.mark(2, reader.string())?,
+        "receivers" => message.receivers = seen.mark(3, reader.strings())?,
+        "content" => message.content = reader.optional_raw()?,
+        "in_reply_to" => message.in_reply_to = reader.optional_string()?,
+        "reply_by" => message.reply_by = reader.optional_u64()?,
+        _ => reader.skip()?,
     });
     seen.require(
         &["id", "performative", "sender", "receivers"],
@@ -502,10 +502,10 @@ fn read_timeout<'a>(reader: &mut Reader<'a>) -> Result<Timeout<'a>, Error> {
     let mut timeout = Timeout::default();
     let mut seen = Seen::default();
     read_object!(reader, {
-            "kind" => timeout.kind = seen.mark(0, reader.string())?,
-            "participant" => timeout.participant = reader.optional_string()?,
-            "attempt" => timeout.attempt = seen.mark(1, reader.u32())?,
-            _ => reader.skip()?,
+        "kind" => timeout.kind = seen.mark(0, reader.string())?,
+        "participant" => timeout.participant = reader.optional_string()?,
+        "attempt" => timeout.attempt = seen.mark(1, reader.u32())?,
+        _ => reader.skip()?,
     });
     seen.require(&["kind", "attempt"], "the timeout", reader)?;
     Ok(timeout)

@@ -21,8 +21,8 @@
 //! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
 //! (loading, link checks, the calling convention), `cache` (AOT files), `input` (building
 //! the JSON event from a conversation), `output` (reading the answer), [`operators`]
-//! (wasm operators per call, for benchmarks), `ticker` (the epoch ticker), `engine_ext` ([`crate::Engine::with_hooks`]), [`latency`] (call durations for
-//! `/metrics`).
+//! (wasm operators per call, for benchmarks), `ticker` (the epoch ticker), `engine_ext`
+//! ([`crate::Engine::with_hooks`]), [`latency`] (call durations for `/metrics`).
 
 mod budget;
 mod cache;
