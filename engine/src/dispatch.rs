@@ -139,7 +139,7 @@ fn run_hook<'a>(
             if output.actions.is_empty() {
                 return Ok(None);
             }
-            let origin = format!("hook `{}`", spec.module);
+            let origin = HookOrigin(&spec.module);
             for action in output.actions {
                 effects.add(&origin, action);
             }
@@ -157,6 +157,16 @@ fn run_hook<'a>(
                 event_name(event)
             ))),
         },
+    }
+}
+
+/// A hook as the origin of its actions ("hook `credit.wasm`"), written out only when an
+/// action shows it.
+struct HookOrigin<'a>(&'a str);
+
+impl std::fmt::Display for HookOrigin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "hook `{}`", self.0)
     }
 }
 

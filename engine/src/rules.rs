@@ -4,6 +4,7 @@
 //! Rules see the conversation as it was before the event being handled; their effects are
 //! applied together afterwards, so rule order does not change what a condition sees.
 
+use std::fmt;
 use std::sync::{Arc, LazyLock};
 
 use colloquy_policy::compiled::{CompiledAction, CompiledRule, Expression};
@@ -272,17 +273,20 @@ pub enum DeadlineChange {
 }
 
 impl Effects {
-    /// Adds one action; `origin` names the rule or hook for rejections and logs.
-    pub fn add(&mut self, origin: &str, action: Action) {
+    /// Adds one action; `origin` names the rule or hook for rejections and logs (written
+    /// out only for those, not for every action).
+    pub fn add(&mut self, origin: &dyn fmt::Display, action: Action) {
         match action {
             Action::Continue => {}
             Action::Reject(reject) => {
                 self.reject
-                    .get_or_insert_with(|| (origin.to_owned(), reject.reason));
+                    .get_or_insert_with(|| (origin.to_string(), reject.reason));
             }
+            // The first set_vars (usually the only one) is taken whole, not re-inserted.
+            Action::SetVars(vars) if self.vars.is_empty() => self.vars = vars,
             Action::SetVars(vars) => self.vars.extend(vars),
             Action::EvalVars(_) => {
-                tracing::warn!(origin, "eval_vars is only for declarative rules; ignored");
+                tracing::warn!(%origin, "eval_vars is only for declarative rules; ignored");
             }
             Action::Send(send) => self.sends.push(send),
             Action::Route(route) => match route.mode {
@@ -318,14 +322,14 @@ impl Effects {
 }
 
 /// A `log` action's line. Hooks write these too, so the message is kept on one line.
-fn log_line(origin: &str, level: colloquy_protocol::action::LogLevel, message: &str) {
+fn log_line(origin: &dyn fmt::Display, level: colloquy_protocol::action::LogLevel, message: &str) {
     use colloquy_protocol::action::LogLevel;
     let message = crate::log_safe::OneLine(message);
     match level {
-        LogLevel::Debug => tracing::debug!(origin, "{message}"),
-        LogLevel::Info => tracing::info!(origin, "{message}"),
-        LogLevel::Warn => tracing::warn!(origin, "{message}"),
-        LogLevel::Error => tracing::error!(origin, "{message}"),
+        LogLevel::Debug => tracing::debug!(%origin, "{message}"),
+        LogLevel::Info => tracing::info!(%origin, "{message}"),
+        LogLevel::Warn => tracing::warn!(%origin, "{message}"),
+        LogLevel::Error => tracing::error!(%origin, "{message}"),
     }
 }
 
