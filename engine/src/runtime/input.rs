@@ -209,27 +209,51 @@ fn string(out: &mut Vec<u8>, text: &str) -> Result<(), serde_json::Error> {
 }
 
 /// Whether `bytes` hold a quote, a backslash or a control character (what a JSON string
-/// must escape), eight bytes at a time: the event's strings are mostly ids of 36 bytes.
+/// must escape). Word-wide: eight bytes at a time, and the last few (most of the event's
+/// strings are names shorter than eight bytes) in one word read from overlapping loads,
+/// since for a yes/no it does not matter that a byte is looked at twice.
 fn needs_escape(bytes: &[u8]) -> bool {
+    let len = bytes.len();
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight"));
+    let half = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four"));
+    if len >= 8 {
+        let mut at = 0;
+        while at + 8 <= len {
+            if escape_stops(word(at)) {
+                return true;
+            }
+            at += 8;
+        }
+        return at < len && escape_stops(word(len - 8));
+    }
+    let word = match len {
+        0 => return false,
+        1..=3 => u64::from_le_bytes([
+            bytes[0],
+            bytes[len / 2],
+            bytes[len - 1],
+            b'a',
+            b'a',
+            b'a',
+            b'a',
+            b'a',
+        ]),
+        _ => u64::from(half(0)) | u64::from(half(len - 4)) << 32,
+    };
+    escape_stops(word)
+}
+
+/// Whether any of the eight bytes of `word` is a quote, a backslash or below 0x20. The
+/// high bit of a byte that is zero in `x` is set by `x - ONES & !x & HIGHS` (and, by the
+/// borrow, possibly some above it: a yes/no needs only the first).
+fn escape_stops(word: u64) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // The high bit of each byte that is zero in `x` (exact for the first such byte, which is
-    // all a yes/no needs).
     let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        let stops = zero_bytes(word ^ (ONES * u64::from(b'"')))
-            | zero_bytes(word ^ (ONES * u64::from(b'\\')))
-            | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS);
-        if stops != 0 {
-            return true;
-        }
-    }
-    chunks
-        .remainder()
-        .iter()
-        .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    (zero_bytes(word ^ (ONES * u64::from(b'"')))
+        | zero_bytes(word ^ (ONES * u64::from(b'\\')))
+        | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS))
+        != 0
 }
 
 fn strings(out: &mut Vec<u8>, texts: &[Cow<'_, str>]) -> Result<(), serde_json::Error> {
