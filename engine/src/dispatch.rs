@@ -1296,6 +1296,7 @@ pub fn settle_commitment(
 
 #[cfg(test)]
 mod tests {
+    use colloquy_protocol::action::{Action, RejectAction};
     use serde_json::json;
 
     use super::*;
@@ -1312,6 +1313,23 @@ mod tests {
             Err(EngineError::SchemaViolation { message, .. }) => message,
             other => panic!("expected a schema violation, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_hook_rejection_names_the_hook() {
+        let mut effects = Effects::default();
+        let origin = HookOrigin("credit.wasm");
+        effects.add(&origin, Action::Continue);
+        effects.add(
+            &origin,
+            Action::Reject(RejectAction {
+                reason: "no".to_owned(),
+            }),
+        );
+        assert_eq!(
+            effects.reject,
+            Some(("hook `credit.wasm`".to_owned(), "no".to_owned()))
+        );
     }
 
     #[test]
