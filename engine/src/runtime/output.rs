@@ -3,10 +3,11 @@
 //! Most answers are one of a few shapes, written compactly by the guest SDK (or by hand in
 //! the same form): `{}`, or `{"actions":[...]}` holding `"continue"`, `reject` with a
 //! reason, or `set_vars` with plain values. serde_json's derive reader took about 0.4 µs
-//! for `{"actions":[{"set_vars":{"risk_route":"standard"}}]}`, an eighth of the credit
-//! policy's whole call; [`usual`] reads such an answer in a fraction of that. Anything it
-//! does not recognise exactly (another action, `log`, whitespace, escapes, negative or
-//! fractional numbers, deep nesting) goes to serde_json, which also words every error.
+//! for `{"actions":[{"set_vars":{"risk_route":"standard"}}]}` (system allocator), an eighth
+//! of the credit policy's whole call; with [`usual`] reading it instead, the call is about
+//! 5% shorter (the answer's map and strings still have to be built). Anything it does not
+//! recognise exactly (another action, `log`, whitespace, escapes, negative or fractional
+//! numbers, deep nesting) goes to serde_json, which also words every error.
 
 use colloquy_protocol::action::{Action, RejectAction};
 use colloquy_protocol::hook::HookOutput;
