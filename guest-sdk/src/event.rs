@@ -171,13 +171,13 @@ impl<'a> Event<'a> {
 
     /// A top-level field of the message content as text (borrowed unless it has escapes).
     pub fn content_str(&self, name: &str) -> Option<Cow<'a, str>> {
-        as_str(self.content_field(name)?)
+        crate::json::field_str(self.content_raw()?, name)
     }
 
     /// A top-level field of the message content as a whole number (non-negative floats are
     /// truncated).
     pub fn content_u64(&self, name: &str) -> Option<u64> {
-        as_u64(self.content_field(name)?)
+        crate::json::field_u64(self.content_raw()?, name)
     }
 
     /// A top-level field of the message content as a number.
@@ -209,12 +209,12 @@ impl<'a> Event<'a> {
 
     /// A top-level field of `spec.hooks.config` as text.
     pub fn config_str(&self, name: &str) -> Option<Cow<'a, str>> {
-        as_str(self.config_field(name)?)
+        crate::json::field_str(self.config?, name)
     }
 
     /// A top-level field of `spec.hooks.config` as a whole number.
     pub fn config_u64(&self, name: &str) -> Option<u64> {
-        as_u64(self.config_field(name)?)
+        crate::json::field_u64(self.config?, name)
     }
 
     /// A top-level field of `spec.hooks.config` as a number.
@@ -241,12 +241,12 @@ impl<'a> Event<'a> {
 
     /// A variable of the conversation as text.
     pub fn var_str(&self, name: &str) -> Option<Cow<'a, str>> {
-        as_str(self.var(name)?)
+        crate::json::field_str(self.conversation.vars?, name)
     }
 
     /// A variable of the conversation as a whole number.
     pub fn var_u64(&self, name: &str) -> Option<u64> {
-        as_u64(self.var(name)?)
+        crate::json::field_u64(self.conversation.vars?, name)
     }
 
     /// The start parameters as `T` (read from `null` when absent).

@@ -112,6 +112,31 @@ impl std::error::Error for Error {}
 /// object or has no such key. Only the keys before it are read (their values are skipped);
 /// the first occurrence of a repeated key wins. Escaped keys are compared unescaped.
 pub fn field<'a>(object: RawJson<'a>, key: &str) -> Option<RawJson<'a>> {
+    at_field(object, key)?.raw().ok()
+}
+
+/// [`field`] then [`as_str`], reading the string where it lies (one scan of it, not two).
+pub(crate) fn field_str<'a>(object: RawJson<'a>, key: &str) -> Option<Cow<'a, str>> {
+    let mut reader = at_field(object, key)?;
+    if reader.peek() != Some(b'"') {
+        return None;
+    }
+    reader.string().ok()
+}
+
+/// [`field`] then [`as_u64`], reading a plain whole number where it lies.
+pub(crate) fn field_u64(object: RawJson<'_>, key: &str) -> Option<u64> {
+    let mut reader = at_field(object, key)?;
+    // Anything but plain digits (a fraction, an exponent, a sign, another type) the reader
+    // leaves where it was, for `as_u64` to judge.
+    match reader.u64() {
+        Ok(whole) => Some(whole),
+        Err(_) => as_u64(reader.raw().ok()?),
+    }
+}
+
+/// A reader at the value of `key` in `object` (see [`field`]).
+fn at_field<'a>(object: RawJson<'a>, key: &str) -> Option<Reader<'a>> {
     // The text is one well-formed value, so every step below succeeds on an object.
     let mut reader = Reader::new(object.0);
     if reader.peek() != Some(b'{') {
@@ -121,7 +146,7 @@ pub fn field<'a>(object: RawJson<'a>, key: &str) -> Option<RawJson<'a>> {
     let mut first = true;
     while let Some(name) = reader.next_key(first).ok()? {
         if same(&name, key) {
-            return reader.raw().ok();
+            return Some(reader);
         }
         reader.skip().ok()?;
         first = false;
