@@ -29,13 +29,15 @@
 //! - SQLite: one thread writing, per message, the least any SQLite layout must (the
 //!   conversation's version row, one event row, one inbox row, of the sizes a request
 //!   conversation's commits have), as many messages a transaction as there are clients (the
-//!   most they can have waiting), the store's cache size, `synchronous = NORMAL`, no checkpoints: the writer's share of a message with nothing else around it. Its second
+//!   most they can have waiting), the store's cache size, `synchronous = NORMAL`, no
+//!   checkpoints: the writer's share of a message with nothing else around it. Its second
 //!   ratio also counts the engine's own work: with the memory store the engine keeps every
 //!   core busy at `M` msg/s, so it spends at least `cores / M` CPU seconds a message, and a
 //!   writer that needs `1 / C` more gives at most `cores / (cores / M + 1 / C)` msg/s (and
 //!   never more than `C`, one writer's rate).
-//! - Redis: a task per client on one multiplexed connection (as the store has) running a Lua script
-//!   with the four writes a commit needs at least (event stream, version, wake-up, inbox).
+//! - Redis: a task per client on one multiplexed connection (as the store has) running a
+//!   Lua script with the four writes a commit needs at least (event stream, version,
+//!   wake-up, inbox).
 //!
 //! The SQLite-only column (Linux) is the CPU time of the store's writer, syncer and
 //! checkpointer threads per message: steadier than messages per second on a shared, noisy

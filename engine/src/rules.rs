@@ -282,9 +282,8 @@ impl Effects {
                 self.reject
                     .get_or_insert_with(|| (origin.to_string(), reject.reason));
             }
-            // The first set_vars (usually the only one) is taken whole, not re-inserted.
-            Action::SetVars(vars) if self.vars.is_empty() => self.vars = vars,
-            Action::SetVars(vars) => self.vars.extend(vars),
+            // `append` takes the map whole when there is nothing yet (the usual case).
+            Action::SetVars(mut vars) => self.vars.append(&mut vars),
             Action::EvalVars(_) => {
                 tracing::warn!(%origin, "eval_vars is only for declarative rules; ignored");
             }

@@ -49,7 +49,7 @@ pub struct LoadedModule {
 }
 
 /// A live instance and its typed exports.
-struct Instance {
+pub(super) struct Instance {
     store: Store<HostState>,
     memory: Memory,
     realloc: TypedFunc<(i32, i32, i32, i32), i32>,
@@ -208,39 +208,7 @@ impl LoadedModule {
                 },
                 None => HookFailure::Instantiate(error.to_string()),
             })?;
-        let link = |error: wasmtime::Error| HookFailure::Link(error.to_string());
-        let memory = instance
-            .get_memory(&mut store, "memory")
-            .ok_or_else(|| HookFailure::Link("no `memory` export".to_owned()))?;
-        let realloc = instance
-            .get_typed_func(&mut store, "cabi_realloc")
-            .map_err(link)?;
-        let version = instance
-            .get_typed_func(&mut store, "hooks_abi_version")
-            .map_err(link)?;
-        let mut events = [None, None, None];
-        let mut posts = [None, None, None];
-        for index in 0..3 {
-            if self.events[index] {
-                events[index] = Some(
-                    instance
-                        .get_typed_func(&mut store, EVENT_EXPORTS[index])
-                        .map_err(link)?,
-                );
-                posts[index] = instance
-                    .get_typed_func(&mut store, POST_EXPORTS[index])
-                    .ok();
-            }
-        }
-        Ok(Instance {
-            store,
-            memory,
-            realloc,
-            version,
-            events,
-            posts,
-            input: Vec::new(),
-        })
+        Instance::new(store, &instance, self.events)
     }
 }
 
@@ -259,6 +227,69 @@ impl From<wasmtime::Error> for Invoke {
 }
 
 impl Instance {
+    /// An instance's typed exports, for the event exports `events` says the module has
+    /// (as [`check_shape`] found them).
+    pub(super) fn new(
+        mut store: Store<HostState>,
+        instance: &wasmtime::Instance,
+        events: [bool; 3],
+    ) -> Result<Instance, HookFailure> {
+        let link = |error: wasmtime::Error| HookFailure::Link(error.to_string());
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| HookFailure::Link("no `memory` export".to_owned()))?;
+        let realloc = instance
+            .get_typed_func(&mut store, "cabi_realloc")
+            .map_err(link)?;
+        let version = instance
+            .get_typed_func(&mut store, "hooks_abi_version")
+            .map_err(link)?;
+        let mut exports = [None, None, None];
+        let mut posts = [None, None, None];
+        for index in 0..3 {
+            if events[index] {
+                exports[index] = Some(
+                    instance
+                        .get_typed_func(&mut store, EVENT_EXPORTS[index])
+                        .map_err(link)?,
+                );
+                posts[index] = instance
+                    .get_typed_func(&mut store, POST_EXPORTS[index])
+                    .ok();
+            }
+        }
+        Ok(Instance {
+            store,
+            memory,
+            realloc,
+            version,
+            events: exports,
+            posts,
+            input: Vec::new(),
+        })
+    }
+
+    /// One call on `input` (the event's JSON), as [`LoadedModule::call`] makes it but without
+    /// budget or reuse: for [`super::operators`], whose engine counts fuel instead.
+    pub(super) fn call_once(
+        &mut self,
+        event: HookEvent,
+        input: &[u8],
+    ) -> Result<HookOutput, HookFailure> {
+        self.input.clear();
+        self.input.extend_from_slice(input);
+        match self.invoke(event) {
+            Ok(output) => output,
+            Err(Invoke::Wasm(error)) => Err(HookFailure::Trap(error.to_string())),
+            Err(Invoke::Failure(failure)) => Err(failure),
+        }
+    }
+
+    /// The store the instance lives in.
+    pub(super) fn store_mut(&mut self) -> &mut Store<HostState> {
+        &mut self.store
+    }
+
     /// The canonical ABI dance: allocate the input (`self.input`) in guest memory (the guest
     /// owns it from then on), call the export, read `[ptr, len]` at the returned pointer,
     /// parse the output where it lies, then let the guest free it with `cabi_post_<name>`.
@@ -350,7 +381,7 @@ fn start_budget(store: &mut Store<HostState>, budget: Duration, started: Instant
 }
 
 /// Checks exports and imports against ABI v1; returns which event exports exist.
-fn check_shape(module: &Module) -> Result<[bool; 3], HookFailure> {
+pub(super) fn check_shape(module: &Module) -> Result<[bool; 3], HookFailure> {
     let i32_ = || ValType::I32;
     let expect_func = |name: &str, params: &[ValType], results: &[ValType]| {
         let Some(ty) = module.get_export(name) else {

@@ -7,9 +7,10 @@
 
 use colloquy_protocol::hook::HookInput;
 use colloquy_protocol::template::HookEvent;
-use wasmtime::{Config, Engine, Module, Store, TypedFunc};
+use wasmtime::{Config, Engine, Module, Store};
 
 use super::host::{self, HostState};
+use super::module::{Instance, check_shape};
 use super::{HookFailure, MAX_MEMORY_BYTES};
 
 /// Fuel for one call: far more than any hook under a real budget executes, and finite, so
@@ -18,6 +19,7 @@ const FUEL: u64 = 10_000_000_000;
 
 /// Operators executed by each of `calls` calls of `event` with `input` on one instance of
 /// the module `wasm` (the first call usually differs: it initialises the guest's state).
+/// The module is checked and called as the runtime checks and calls it.
 pub fn per_call(
     wasm: &[u8],
     event: HookEvent,
@@ -30,6 +32,7 @@ pub fn per_call(
     let engine = Engine::new(&config).map_err(wasm_error)?;
     let module =
         Module::new(&engine, wasm).map_err(|error| HookFailure::Compile(error.to_string()))?;
+    let events = check_shape(&module)?;
     let linker = host::linker(&engine).map_err(wasm_error)?;
     let mut store = Store::new(&engine, HostState::new(MAX_MEMORY_BYTES));
     store.limiter(|state| state);
@@ -37,40 +40,15 @@ pub fn per_call(
     let instance = linker
         .instantiate(&mut store, &module)
         .map_err(|error| HookFailure::Instantiate(error.to_string()))?;
-    let link = |error: wasmtime::Error| HookFailure::Link(error.to_string());
-    let memory = instance
-        .get_memory(&mut store, "memory")
-        .ok_or_else(|| HookFailure::Link("no `memory` export".to_owned()))?;
-    let realloc: TypedFunc<(i32, i32, i32, i32), i32> = instance
-        .get_typed_func(&mut store, "cabi_realloc")
-        .map_err(link)?;
-    let (name, post) = match event {
-        HookEvent::OnStart => ("start", "cabi_post_start"),
-        HookEvent::OnMessage => ("message", "cabi_post_message"),
-        HookEvent::OnTimeout => ("timeout", "cabi_post_timeout"),
-    };
-    let call: TypedFunc<(i32, i32), i32> =
-        instance.get_typed_func(&mut store, name).map_err(link)?;
-    let post: Option<TypedFunc<i32, ()>> = instance.get_typed_func(&mut store, post).ok();
+    let mut hook = Instance::new(store, &instance, events)?;
     let mut bytes = Vec::new();
     super::input::encode(input, &mut bytes)
         .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
-    let len = i32::try_from(bytes.len())
-        .map_err(|_| HookFailure::BadOutput("input over 2 GiB".to_owned()))?;
     let mut used = Vec::with_capacity(calls);
     for _ in 0..calls {
-        store.set_fuel(FUEL).map_err(wasm_error)?;
-        let ptr = realloc
-            .call(&mut store, (0, 0, 1, len))
-            .map_err(wasm_error)?;
-        memory
-            .write(&mut store, ptr as u32 as usize, &bytes)
-            .map_err(|_| HookFailure::BadOutput("cabi_realloc returned a bad pointer".into()))?;
-        let retptr = call.call(&mut store, (ptr, len)).map_err(wasm_error)?;
-        if let Some(post) = &post {
-            post.call(&mut store, retptr).map_err(wasm_error)?;
-        }
-        used.push(FUEL - store.get_fuel().map_err(wasm_error)?);
+        hook.store_mut().set_fuel(FUEL).map_err(wasm_error)?;
+        hook.call_once(event, &bytes)?;
+        used.push(FUEL - hook.store_mut().get_fuel().map_err(wasm_error)?);
     }
     Ok(used)
 }
