@@ -12,7 +12,8 @@
 //! the hook reads three of them and answers `set_vars` on every request), twice:
 //! `rust-hook` with the whole event, `rust-reads` with the event cut to the parts its
 //! template's `hooks.reads` lists (`threads`), as the example ships.
-//! One thread; the best of several interleaved rounds is reported.
+//! One thread; the best of several interleaved rounds is reported. Each timed run starts a
+//! fresh engine on an empty memory store, so no variant runs on a store the others filled.
 //!
 //! A second table times the hook calls alone (`HookRuntime::call` on a fixed event shaped
 //! like the pipeline's: encode, copy in, run, parse the answer), without the engine around
@@ -291,13 +292,19 @@ fn main() {
     for template in &templates {
         runtime.prepare(template).expect("hook loads");
     }
-    let engine = Engine::new(
-        Arc::new(Catalog::new(templates.iter().cloned())),
-        Arc::new(MemoryStore::new()),
-        Arc::new(SystemClock),
-        EngineConfig::default(),
-    )
-    .with_hooks(runtime.clone());
+    let catalog = Arc::new(Catalog::new(templates.iter().cloned()));
+    // A fresh engine and store for each timed run: the memory store keeps every
+    // conversation, and a run after a million stored messages is slower than one on an
+    // empty store (page faults, a larger map), which would favour whichever runs first.
+    let fresh_engine = || {
+        Engine::new(
+            catalog.clone(),
+            Arc::new(MemoryStore::new()),
+            Arc::new(SystemClock),
+            EngineConfig::default(),
+        )
+        .with_hooks(runtime.clone())
+    };
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -334,7 +341,7 @@ fn main() {
         // Warm-up: instances created, caches filled.
         for (index, (name, _)) in variants.iter().enumerate() {
             if !skipped(index) {
-                messages_per_second(&engine, name, 2_000).await;
+                messages_per_second(&fresh_engine(), name, 2_000).await;
             }
         }
         for _ in 0..rounds {
@@ -342,7 +349,9 @@ fn main() {
                 if skipped(index) {
                     continue;
                 }
+                let engine = fresh_engine();
                 let rate = messages_per_second(&engine, name, messages).await;
+                drop(engine);
                 best[index] = best[index].max(rate);
             }
         }
