@@ -29,6 +29,9 @@
 //! compare two builds of a hook, e.g. with two SDK versions, in one run). `--operators`
 //! prints instead the wasm operators one call of each hook executes (wasmtime fuel): a
 //! count that the machine's load does not move, for changes too small to time here.
+//!
+//! `hook_ceilings.sh` beside this file runs it with two builds of the credit policy that
+//! skip reading the event: what the Rust SDK would cost if reading were free.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
