@@ -16,6 +16,11 @@
 //! that in between). The call is stopped once that lower bound reaches the budget: a call is
 //! never stopped before it has spent its budget, and a runaway one at most
 //! [`MARK_MAX_AGE`] of CPU time after.
+//!
+//! CPU time still counts whatever the thread does during the call, the host's work too:
+//! the time the host spends reading the answer before the post-return call is left out
+//! ([`CallBudget::exclude`]), since on a VM where touching fresh memory stalls the thread
+//! for milliseconds, the allocations of that reading once took a whole budget.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -90,6 +95,14 @@ impl CallBudget {
             ends_at,
             mark,
         }
+    }
+
+    /// Leaves out of the call's budget `host`, time the host spent on the calling thread
+    /// between two wasm executions of the call (the CPU time it took is at most that): the
+    /// budget counts the hook's time, not the host's.
+    pub fn exclude(&mut self, host: Duration) {
+        self.started = self.started.checked_add(host).unwrap_or(self.started);
+        self.ends_at = self.ends_at.checked_add(host).unwrap_or(self.ends_at);
     }
 
     /// Looks at the call at `now`, from the thread that runs it (a store's epoch callback
@@ -200,6 +213,21 @@ mod tests {
             Verdict::NotBefore(now + MS / 2)
         );
         assert_eq!(budget.check_cpu(now, 61 * MS), Verdict::Spent);
+    }
+
+    #[test]
+    fn time_the_host_spent_between_wasm_executions_is_left_out() {
+        let (mut budget, started) = budget_of_10ms(Duration::ZERO, 50 * MS);
+        // The host spent 6 ms (of wall time, so at most that of CPU) reading the answer.
+        budget.exclude(6 * MS);
+        let now = started + 11 * MS;
+        assert_eq!(budget.check(now), Verdict::NotBefore(started + 16 * MS));
+        // 11 ms of CPU since the call began: the hook's own share is at least 5 ms.
+        assert_eq!(
+            budget.check_cpu(now, 61 * MS),
+            Verdict::NotBefore(now + 5 * MS)
+        );
+        assert_eq!(budget.check_cpu(started + 16 * MS, 66 * MS), Verdict::Spent);
     }
 
     #[test]

@@ -192,3 +192,46 @@ fn operators_counts_what_a_call_executes() {
         "{missing:?}"
     );
 }
+
+/// A module whose `message` answers `output` (laid out at 64 KiB) and that has a
+/// `cabi_post_message`, as the SDK's modules do.
+fn answering_with_post(output: &str) -> String {
+    let escaped = output.replace('\\', "\\\\").replace('"', "\\\"");
+    let pages = (65_536 + output.len()).div_ceil(65_536);
+    format!(
+        r#"(module
+  (memory (export "memory") {pages})
+  (data (i32.const 65536) "{escaped}")
+  (func (export "hooks_abi_version") (result i32) (i32.const 1))
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 4096))
+  (func (export "message") (param i32 i32) (result i32)
+    (i32.store (i32.const 2048) (i32.const 65536))
+    (i32.store (i32.const 2052) (i32.const {len}))
+    (i32.const 2048))
+  (func (export "cabi_post_message") (param i32)))"#,
+        len = output.len()
+    )
+}
+
+#[test]
+fn reading_the_answer_is_not_charged_to_the_hooks_budget() {
+    // An answer of nearly 1 MiB takes the host milliseconds to read, far more than the
+    // hook's 1 ms budget, while the hook itself only returns a pointer. The host reads it
+    // between `message` and `cabi_post_message`; were that time the hook's, the budget would
+    // stop the post-return call. (On a VM whose fresh memory takes milliseconds to touch,
+    // reading an ordinary answer did that to the credit policy: see `budget`.)
+    let vars: Vec<String> = (0..19_000)
+        .map(|index| format!(r#""v{index:05}":"{}""#, "x".repeat(40)))
+        .collect();
+    let output = format!(r#"{{"actions":[{{"set_vars":{{{}}}}}]}}"#, vars.join(","));
+    assert!(output.len() <= MAX_OUTPUT_BYTES, "{} bytes", output.len());
+    let runtime = runtime(None);
+    let mut template = template("host-time", &answering_with_post(&output));
+    if let Some(spec) = template.hooks.as_mut() {
+        spec.limits.timeout_ms = 1;
+    }
+    for _ in 0..3 {
+        let output = call(&runtime, &template).expect("the hook keeps within its budget");
+        assert_eq!(output.actions.len(), 1);
+    }
+}
