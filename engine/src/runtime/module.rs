@@ -342,11 +342,7 @@ impl Instance {
         let Some(post) = &posts[index] else {
             return Ok(super::output::parse(answer));
         };
-        // Reading the answer is the host's time, not the hook's. The answer's values are
-        // allocated for the conversation to keep, so on a machine whose fresh memory is slow
-        // to touch, that reading stalled for 5-7 ms now and then (a Firecracker VM under the
-        // HTTP bench), and once past 10 ms the budget stopped the credit policy's
-        // post-return call as if the policy had run that long.
+        // Reading the answer is the host's time, not the hook's (see `budget`).
         let parsing = Instant::now();
         let output = super::output::parse(answer);
         store.data_mut().budget.exclude(parsing.elapsed());
