@@ -16,6 +16,7 @@ use colloquy_protocol::conversation::{
 };
 use colloquy_protocol::event::{ConversationEvent, EventKind, ThreadTransition};
 use colloquy_protocol::message::{AgentId, ENGINE_PARTY, Message, SendMessage, StartConversation};
+use futures_util::StreamExt as _;
 use tokio::sync::{Mutex, broadcast};
 
 use crate::clock::Clock;
@@ -24,6 +25,7 @@ use crate::dispatch;
 use crate::error::EngineError;
 use crate::keyed::{self, ConversationMap};
 use crate::parties::{self, PartyIndex};
+use crate::runtime::HookRuntime;
 use crate::sight::Sight;
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
@@ -35,6 +37,9 @@ pub const DEFAULT_RETENTION_MS: u64 = 5 * 60 * 1000;
 pub const DEFAULT_INBOX_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// How often a write that lost an optimistic-concurrency race is retried.
 pub const MAX_COMMIT_ATTEMPTS: usize = 5;
+/// Conversations woken at once by the scheduler. Each wake-up of a hooked conversation
+/// waits on the hook pool, not on an async worker; this bounds how many wait.
+pub const MAX_CONCURRENT_WAKES: usize = 256;
 /// Conversations a scheduler pass takes off the deadline index at most.
 pub const SCHEDULER_BATCH: usize = 1024;
 /// Longest client-supplied conversation or message id.
@@ -195,22 +200,21 @@ impl Engine {
             }
         }
         let result = async {
-            let mut conversation = Conversation::new(template, Arc::new(started));
-            let mut step = self.step(&mut conversation, now);
-            dispatch::on_start(&mut step)?;
-            if let (Some(message), Some(message_id)) = (&request.message, opening_id) {
-                dispatch::on_message(&mut step, initiator, message, message_id)
-                    .map_err(|error| error.under("/message"))?;
-            }
-            let messages: Vec<Message> = step
-                .events()
-                .iter()
-                .filter_map(|event| match &event.kind {
-                    EventKind::MessageAccepted { message, .. } => Some((**message).clone()),
-                    _ => None,
+            let conversation = Conversation::new(template, Arc::new(started));
+            let opening = request.message.zip(opening_id);
+            let initiator: Arc<str> = Arc::from(initiator);
+            let retention_ms = self.config.retention_ms;
+            let (conversation, stepped) = self
+                .run_step(&conversation.template.clone(), move |hooks| {
+                    let mut conversation = conversation;
+                    let mut step = Step::new(&mut conversation, now);
+                    step.hooks = hooks;
+                    let stepped = start_step(&mut step, &initiator, opening)
+                        .map(|messages| (messages, step.into_commit(retention_ms)));
+                    (conversation, stepped)
                 })
-                .collect();
-            let commit = step.into_commit(self.config.retention_ms);
+                .await?;
+            let (messages, commit) = stepped?;
             // Through `Engine::commit`, so streams hear of the opening message's delivery.
             self.commit(commit).await.map_err(|error| match error {
                 StoreError::Duplicate(id) => EngineError::DuplicateConversation(id.to_string()),
@@ -255,21 +259,28 @@ impl Engine {
                 Handled::Duplicate(_) => conversation.thread_views(),
             }
         };
-        let (mut summary, (sight, handled)) = self
-            .with_conversation(conversation_id, threads_of, |step| {
-                let sight = Sight::of_sender(step.conversation, sender);
+        let message = Arc::new(message);
+        let work: Arc<Work<(Sight, Handled)>> = {
+            let (id, message) = (id.clone(), message.clone());
+            let sender: Arc<str> = Arc::from(sender);
+            let conversation_id: Arc<str> = Arc::from(conversation_id);
+            Arc::new(move |step: &mut Step<'_>| {
+                let sight = Sight::of_sender(step.conversation, &sender);
                 if let Some(seq) = step.conversation.accepted_seq(&id) {
-                    if step.conversation.role_of(sender).is_none() {
+                    if step.conversation.role_of(&sender).is_none() {
                         return Err(EngineError::NotAParty {
-                            agent: sender.to_owned(),
-                            conversation: conversation_id.to_owned(),
+                            agent: sender.to_string(),
+                            conversation: conversation_id.to_string(),
                         });
                     }
                     return Ok((sight, Handled::Duplicate(seq)));
                 }
-                dispatch::on_message(step, sender, &message, id.clone())?;
+                dispatch::on_message(step, &sender, &message, id.clone())?;
                 Ok((sight, Handled::Fresh(receipt_parts(&id, step.events()))))
             })
+        };
+        let (mut summary, (sight, handled)) = self
+            .with_conversation(conversation_id, threads_of, work)
             .await?;
         let (duplicate, parts) = match handled {
             Handled::Fresh(parts) => (false, parts),
@@ -454,21 +465,22 @@ impl Engine {
         let (conversation_id, _) = commitment_id
             .rsplit_once('/')
             .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))?;
+        let work: Arc<Work<CommitmentView>> = {
+            let commitment_id: Arc<str> = Arc::from(commitment_id);
+            let agent: Arc<str> = Arc::from(agent);
+            Arc::new(move |step: &mut Step<'_>| {
+                dispatch::settle_commitment(step, &commitment_id, &agent, to)?;
+                let conversation = &*step.conversation;
+                conversation
+                    .commitments
+                    .iter()
+                    .find(|c| c.id == commitment_id)
+                    .map(|c| conversation.commitment_view(c))
+                    .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_string()))
+            })
+        };
         let (_, view) = self
-            .with_conversation(
-                conversation_id,
-                |_, _| Vec::new(),
-                |step| {
-                    dispatch::settle_commitment(step, commitment_id, agent, to)?;
-                    let conversation = &*step.conversation;
-                    conversation
-                        .commitments
-                        .iter()
-                        .find(|c| &*c.id == commitment_id)
-                        .map(|c| conversation.commitment_view(c))
-                        .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))
-                },
-            )
+            .with_conversation(conversation_id, |_, _| Vec::new(), work)
             .await
             .map_err(|error| match error {
                 EngineError::UnknownConversation(_) => {
@@ -480,17 +492,24 @@ impl Engine {
     }
 
     /// One scheduler pass: fires every due deadline and retry, and removes conversations
-    /// whose retention window has passed. Returns how many conversations it looked at.
+    /// whose retention window has passed; returns once all of them are done. Returns how
+    /// many conversations it looked at. Conversations are woken concurrently, so one whose
+    /// `on_timeout` hook runs to its budget holds up no other.
     pub async fn run_due(&self) -> Result<usize, EngineError> {
         let now = self.now();
         let due = self.store.claim_due(now, SCHEDULER_BATCH).await?;
-        for id in &due {
-            let span = tracing::info_span!("conversation", id = %id);
-            if let Err(error) = tracing::Instrument::instrument(self.wake(id, now), span).await {
-                tracing::warn!(conversation = %id, %error, "scheduled wake-up failed");
-            }
-        }
+        futures_util::stream::iter(&due)
+            .for_each_concurrent(MAX_CONCURRENT_WAKES, |id| self.wake_logged(id, now))
+            .await;
         Ok(due.len())
+    }
+
+    /// Fires a claimed wake-up, logging a failure (the lease brings it back later).
+    async fn wake_logged(&self, id: &str, now: u64) {
+        let span = tracing::info_span!("conversation", id = %id);
+        if let Err(error) = tracing::Instrument::instrument(self.wake(id, now), span).await {
+            tracing::warn!(conversation = %id, %error, "scheduled wake-up failed");
+        }
     }
 
     /// Fires a claimed wake-up. A lost race (another node, or a stale cached copy) is
@@ -524,11 +543,25 @@ impl Engine {
             tracing::debug!(conversation = %id, "removed after retention");
             return Ok(());
         }
-        let mut step = self.step(conversation, now);
-        dispatch::fire_due(&mut step);
-        // Even with nothing fired, the commit puts the conversation back on the deadline
-        // index: claiming took it off.
-        let commit = step.into_commit(self.config.retention_ms);
+        let template = conversation.template.clone();
+        // Owned by the step while it runs; a step that never comes back leaves the slot
+        // empty, and the next request reloads the conversation from the store.
+        let Some(mut conversation) = guard.take() else {
+            return Ok(());
+        };
+        let retention_ms = self.config.retention_ms;
+        let (conversation, commit) = self
+            .run_step(&template, move |hooks| {
+                let mut step = Step::new(&mut conversation, now);
+                step.hooks = hooks;
+                dispatch::fire_due(&mut step);
+                // Even with nothing fired, the commit puts the conversation back on the
+                // deadline index: claiming took it off.
+                let commit = step.into_commit(retention_ms);
+                (conversation, commit)
+            })
+            .await?;
+        *guard = Some(conversation);
         if let Err(error) = self.commit(commit).await {
             *guard = None;
             return Err(error.into());
@@ -557,16 +590,36 @@ impl Engine {
         Ok(head)
     }
 
-    /// Runs [`Engine::run_due`] every `period` until the returned task is aborted.
+    /// Fires due deadlines every `period` until the returned task is aborted. Each claimed
+    /// conversation is woken by a task of its own (at most [`MAX_CONCURRENT_WAKES`] at
+    /// once), and the next pass does not wait for them: a wake-up whose `on_timeout` hook
+    /// runs to its budget delays neither other conversations' deadlines nor later passes.
     pub fn spawn_scheduler(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
         let engine = Arc::clone(self);
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let wakes = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_WAKES));
             loop {
                 ticker.tick().await;
-                if let Err(error) = engine.run_due().await {
-                    tracing::warn!(%error, "scheduler pass failed");
+                let now = engine.now();
+                let due = match engine.store.claim_due(now, SCHEDULER_BATCH).await {
+                    Ok(due) => due,
+                    Err(error) => {
+                        tracing::warn!(%error, "scheduler pass failed");
+                        continue;
+                    }
+                };
+                for id in due {
+                    // Never closed, so acquiring only waits.
+                    let Ok(permit) = wakes.clone().acquire_owned().await else {
+                        return;
+                    };
+                    let engine = engine.clone();
+                    tokio::spawn(async move {
+                        engine.wake_logged(&id, now).await;
+                        drop(permit);
+                    });
                 }
             }
         })
@@ -716,43 +769,49 @@ impl Engine {
     /// check catches a stale copy only when the work gets as far as a commit.
     ///
     /// The summary's threads are those `threads_of` picks, given the work's result.
-    async fn with_conversation<R>(
+    async fn with_conversation<R: Send + 'static>(
         &self,
         id: &str,
         threads_of: impl Fn(&Conversation, &R) -> Vec<ThreadView>,
-        mut work: impl FnMut(&mut Step<'_>) -> Result<R, EngineError>,
+        work: Arc<Work<R>>,
     ) -> Result<(Summary, R), EngineError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             let slot = self.loaded_slot(id).await?;
             let mut guard = slot.lock().await;
-            let Some(conversation) = guard.as_mut() else {
+            // Owned by the work while it runs; work that never comes back (its caller gone,
+            // the hook pool busy) leaves the slot empty, and the next request reloads the
+            // conversation from the store.
+            let Some(conversation) = guard.take() else {
                 // Dropped by a failed commit between load and lock: load again.
                 continue;
             };
             let now = self.now();
-            let mut timers = self.step(conversation, now);
-            dispatch::fire_due(&mut timers);
-            if !timers.is_empty() {
-                let commit = timers.into_commit(self.config.retention_ms);
-                if let Err(error) = self.commit(commit).await {
-                    *guard = None;
-                    if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS
-                    {
-                        continue;
-                    }
-                    return Err(error.into());
+            let retention_ms = self.config.retention_ms;
+            let work = work.clone();
+            let Worked {
+                conversation,
+                timers,
+                version,
+                result,
+                emitted,
+                commit,
+            } = self
+                .run_step(&conversation.template.clone(), move |hooks| {
+                    work_on(conversation, now, hooks, retention_ms, &*work)
+                })
+                .await?;
+            *guard = Some(conversation);
+            if let Some(timers) = timers
+                && let Err(error) = self.commit(timers).await
+            {
+                *guard = None;
+                if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS {
+                    continue;
                 }
+                return Err(error.into());
             }
-            let Some(conversation) = guard.as_mut() else {
-                continue;
-            };
-            let version = conversation.version;
-            let mut step = self.step(conversation, now);
-            let result = work(&mut step);
-            let emitted = !step.is_empty();
-            let commit = step.into_commit(self.config.retention_ms);
             let value = match result {
                 Ok(value) => value,
                 Err(error) => {
@@ -787,6 +846,27 @@ impl Engine {
                 threads: threads_of(conversation, &value),
             };
             return Ok((summary, value));
+        }
+    }
+
+    /// Runs `step`, synchronous work on a conversation it owns, where `template`'s steps
+    /// belong: for a template with a wasm hook, on the hook pool, so that its hook calls
+    /// never hold an async worker (`crate::hook_pool`); for any other, here and now.
+    async fn run_step<T: Send + 'static>(
+        &self,
+        template: &CompiledTemplate,
+        step: impl FnOnce(Option<&HookRuntime>) -> T + Send + 'static,
+    ) -> Result<T, EngineError> {
+        match &self.hooks {
+            Some(runtime) if template.hooks.is_some() => {
+                let hooks = runtime.clone();
+                runtime
+                    .pool()
+                    .run_for(&template.name, move || step(Some(&hooks)))
+                    .await
+                    .map_err(EngineError::HooksBusy)
+            }
+            hooks => Ok(step(hooks.as_deref())),
         }
     }
 
@@ -847,6 +927,74 @@ fn message_id(message: &SendMessage) -> Result<Arc<str>, EngineError> {
         }
         None => Ok(new_id()),
     }
+}
+
+/// A unit of work on a conversation, as [`Engine::with_conversation`] runs it: it may run
+/// on a hook thread, so it owns what it reads.
+type Work<R> = dyn Fn(&mut Step<'_>) -> Result<R, EngineError> + Send + Sync;
+
+/// What a unit of work left, handed back from wherever it ran.
+struct Worked<R> {
+    conversation: Conversation,
+    /// The commit of the timers that fell due before the work, when any fired.
+    timers: Option<Commit>,
+    /// The conversation's version the work started from.
+    version: u64,
+    result: Result<R, EngineError>,
+    /// Whether the work emitted events (its commit is empty otherwise).
+    emitted: bool,
+    commit: Commit,
+}
+
+/// Fires `conversation`'s due timers, then runs `work` on it: the synchronous half of
+/// [`Engine::with_conversation`].
+fn work_on<R>(
+    mut conversation: Conversation,
+    now: u64,
+    hooks: Option<&HookRuntime>,
+    retention_ms: u64,
+    work: &Work<R>,
+) -> Worked<R> {
+    let mut timers = Step::new(&mut conversation, now);
+    timers.hooks = hooks;
+    dispatch::fire_due(&mut timers);
+    let timers = (!timers.is_empty()).then(|| timers.into_commit(retention_ms));
+    let version = conversation.version;
+    let mut step = Step::new(&mut conversation, now);
+    step.hooks = hooks;
+    let result = work(&mut step);
+    let emitted = !step.is_empty();
+    let commit = step.into_commit(retention_ms);
+    Worked {
+        conversation,
+        timers,
+        version,
+        result,
+        emitted,
+        commit,
+    }
+}
+
+/// A start's step: `on_start`, then the opening message if there is one. Returns the
+/// messages it accepted.
+fn start_step(
+    step: &mut Step<'_>,
+    initiator: &str,
+    opening: Option<(SendMessage, Arc<str>)>,
+) -> Result<Vec<Message>, EngineError> {
+    dispatch::on_start(step)?;
+    if let Some((message, message_id)) = opening {
+        dispatch::on_message(step, initiator, &message, message_id)
+            .map_err(|error| error.under("/message"))?;
+    }
+    Ok(step
+        .events()
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::MessageAccepted { message, .. } => Some((**message).clone()),
+            _ => None,
+        })
+        .collect())
 }
 
 /// What [`Engine::send`]'s work found.

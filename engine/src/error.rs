@@ -23,7 +23,7 @@ pub enum ErrorKind {
     TooLarge,
     /// Well-formed but invalid (unknown performative, schema violation, refused by policy).
     Unprocessable,
-    /// The store is unreachable; retry later.
+    /// The store is unreachable, or the engine is busy; retry later.
     Unavailable,
     /// A bug or an unexpected failure; details are in the log.
     Internal,
@@ -152,6 +152,10 @@ pub enum EngineError {
     /// The commitment has already reached a terminal state.
     #[error("commitment `{0}` is already {1}")]
     CommitmentClosed(String, &'static str),
+    /// The hook pool could not take the step (every thread busy with hooks running to
+    /// their budgets, its queue full): nothing was recorded; retry shortly.
+    #[error("{0}")]
+    HooksBusy(crate::hook_pool::HookPoolBusy),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -178,7 +182,9 @@ impl EngineError {
             | EngineError::HookFailed { .. } => ErrorKind::Unprocessable,
             EngineError::ContextTooLarge { .. } => ErrorKind::TooLarge,
             EngineError::ConversationEnded(_) => ErrorKind::Gone,
-            EngineError::Store(StoreError::Unavailable(_)) => ErrorKind::Unavailable,
+            EngineError::Store(StoreError::Unavailable(_)) | EngineError::HooksBusy(_) => {
+                ErrorKind::Unavailable
+            }
             EngineError::Store(StoreError::Conflict { .. } | StoreError::Internal(_)) => {
                 ErrorKind::Internal
             }
@@ -209,6 +215,7 @@ impl EngineError {
             EngineError::CommitmentClosed(..) => "commitment_closed",
             EngineError::MessageIdTaken { .. } => "message_id_taken",
             EngineError::Store(StoreError::Unavailable(_)) => "store_unavailable",
+            EngineError::HooksBusy(_) => "hooks_busy",
             EngineError::Store(_) => "internal",
         }
     }

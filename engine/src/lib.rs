@@ -8,6 +8,8 @@
 //! - [`conversation`]: conversation state, changed only by applying events.
 //! - [`step`]: one unit of work: emits events, applies them, and builds the store commit.
 //! - [`runtime`]: the wasm hook runtime (wasmtime lives only here), [`runtime::HookRuntime`].
+//! - [`hook_pool`]: the threads the steps of hooked conversations run on, off the async
+//!   workers.
 //! - [`rules`]: CEL conditions and the action executor's collection of [`rules::Effects`].
 //! - [`store`]: the [`store::ConversationStore`] trait and its backends (memory, SQLite,
 //!   Redis).
@@ -38,6 +40,7 @@ pub mod delivery;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod hook_pool;
 pub mod inbox_expiry;
 pub mod keyed;
 pub mod listing;

@@ -51,11 +51,19 @@ const COMPILER_STACK_BYTES: usize = 64 * 1024 * 1024;
 /// while staying short enough to read in logs and URLs.
 const REVISION_HEX_DIGITS: usize = 16;
 
+/// The longest hook budget (`spec.hooks.limits.timeout_ms`) a template may ask for unless
+/// the operator raises it ([`TemplateCompiler::with_max_hook_timeout_ms`], `colloquy serve
+/// --max-hook-timeout-ms`). A hook call holds its conversation (and a hook thread) for up to
+/// its budget; a second is far above any real hook, whose calls take microseconds.
+pub const DEFAULT_MAX_HOOK_TIMEOUT_MS: u64 = 1_000;
+
 /// Compiles template files (or text) into [`CompiledTemplate`]s.
 #[derive(Debug, Clone)]
 pub struct TemplateCompiler {
     /// The JSON Schema of the format, consulted for the fields allowed where an unknown one is.
     format_schema: Value,
+    /// The operator's ceiling on `spec.hooks.limits.timeout_ms`.
+    max_hook_timeout_ms: u64,
 }
 
 impl Default for TemplateCompiler {
@@ -69,7 +77,20 @@ impl TemplateCompiler {
     pub fn new() -> TemplateCompiler {
         TemplateCompiler {
             format_schema: template_json_schema(),
+            max_hook_timeout_ms: DEFAULT_MAX_HOOK_TIMEOUT_MS,
         }
+    }
+
+    /// This compiler, refusing templates whose hook budget is over `ms` (at most the
+    /// format's own limit of a minute, which stays the ceiling for larger values).
+    pub fn with_max_hook_timeout_ms(mut self, ms: u64) -> TemplateCompiler {
+        self.max_hook_timeout_ms = ms;
+        self
+    }
+
+    /// The ceiling on a template's hook budget.
+    pub fn max_hook_timeout_ms(&self) -> u64 {
+        self.max_hook_timeout_ms
     }
 
     /// Compiles one template. `origin` is the file path used in diagnostics and for resolving
@@ -265,7 +286,7 @@ impl TemplateCompiler {
                 )),
             });
         }
-        match resolve::resolve(template, origin, &at) {
+        match resolve::resolve(template, origin, self.max_hook_timeout_ms, &at) {
             Ok(mut compiled) if diagnostics.is_empty() => {
                 let module = compiled.hook_module.as_ref().map(|m| &*m.sha256);
                 compiled.revision = revision(source, module);

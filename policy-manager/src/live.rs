@@ -201,6 +201,12 @@ impl LiveCatalog {
         self
     }
 
+    /// Compiles with `compiler` (e.g. one with the operator's ceiling on hook budgets).
+    pub fn with_compiler(mut self, compiler: TemplateCompiler) -> LiveCatalog {
+        self.compiler = compiler;
+        self
+    }
+
     /// Reports `origin` (e.g. a policy manager's URL) as where the templates come from.
     pub fn with_origin(mut self, origin: impl Into<String>) -> LiveCatalog {
         self.origin = origin.into();

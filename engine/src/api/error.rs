@@ -114,7 +114,8 @@ impl IntoResponse for ApiError {
             );
         }
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            // The store is out of reach (e.g. Redis restarting); the write did not happen.
+            // The store is out of reach (e.g. Redis restarting), or the hook pool is full;
+            // the write did not happen.
             response.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from_static(RETRY_AFTER_SECONDS),

@@ -17,6 +17,11 @@
 //! never stopped before it has spent its budget, and a runaway one at most
 //! [`MARK_MAX_AGE`] of CPU time after.
 //!
+//! CPU time alone would let a call whose thread gets little of a core run for ever in wall
+//! time: on a two-core machine with more hooks running to their budgets than cores, each got
+//! a share and none ended within a minute (issue 32). So a call is also stopped once its
+//! budget and [`WALL_MARGIN`] have passed in wall time, whatever CPU time it got.
+//!
 //! CPU time still counts whatever the thread does during the call, the host's work too:
 //! the time the host spends reading the answer before the post-return call is left out
 //! ([`CallBudget::exclude`]), since on a VM where touching fresh memory stalls the thread
@@ -28,6 +33,14 @@ use std::time::{Duration, Instant};
 /// How old a thread's CPU mark may be when a call starts from it: the most a runaway call
 /// may run past its budget (in CPU time, before the ticker's own slack).
 pub const MARK_MAX_AGE: Duration = Duration::from_millis(1);
+
+/// How long past its budget, in wall time, a call may run when the OS kept its thread from a
+/// core (or waiting on a page fault) for part of it. Generous, since a call stopped here did
+/// nothing wrong but wait: with 250 ms, the credit policy's first call (a few microseconds of
+/// work, its code paged in from the AOT cache) was stopped once on a machine loaded with
+/// builds and disk writes. Small enough that a call's caller has its answer soon after the
+/// budget, however many hooks run at once.
+pub const WALL_MARGIN: Duration = Duration::from_secs(1);
 
 /// A thread's CPU clock, read at an instant.
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +61,8 @@ pub struct CallBudget {
     /// When the budget would end if the thread ran nothing but the call: the ticker need not
     /// look at the call before.
     ends_at: Instant,
+    /// When the call is stopped whatever CPU time it had: [`WALL_MARGIN`] after `ends_at`.
+    wall_limit: Instant,
     mark: CpuMark,
 }
 
@@ -89,10 +104,12 @@ impl CallBudget {
         let ends_at = started
             .checked_add(budget)
             .unwrap_or_else(|| started + Duration::from_secs(u64::from(u32::MAX)));
+        let wall_limit = ends_at.checked_add(WALL_MARGIN).unwrap_or(ends_at);
         CallBudget {
             budget,
             started,
             ends_at,
+            wall_limit,
             mark,
         }
     }
@@ -103,6 +120,7 @@ impl CallBudget {
     pub fn exclude(&mut self, host: Duration) {
         self.started = self.started.checked_add(host).unwrap_or(self.started);
         self.ends_at = self.ends_at.checked_add(host).unwrap_or(self.ends_at);
+        self.wall_limit = self.wall_limit.checked_add(host).unwrap_or(self.wall_limit);
     }
 
     /// Looks at the call at `now`, from the thread that runs it (a store's epoch callback
@@ -116,11 +134,14 @@ impl CallBudget {
 
     /// [`Self::check`] past the wall end, with the thread's CPU clock read at `now`.
     fn check_cpu(&self, now: Instant, cpu_now: Duration) -> Verdict {
+        if now >= self.wall_limit {
+            return Verdict::Spent;
+        }
         let spent_at_least = cpu_now
             .saturating_sub(self.mark.cpu)
             .saturating_sub(self.started.saturating_duration_since(self.mark.at));
         match self.budget.checked_sub(spent_at_least) {
-            Some(left) if !left.is_zero() => Verdict::NotBefore(now + left),
+            Some(left) if !left.is_zero() => Verdict::NotBefore((now + left).min(self.wall_limit)),
             _ => Verdict::Spent,
         }
     }
@@ -193,6 +214,18 @@ mod tests {
             budget.check_cpu(now, 52 * MS),
             Verdict::NotBefore(now + 8 * MS)
         );
+    }
+
+    #[test]
+    fn a_call_kept_waiting_past_the_wall_margin_is_stopped_whatever_cpu_it_had() {
+        let (budget, started) = budget_of_10ms(Duration::ZERO, 50 * MS);
+        // Starved: 1 ms of CPU in all just before the wall limit; the 9 ms it has left would
+        // run past that limit, so its next look is due at the limit.
+        let limit = started + 10 * MS + WALL_MARGIN;
+        let now = limit - 5 * MS;
+        assert_eq!(budget.check_cpu(now, 51 * MS), Verdict::NotBefore(limit));
+        assert_eq!(budget.check(limit), Verdict::Spent);
+        assert_eq!(budget.check_cpu(limit, 52 * MS), Verdict::Spent);
     }
 
     #[test]

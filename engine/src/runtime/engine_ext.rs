@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use super::HookRuntime;
-use crate::conversation::Conversation;
 use crate::engine::Engine;
-use crate::step::Step;
 
 impl Engine {
     /// This engine, running templates' wasm hooks on `runtime`. Without it, a template with
@@ -19,12 +17,5 @@ impl Engine {
     /// The engine's hook runtime, if it has one.
     pub fn hook_runtime(&self) -> Option<&Arc<HookRuntime>> {
         self.hooks.as_ref()
-    }
-
-    /// A step on `conversation` that runs hooks on this engine's runtime.
-    pub(crate) fn step<'a>(&'a self, conversation: &'a mut Conversation, now: u64) -> Step<'a> {
-        let mut step = Step::new(conversation, now);
-        step.hooks = self.hooks.as_deref();
-        step
     }
 }

@@ -5,7 +5,10 @@
 //! One [`HookRuntime`] serves every template of an engine:
 //! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread
 //!   while calls come (`ticker`), so each call is stopped once it has spent the template's
-//!   `timeout_ms` of CPU time (`budget`);
+//!   `timeout_ms` of CPU time, or [`WALL_MARGIN`] after that in wall time (`budget`), and
+//!   never later than the operator's ceiling ([`HookRuntimeConfig::max_timeout`]);
+//! - the [`HookPool`] of threads the engine runs hooked conversations' steps on, so hook
+//!   calls never hold the async workers (`crate::hook_pool`);
 //! - the pooling instance allocator, sized by [`HookRuntimeConfig`];
 //! - one `InstancePre` per module (keyed by the module's SHA-256, so a template revision
 //!   with a rebuilt module gets its own, and running conversations keep the old one: that is
@@ -42,9 +45,12 @@ use std::time::{Duration, Instant};
 
 use colloquy_policy::CompiledTemplate;
 use colloquy_protocol::hook::{HookInput, HookOutput};
-use colloquy_protocol::template::HookEvent;
+use colloquy_protocol::template::{HookEvent, HookSpec};
 
 use self::module::LoadedModule;
+use crate::hook_pool::{HookPool, HookPoolConfig};
+
+pub use budget::WALL_MARGIN;
 
 /// Default number of hook instances alive at once (idle and running), across all modules.
 /// Each reserves address space (not memory) for one linear memory in the pooling allocator.
@@ -52,6 +58,12 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 /// Idle instances kept per module for reuse. Calls beyond this many at once still run, on
 /// instances created for them and dropped after.
 pub const DEFAULT_IDLE_INSTANCES_PER_MODULE: usize = 8;
+/// The longest budget a hook call gets unless the operator says otherwise, whatever its
+/// template asks for (`colloquy serve --max-hook-timeout-ms`): the policy compiler refuses
+/// templates above it ([`colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS`]), and the
+/// runtime holds every call to it, also for templates a remote policy manager compiled.
+pub const DEFAULT_MAX_TIMEOUT: Duration =
+    Duration::from_millis(colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS);
 /// Largest linear memory any hook may have; templates ask for at most this much.
 pub const MAX_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 /// Largest output a hook may return. Far above any real answer (a few actions), small enough
@@ -76,6 +88,10 @@ pub struct HookRuntimeConfig {
     pub max_instances: u32,
     /// Idle instances kept per module.
     pub idle_instances_per_module: usize,
+    /// The longest budget any call gets, whatever its template asks for.
+    pub max_timeout: Duration,
+    /// The threads hooked conversations' steps run on.
+    pub pool: HookPoolConfig,
 }
 
 impl Default for HookRuntimeConfig {
@@ -84,6 +100,8 @@ impl Default for HookRuntimeConfig {
             cache_dir: Some(std::env::temp_dir().join("colloquy-hook-cache")),
             max_instances: DEFAULT_MAX_INSTANCES,
             idle_instances_per_module: DEFAULT_IDLE_INSTANCES_PER_MODULE,
+            max_timeout: DEFAULT_MAX_TIMEOUT,
+            pool: HookPoolConfig::default(),
         }
     }
 }
@@ -168,6 +186,7 @@ pub struct HookRuntime {
     config: HookRuntimeConfig,
     ticker: ticker::EpochTicker,
     latency: latency::HookLatency,
+    pool: HookPool,
 }
 
 impl std::fmt::Debug for HookRuntime {
@@ -204,7 +223,10 @@ impl HookRuntime {
         let linker = host::linker(&engine).map_err(|error| RuntimeError(error.to_string()))?;
         let ticker = ticker::EpochTicker::start(engine.clone())
             .map_err(|error| RuntimeError(error.to_string()))?;
+        let pool = HookPool::start(config.pool.clone())
+            .map_err(|error| RuntimeError(error.to_string()))?;
         Ok(HookRuntime {
+            pool,
             engine,
             linker,
             modules: RwLock::new(HashMap::default()),
@@ -212,6 +234,22 @@ impl HookRuntime {
             ticker,
             latency: latency::HookLatency::default(),
         })
+    }
+
+    /// The longest budget any call gets (the operator's ceiling).
+    pub fn max_timeout(&self) -> Duration {
+        self.config.max_timeout
+    }
+
+    /// The threads hooked conversations' steps run on.
+    pub fn pool(&self) -> &HookPool {
+        &self.pool
+    }
+
+    /// The budget a call of `spec`'s hook gets: its template's, held to the ceiling.
+    fn budget_ms(&self, spec: &HookSpec) -> u64 {
+        let ceiling = u64::try_from(self.config.max_timeout.as_millis()).unwrap_or(u64::MAX);
+        spec.limits.timeout_ms.min(ceiling.max(1))
     }
 
     /// Durations of the hook calls this runtime ran, for `/metrics`.
@@ -292,9 +330,8 @@ impl HookRuntime {
             return Ok(HookOutput::default());
         };
         // Loading runs the module's version export; the call runs the hook.
-        let _ticking = self
-            .ticker
-            .ticking(Duration::from_millis(spec.limits.timeout_ms));
+        let budget_ms = self.budget_ms(spec);
+        let _ticking = self.ticker.ticking(Duration::from_millis(budget_ms));
         let module = self.module(template)?;
         module.check_event(event)?;
         module.call(
@@ -302,7 +339,8 @@ impl HookRuntime {
             self.ticker.handle(),
             event,
             input,
-            spec,
+            spec.limits.memory_bytes,
+            budget_ms,
             &input.conversation.id,
             self.config.idle_instances_per_module,
             started,

@@ -9,7 +9,7 @@ use colloquy_policy::compiled::HookModule;
 use colloquy_protocol::hook::{
     HOOKS_ABI_VERSION, HOST_MODULE, HookInput, HookOutput, SUPPORTED_ABI_VERSIONS,
 };
-use colloquy_protocol::template::{HookEvent, HookSpec};
+use colloquy_protocol::template::HookEvent;
 use wasmtime::{
     Engine, ExternType, InstancePre, Linker, Memory, Module, Store, Trap, TypedFunc, ValType,
 };
@@ -129,12 +129,12 @@ impl LoadedModule {
         ticker: &TickerHandle,
         event: HookEvent,
         input: &HookInput<'_>,
-        spec: &HookSpec,
+        cap: u64,
+        budget_ms: u64,
         conversation: &str,
         max_idle: usize,
         started: Instant,
     ) -> Result<HookOutput, HookFailure> {
-        let cap = spec.limits.memory_bytes;
         let reused = self
             .idle
             .lock()
@@ -166,11 +166,11 @@ impl LoadedModule {
             .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
         start_budget(
             &mut instance.store,
-            Duration::from_millis(spec.limits.timeout_ms),
+            Duration::from_millis(budget_ms),
             started,
         );
         let output = instance.invoke(event).map_err(|error| match error {
-            Invoke::Wasm(error) => failure(&instance.store, error, spec.limits.timeout_ms),
+            Invoke::Wasm(error) => failure(&instance.store, error, budget_ms),
             Invoke::Failure(failure) => failure,
         })?;
         let mut idle = self

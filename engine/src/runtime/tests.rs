@@ -59,6 +59,7 @@ fn runtime(cache_dir: Option<PathBuf>) -> HookRuntime {
         cache_dir,
         max_instances: 16,
         idle_instances_per_module: 2,
+        ..HookRuntimeConfig::default()
     })
     .expect("runtime")
 }

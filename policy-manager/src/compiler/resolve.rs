@@ -41,8 +41,9 @@ const MAX_HOOK_MODULE_BYTES: u64 = 64 * 1024 * 1024;
 /// The first 8 bytes of a core wasm module: `\0asm` and binary format version 1. A component
 /// starts with the same magic and a different version/layer word.
 const CORE_MODULE_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
-/// Longest hook time budget per call. Hooks run inside message handling, so a minute is
-/// already far beyond anything a caller waits for.
+/// Longest hook time budget per call the format allows, whatever the operator's ceiling
+/// ([`super::DEFAULT_MAX_HOOK_TIMEOUT_MS`] by default, lower). Hooks run inside message
+/// handling, so a minute is already far beyond anything a caller waits for.
 const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
 /// How many state names a hint lists before eliding the rest.
 const MAX_LISTED_STATES: usize = 8;
@@ -73,11 +74,13 @@ pub(super) type At<'a> = dyn Fn(String, String, Option<String>) -> Diagnostic + 
 pub(super) fn resolve(
     template: Template,
     origin: Option<&Path>,
+    max_hook_timeout_ms: u64,
     at: &At<'_>,
 ) -> Result<CompiledTemplate, Vec<Diagnostic>> {
     let mut resolver = Resolver {
         at,
         origin,
+        max_hook_timeout_ms: max_hook_timeout_ms.clamp(1, MAX_HOOK_TIMEOUT_MS),
         problems: Vec::new(),
         intents: Vec::new(),
     };
@@ -208,6 +211,8 @@ impl Section {
 struct Resolver<'a> {
     at: &'a At<'a>,
     origin: Option<&'a Path>,
+    /// The longest hook budget a template may ask for here.
+    max_hook_timeout_ms: u64,
     problems: Vec<Diagnostic>,
     /// The declared intents that passed their checks.
     intents: Vec<Performative>,
@@ -997,11 +1002,20 @@ impl Resolver<'_> {
             );
         }
         let timeout = hooks.limits.timeout_ms;
-        if !(1..=MAX_HOOK_TIMEOUT_MS).contains(&timeout) {
+        let ceiling = self.max_hook_timeout_ms;
+        if !(1..=ceiling).contains(&timeout) {
+            let hint = if timeout > ceiling && ceiling < MAX_HOOK_TIMEOUT_MS {
+                format!(
+                    "between 1 and {ceiling}, this server's ceiling (the operator may raise it \
+                     up to {MAX_HOOK_TIMEOUT_MS} with --max-hook-timeout-ms)"
+                )
+            } else {
+                format!("between 1 and {ceiling}")
+            };
             self.error(
                 "spec.hooks.limits.timeout_ms",
                 format!("timeout_ms {timeout} is out of range"),
-                Some(format!("between 1 and {MAX_HOOK_TIMEOUT_MS}")),
+                Some(hint),
             );
         }
         module

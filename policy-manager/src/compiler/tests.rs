@@ -601,3 +601,37 @@ fn deeply_nested_collections_are_refused_before_parsing() {
     assert_eq!(refusal.line, Some(source.lines().count() + 2));
     assert_eq!(refusal.column, Some("x: ".len() + 257));
 }
+
+#[test]
+fn a_hook_budget_over_the_operators_ceiling_is_refused() {
+    let source = fs::read_to_string(manifest_dir().join("fixtures/valid/minimal.yaml"))
+        .expect("fixture exists")
+        + "  hooks:\n    module: hook.wasm\n    events: [on_message]\n    \
+           limits: { timeout_ms: 4000 }\n";
+    let diagnostics = TemplateCompiler::new()
+        .compile_str(&source, None)
+        .expect_err("over the default ceiling");
+    let text = diagnostics.to_string();
+    assert!(
+        text.contains("spec.hooks.limits.timeout_ms: timeout_ms 4000 is out of range"),
+        "{text}"
+    );
+    assert!(
+        text.contains("between 1 and 1000, this server's ceiling")
+            && text.contains("--max-hook-timeout-ms"),
+        "{text}"
+    );
+    let raised = TemplateCompiler::new().with_max_hook_timeout_ms(5_000);
+    raised
+        .compile_str(&source, None)
+        .unwrap_or_else(|diagnostics| panic!("within a raised ceiling: {diagnostics}"));
+    // No ceiling goes past the format's own minute.
+    let diagnostics = TemplateCompiler::new()
+        .with_max_hook_timeout_ms(u64::MAX)
+        .compile_str(&source.replace("4000", "60001"), None)
+        .expect_err("over the format's limit");
+    assert!(
+        diagnostics.to_string().contains("between 1 and 60000"),
+        "{diagnostics}"
+    );
+}

@@ -128,14 +128,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(serve::run(args, &mut out))?;
+            let served = runtime.block_on(serve::run(args, &mut out));
+            // Whatever is still running (a store write on a blocking thread) gets a moment,
+            // not a veto over the exit.
+            runtime.shutdown_timeout(RUNTIME_EXIT_GRACE);
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::PolicyManager { command } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(policy_manager::run(command, &mut out))?;
+            let served = runtime.block_on(policy_manager::run(command, &mut out));
+            runtime.shutdown_timeout(RUNTIME_EXIT_GRACE);
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { templates, width } => {
@@ -158,16 +164,36 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// How long a server's runtime waits, once the server has shut down, for tasks still
+/// running before the process exits anyway.
+const RUNTIME_EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Waits for the signal to stop a server: Ctrl-C (SIGINT) from a terminal, or SIGTERM, which
 /// is how service managers and container runtimes (systemd, Docker, Kubernetes) ask a process
 /// to stop. Either way the server shuts down gracefully: it stops accepting, finishes the
-/// requests in progress and closes its store.
+/// requests in progress and closes its store. A second signal while it does stops it at once
+/// ([`shut_down_unless_told_again`]).
 pub(crate) async fn shutdown_signal() -> anyhow::Result<&'static str> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate = signal(SignalKind::terminate())?;
     tokio::select! {
         interrupted = tokio::signal::ctrl_c() => interrupted.map(|()| "SIGINT").map_err(Into::into),
         _ = terminate.recv() => Ok("SIGTERM"),
+    }
+}
+
+/// Runs a graceful `shutdown`, unless a second SIGINT or SIGTERM comes first: then the
+/// server stops without waiting (nothing acknowledged is lost; requests in flight fail).
+pub(crate) async fn shut_down_unless_told_again(
+    shutdown: impl std::future::Future<Output = io::Result<()>>,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        finished = shutdown => finished.map_err(Into::into),
+        signal = shutdown_signal() => {
+            let signal = signal?;
+            tracing::warn!(signal, "second signal: stopping without waiting for requests in flight");
+            Ok(())
+        }
     }
 }
 

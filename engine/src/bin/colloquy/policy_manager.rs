@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use colloquy_engine::api::policy::{self, PolicyState, Writes};
 use colloquy_policy::watcher::{self, DirectoryWatcher};
-use colloquy_policy::{Catalog, LiveCatalog, PolicyClient};
+use colloquy_policy::{Catalog, LiveCatalog, PolicyClient, TemplateCompiler};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -45,6 +45,10 @@ pub struct PolicyManagerArgs {
     /// without either, uploads are disabled].
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
+    /// The longest hook budget (`spec.hooks.limits.timeout_ms`) a template may ask for;
+    /// templates over it are refused. At most 60000.
+    #[arg(long, value_name = "MS", default_value_t = colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    max_hook_timeout_ms: u64,
 }
 
 /// The admin token from the flag or the environment.
@@ -57,7 +61,8 @@ pub fn admin_token(flag: Option<String>) -> Option<String> {
 pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::Result<()> {
     let PolicyManagerCommand::Serve(args) = command;
     let dir = args.templates.unwrap_or_else(crate::default_templates_dir);
-    let live = Arc::new(open(&dir)?);
+    let compiler = TemplateCompiler::new().with_max_hook_timeout_ms(args.max_hook_timeout_ms);
+    let live = Arc::new(open(&dir, compiler)?);
     let _watcher = watch_dir(&live)?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -79,12 +84,13 @@ pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::
         .await
         .context("waiting for SIGINT or SIGTERM")?;
     tracing::info!(signal, "shutting down");
-    manager.shutdown().await?;
-    Ok(())
+    crate::shut_down_unless_told_again(manager.shutdown()).await
 }
 
-fn open(dir: &Path) -> anyhow::Result<LiveCatalog> {
-    LiveCatalog::open(dir)
+fn open(dir: &Path, compiler: TemplateCompiler) -> anyhow::Result<LiveCatalog> {
+    let live = LiveCatalog::new(dir).with_compiler(compiler);
+    live.reload()
+        .map(|_| live)
         .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
         .with_context(|| format!("compiling the templates in {}", dir.display()))
 }
@@ -150,9 +156,14 @@ pub fn serve_templates(
     out: &mut dyn Write,
 ) -> anyhow::Result<ServeTemplates> {
     // With a hook runtime, a revision whose module does not link is refused at reload,
-    // like a template that does not compile.
+    // like a template that does not compile, and so is one whose hook budget is over the
+    // runtime's ceiling.
     let checked = |live: LiveCatalog| match &hooks {
-        Some(runtime) => live.with_check(colloquy_engine::policy::hook_check(runtime.clone())),
+        Some(runtime) => {
+            let ceiling = u64::try_from(runtime.max_timeout().as_millis()).unwrap_or(u64::MAX);
+            live.with_compiler(TemplateCompiler::new().with_max_hook_timeout_ms(ceiling))
+                .with_check(colloquy_engine::policy::hook_check(runtime.clone()))
+        }
         None => live,
     };
     let (closing, closing_rx) = watch::channel(false);

@@ -12,6 +12,7 @@ use clap::Args;
 use colloquy_engine::EngineConfig;
 use colloquy_engine::api::auth::AgentsFile;
 use colloquy_engine::api::{self, Identity, ServiceOptions};
+use colloquy_engine::hook_pool::HookPoolConfig;
 use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use tokio::net::TcpListener;
 
@@ -58,6 +59,15 @@ pub struct ServeArgs {
     /// it is dropped unread, counted from when it was sent (same format as --retention).
     #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_inbox_ttl)]
     inbox_ttl: Duration,
+    /// The longest hook budget (`spec.hooks.limits.timeout_ms`) a template may ask for:
+    /// templates over it are refused when they load, and no hook call runs longer. At most
+    /// 60000.
+    #[arg(long, value_name = "MS", default_value_t = colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    max_hook_timeout_ms: u64,
+    /// Threads that run the steps of conversations whose template has a hook; one template
+    /// may hold half of them [default: 4 per core].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    hook_threads: Option<u16>,
 }
 
 /// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
@@ -169,6 +179,12 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let hooks = Arc::new(
         HookRuntime::new(HookRuntimeConfig {
             cache_dir: Some(args.data_dir.join(HOOK_CACHE_DIR)),
+            max_timeout: Duration::from_millis(args.max_hook_timeout_ms),
+            pool: args
+                .hook_threads
+                .map_or_else(HookPoolConfig::default, |threads| {
+                    HookPoolConfig::with_threads(usize::from(threads))
+                }),
             ..HookRuntimeConfig::default()
         })
         .context("starting the wasm hook runtime")?,
@@ -211,8 +227,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     tracing::info!(signal, "shutting down");
     // Ends the template change feeds, which would otherwise hold the shutdown open.
     let _ = templates.closing.send(true);
-    service.shutdown().await?;
-    Ok(())
+    crate::shut_down_unless_told_again(service.shutdown()).await
 }
 
 #[cfg(test)]
