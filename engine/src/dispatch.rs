@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use colloquy_policy::CompiledTemplate;
-use colloquy_policy::compiled::{LatePolicy, StateId, Transition};
+use colloquy_policy::compiled::{LatePolicy, State, StateId, Transition};
 use colloquy_protocol::conversation::{CommitmentState, Outcome, Violation, ViolationKind};
 use colloquy_protocol::event::{EventKind, Started, ThreadTransition};
 use colloquy_protocol::hook::HookInput;
@@ -17,7 +17,7 @@ use colloquy_protocol::message::{
 };
 use colloquy_protocol::template::{
     CompleteWhen, ContextOverflow, Enforcement, FailurePolicy, HookEvent, LateAction,
-    MAX_PARTICIPANTS, Role,
+    MAX_PARTICIPANTS, ReplyBySpec, Role,
 };
 use serde_json::{Map, Value, json};
 use smallvec::SmallVec;
@@ -506,12 +506,12 @@ pub fn on_message(
     let transitions: Vec<ThreadTransition> = moves
         .iter()
         .map(|(thread, transition)| {
-            let deadline = match &transition.reply_by {
-                Some(spec) if template.machine.state(transition.to).terminal.is_none() => request
-                    .reply_by
-                    .or_else(|| spec.default_ms.map(|ms| now.saturating_add(ms))),
-                _ => None,
-            };
+            let deadline = arrival_deadline(
+                transition.reply_by.as_ref(),
+                template.machine.state(transition.to),
+                request.reply_by,
+                now,
+            );
             thread_transition(&template, conversation, *thread, transition.to, deadline)
         })
         .collect();
@@ -672,6 +672,31 @@ fn fit<'t>(
                 state.name, current.participant
             ),
         },
+    }
+}
+
+/// The deadline a thread has on arrival in `target` by a transition whose `reply_by` spec is
+/// `spec`, for a message that carries `reply_by`:
+///
+/// - a terminal state has none;
+/// - a transition with `reply_by` sets the message's own, else now + its `default_ms`;
+/// - a state with `on_deadline` takes the message's own even without one: that state says
+///   what happens when the sender's reply-by passes (in a contract-net, a proposal's
+///   `reply_by` is how long the offer stands, and `proposed` lapses at it);
+/// - otherwise none: the deadline is cleared.
+fn arrival_deadline(
+    spec: Option<&ReplyBySpec>,
+    target: &State,
+    reply_by: Option<u64>,
+    now: u64,
+) -> Option<u64> {
+    if target.terminal.is_some() {
+        return None;
+    }
+    match spec {
+        Some(spec) => reply_by.or_else(|| spec.default_ms.map(|ms| now.saturating_add(ms))),
+        None if target.on_deadline.is_some() => reply_by,
+        None => None,
     }
 }
 
@@ -1329,6 +1354,55 @@ mod tests {
         assert_eq!(
             effects.reject,
             Some(("hook `credit.wasm`".to_owned(), "no".to_owned()))
+        );
+    }
+
+    fn state(terminal: Option<Outcome>, on_deadline: Option<StateId>) -> State {
+        State {
+            name: Arc::from("s"),
+            terminal,
+            transitions: Vec::new(),
+            on_deadline,
+            late: None,
+        }
+    }
+
+    #[test]
+    fn a_state_with_on_deadline_takes_the_messages_reply_by() {
+        let now = 1_000;
+        let lapses = state(None, Some(StateId(1)));
+        let advisory = state(None, None);
+        let terminal = state(Some(Outcome::Rejected), None);
+        let default = ReplyBySpec {
+            default_ms: Some(50),
+            required: false,
+        };
+        let own = ReplyBySpec {
+            default_ms: None,
+            required: false,
+        };
+        // Without a `reply_by` on the transition: only a state that lapses keeps the
+        // sender's reply-by (it was dropped there before, so proposals never lapsed).
+        assert_eq!(
+            arrival_deadline(None, &lapses, Some(5_000), now),
+            Some(5_000)
+        );
+        assert_eq!(arrival_deadline(None, &lapses, None, now), None);
+        assert_eq!(arrival_deadline(None, &advisory, Some(5_000), now), None);
+        // With one: the message's own, else the default, wherever it leads.
+        assert_eq!(
+            arrival_deadline(Some(&default), &advisory, Some(5_000), now),
+            Some(5_000)
+        );
+        assert_eq!(
+            arrival_deadline(Some(&default), &lapses, None, now),
+            Some(1_050)
+        );
+        assert_eq!(arrival_deadline(Some(&own), &advisory, None, now), None);
+        // A terminal state has no deadline left.
+        assert_eq!(
+            arrival_deadline(Some(&default), &terminal, Some(5_000), now),
+            None
         );
     }
 
