@@ -1556,3 +1556,31 @@ async fn a_redis_restart_under_load_answers_503_and_loses_nothing_acknowledged()
     .await
     .expect("test timed out");
 }
+
+/// `colloquy --help`, and a subcommand's, print the usage on stdout and exit 0 (as every
+/// binary of the workspace does; the others are checked in the end-to-end suite).
+#[test]
+fn colloquy_answers_help() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["serve", "--help"],
+        &["templates", "--help"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_colloquy"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run colloquy");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "colloquy {args:?}: {}",
+            output.status
+        );
+        assert!(
+            stdout.contains("Usage: colloquy"),
+            "colloquy {args:?}: {stdout}"
+        );
+    }
+}
