@@ -45,8 +45,12 @@ pub fn prepare_start(
     let participants = check_participants(template, initiator, &request.participants)?;
     let parameters = match &request.parameters {
         Value::Null => Value::Object(Map::new()),
-        other => other.clone(),
+        object @ Value::Object(_) => object.clone(),
+        other => return Err(not_an_object("/parameters", "parameters", other)),
     };
+    if !matches!(request.context, Value::Null | Value::Object(_)) {
+        return Err(not_an_object("/context", "context", &request.context));
+    }
     if let Some(schema) = &template.parameters_schema {
         validate(schema, &parameters, "/parameters")?;
     }
@@ -72,6 +76,22 @@ pub fn prepare_start(
         context,
         deadline,
     })
+}
+
+/// A start's `parameters` and `context` are objects (CEL reads their fields by name; the
+/// template format defines nothing else), or absent.
+fn not_an_object(pointer: &str, field: &str, value: &Value) -> EngineError {
+    let kind = match value {
+        Value::Null | Value::Object(_) => "an object",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+    };
+    EngineError::invalid(
+        pointer,
+        format!("`{field}` must be a JSON object (or absent), not {kind}"),
+    )
 }
 
 /// Emits the `started` event and runs the `on_start` rules.
@@ -620,6 +640,14 @@ fn resolve_receivers(
                     format!(
                         "a participant talks only to the initiator `{initiator}`, not `{other}`"
                     ),
+                ));
+            }
+            if to.len() > 1 {
+                // Everything in `to` is the initiator (checked above): as for the initiator's
+                // messages, a receiver is named once.
+                return Err(EngineError::invalid(
+                    "/to/1",
+                    format!("`{initiator}` is listed twice"),
                 ));
             }
             // A participant always has a thread: that is what makes it a participant.
