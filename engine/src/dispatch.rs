@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use colloquy_policy::CompiledTemplate;
-use colloquy_policy::compiled::{LatePolicy, StateId, Transition};
+use colloquy_policy::compiled::{LatePolicy, State, StateId, Transition};
 use colloquy_protocol::conversation::{CommitmentState, Outcome, Violation, ViolationKind};
 use colloquy_protocol::event::{EventKind, Started, ThreadTransition};
 use colloquy_protocol::hook::HookInput;
@@ -17,7 +17,7 @@ use colloquy_protocol::message::{
 };
 use colloquy_protocol::template::{
     CompleteWhen, ContextOverflow, Enforcement, FailurePolicy, HookEvent, LateAction,
-    MAX_PARTICIPANTS, Role,
+    MAX_PARTICIPANTS, ReplyBySpec, Role,
 };
 use serde_json::{Map, Value, json};
 use smallvec::SmallVec;
@@ -45,8 +45,12 @@ pub fn prepare_start(
     let participants = check_participants(template, initiator, &request.participants)?;
     let parameters = match &request.parameters {
         Value::Null => Value::Object(Map::new()),
-        other => other.clone(),
+        object @ Value::Object(_) => object.clone(),
+        other => return Err(not_an_object("/parameters", "parameters", other)),
     };
+    if !matches!(request.context, Value::Null | Value::Object(_)) {
+        return Err(not_an_object("/context", "context", &request.context));
+    }
     if let Some(schema) = &template.parameters_schema {
         validate(schema, &parameters, "/parameters")?;
     }
@@ -72,6 +76,22 @@ pub fn prepare_start(
         context,
         deadline,
     })
+}
+
+/// A start's `parameters` and `context` are objects (CEL reads their fields by name; the
+/// template format defines nothing else), or absent.
+fn not_an_object(pointer: &str, field: &str, value: &Value) -> EngineError {
+    let kind = match value {
+        Value::Null | Value::Object(_) => "an object",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+    };
+    EngineError::invalid(
+        pointer,
+        format!("`{field}` must be a JSON object (or absent), not {kind}"),
+    )
 }
 
 /// Emits the `started` event and runs the `on_start` rules.
@@ -506,12 +526,12 @@ pub fn on_message(
     let transitions: Vec<ThreadTransition> = moves
         .iter()
         .map(|(thread, transition)| {
-            let deadline = match &transition.reply_by {
-                Some(spec) if template.machine.state(transition.to).terminal.is_none() => request
-                    .reply_by
-                    .or_else(|| spec.default_ms.map(|ms| now.saturating_add(ms))),
-                _ => None,
-            };
+            let deadline = arrival_deadline(
+                transition.reply_by.as_ref(),
+                template.machine.state(transition.to),
+                request.reply_by,
+                now,
+            );
             thread_transition(&template, conversation, *thread, transition.to, deadline)
         })
         .collect();
@@ -622,6 +642,14 @@ fn resolve_receivers(
                     ),
                 ));
             }
+            if to.len() > 1 {
+                // Everything in `to` is the initiator (checked above): as for the initiator's
+                // messages, a receiver is named once.
+                return Err(EngineError::invalid(
+                    "/to/1",
+                    format!("`{initiator}` is listed twice"),
+                ));
+            }
             // A participant always has a thread: that is what makes it a participant.
             let thread = conversation.thread_index(sender).unwrap_or_default();
             Ok((smallvec::smallvec![thread], vec![initiator.clone()]))
@@ -672,6 +700,31 @@ fn fit<'t>(
                 state.name, current.participant
             ),
         },
+    }
+}
+
+/// The deadline a thread has on arrival in `target` by a transition whose `reply_by` spec is
+/// `spec`, for a message that carries `reply_by`:
+///
+/// - a terminal state has none;
+/// - a transition with `reply_by` sets the message's own, else now + its `default_ms`;
+/// - a state with `on_deadline` takes the message's own even without one: that state says
+///   what happens when the sender's reply-by passes (in a contract-net, a proposal's
+///   `reply_by` is how long the offer stands, and `proposed` lapses at it);
+/// - otherwise none: the deadline is cleared.
+fn arrival_deadline(
+    spec: Option<&ReplyBySpec>,
+    target: &State,
+    reply_by: Option<u64>,
+    now: u64,
+) -> Option<u64> {
+    if target.terminal.is_some() {
+        return None;
+    }
+    match spec {
+        Some(spec) => reply_by.or_else(|| spec.default_ms.map(|ms| now.saturating_add(ms))),
+        None if target.on_deadline.is_some() => reply_by,
+        None => None,
     }
 }
 
@@ -1329,6 +1382,55 @@ mod tests {
         assert_eq!(
             effects.reject,
             Some(("hook `credit.wasm`".to_owned(), "no".to_owned()))
+        );
+    }
+
+    fn state(terminal: Option<Outcome>, on_deadline: Option<StateId>) -> State {
+        State {
+            name: Arc::from("s"),
+            terminal,
+            transitions: Vec::new(),
+            on_deadline,
+            late: None,
+        }
+    }
+
+    #[test]
+    fn a_state_with_on_deadline_takes_the_messages_reply_by() {
+        let now = 1_000;
+        let lapses = state(None, Some(StateId(1)));
+        let advisory = state(None, None);
+        let terminal = state(Some(Outcome::Rejected), None);
+        let default = ReplyBySpec {
+            default_ms: Some(50),
+            required: false,
+        };
+        let own = ReplyBySpec {
+            default_ms: None,
+            required: false,
+        };
+        // Without a `reply_by` on the transition: only a state that lapses keeps the
+        // sender's reply-by (it was dropped there before, so proposals never lapsed).
+        assert_eq!(
+            arrival_deadline(None, &lapses, Some(5_000), now),
+            Some(5_000)
+        );
+        assert_eq!(arrival_deadline(None, &lapses, None, now), None);
+        assert_eq!(arrival_deadline(None, &advisory, Some(5_000), now), None);
+        // With one: the message's own, else the default, wherever it leads.
+        assert_eq!(
+            arrival_deadline(Some(&default), &advisory, Some(5_000), now),
+            Some(5_000)
+        );
+        assert_eq!(
+            arrival_deadline(Some(&default), &lapses, None, now),
+            Some(1_050)
+        );
+        assert_eq!(arrival_deadline(Some(&own), &advisory, None, now), None);
+        // A terminal state has no deadline left.
+        assert_eq!(
+            arrival_deadline(Some(&default), &terminal, Some(5_000), now),
+            None
         );
     }
 

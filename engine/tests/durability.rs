@@ -1733,4 +1733,31 @@ async fn hooks_running_to_their_budget_hold_up_no_other_conversation() {
     })
     .await
     .expect("test timed out");
+
+/// `colloquy --help`, and a subcommand's, print the usage on stdout and exit 0 (as every
+/// binary of the workspace does; the others are checked in the end-to-end suite).
+#[test]
+fn colloquy_answers_help() {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["serve", "--help"],
+        &["templates", "--help"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_colloquy"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run colloquy");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "colloquy {args:?}: {}",
+            output.status
+        );
+        assert!(
+            stdout.contains("Usage: colloquy"),
+            "colloquy {args:?}: {stdout}"
+        );
+    }
 }

@@ -19,7 +19,8 @@ pub enum Outcome {
     Failure,
     /// The participant declined (FIPA refuse).
     Refused,
-    /// The initiator turned a proposal down (FIPA reject-proposal).
+    /// The initiator turned a proposal down (FIPA reject-proposal), or let it lapse
+    /// unanswered past its reply-by.
     Rejected,
     /// The initiator cancelled and the participant confirmed.
     Cancelled,

@@ -204,8 +204,10 @@ pub struct StateSpec {
     /// Makes the state terminal, with this outcome. Terminal states have no transitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal: Option<Outcome>,
-    /// The state to move to when the thread's reply-by passes here. Without it, reply-by is
-    /// advisory in this state.
+    /// The state to move to when the thread's reply-by passes here. A message that moves a
+    /// thread here sets that reply-by from its own `reply_by` even when its transition has no
+    /// `reply_by` (a proposal's `reply_by` is how long the offer stands). Without it, reply-by
+    /// is advisory in this state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_deadline: Option<String>,
     /// What a message arriving in this (terminal) state after a deadline gets.
@@ -226,7 +228,8 @@ pub struct TransitionSpec {
     /// A CEL guard over `message`, `content`, `parameters`, `vars`, `context`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
-    /// Sets the thread's deadline on arrival in `to`.
+    /// Sets the thread's deadline on arrival in `to`. Without it, the deadline is the
+    /// message's own `reply_by` when `to` has an `on_deadline`, and none otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_by: Option<ReplyBySpec>,
 }

@@ -6,8 +6,24 @@
 use colloquy_sdk::{AskOptions, Client};
 use serde_json::json;
 
+/// What `--help` prints.
+const USAGE: &str = "\
+initiator: one FIPA request and one query to a participant agent, printing what comes back.
+
+Usage: initiator [URL] [AGENT] [PARTICIPANT]   (defaults: http://127.0.0.1:7700 alice bob)
+       initiator -h|--help                    print this text
+The bearer token, when the server needs one, is read from COLLOQUY_TOKEN.
+";
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args()
+        .nth(1)
+        .is_some_and(|arg| arg == "-h" || arg == "--help")
+    {
+        print!("{USAGE}");
+        return Ok(());
+    }
     let mut args = std::env::args().skip(1);
     let url = args
         .next()

@@ -7,8 +7,24 @@
 use colloquy_sdk::{Client, Handlers};
 use serde_json::json;
 
+/// What `--help` prints.
+const USAGE: &str = "\
+participant: answers FIPA requests and queries from its inbox stream.
+
+Usage: participant [URL] [AGENT]   (defaults: http://127.0.0.1:7700 bob)
+       participant -h|--help      print this text
+The bearer token, when the server needs one, is read from COLLOQUY_TOKEN.
+";
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args()
+        .nth(1)
+        .is_some_and(|arg| arg == "-h" || arg == "--help")
+    {
+        print!("{USAGE}");
+        return Ok(());
+    }
     let mut args = std::env::args().skip(1);
     let url = args
         .next()

@@ -72,7 +72,27 @@ impl Options {
     }
 }
 
-fn options() -> anyhow::Result<Options> {
+/// What `--help` prints.
+const USAGE: &str = "\
+http-bench: request conversations against `colloquy serve`, next to an axum JSON echo server
+measured in the same run (both child processes; build them first:
+cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin bench-echo --bin http-bench)
+
+Usage: http-bench [OPTIONS]
+
+Options:
+  --pin                servers on CPU 0, the load on the other CPUs (needs two CPUs)
+  --hook               also measure colloquy with the Rust credit hook on every message
+                       (templates/examples/build.sh builds it)
+  --retention SECONDS  run colloquy with --retention SECONDSs and warm up past it
+  --seconds N          measure for N seconds (default 8)
+  --colloquy PATH      the colloquy binary (default: beside this one)
+  --echo PATH          the bench-echo binary (default: beside this one)
+  -h, --help           print this text
+";
+
+/// The options, or `None` when the caller asked for `--help` (answered here).
+fn options() -> anyhow::Result<Option<Options>> {
     let dir = std::env::current_exe()?
         .parent()
         .map(Path::to_path_buf)
@@ -98,10 +118,14 @@ fn options() -> anyhow::Result<Options> {
             "--seconds" => {
                 options.measure = Duration::from_secs(args.next().context("--seconds N")?.parse()?)
             }
-            other => bail!("unknown argument {other}; see the file's docs"),
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                return Ok(None);
+            }
+            other => bail!("unknown argument {other}; see http-bench --help"),
         }
     }
-    Ok(options)
+    Ok(Some(options))
 }
 
 /// A server child process, killed on drop.
@@ -441,7 +465,9 @@ async fn measure(
 }
 
 fn main() -> anyhow::Result<()> {
-    let options = options()?;
+    let Some(options) = options()? else {
+        return Ok(());
+    };
     if options.pin {
         // The load generator stays off the servers' CPU.
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);

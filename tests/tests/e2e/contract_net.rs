@@ -126,6 +126,77 @@ async fn contract_net_mixed_propose_refuse_and_silence() {
     assert_eq!(commitment_states(&view), [CommitmentState::Fulfilled]);
 }
 
+/// FIPA: a proposal's reply-by is how long the offer stands. Unanswered by then, it lapses:
+/// the thread ends (`lapsed`, outcome `rejected`) and the proposer is released, instead of
+/// staying `proposed` and `pending` until the conversation deadline (an hour here).
+#[tokio::test]
+async fn contract_net_proposal_lapses_at_its_reply_by() {
+    let h = Harness::new();
+    let id = called(&h, &["p1", "p2"]).await;
+    // p1's offer stands until after the proposal deadline; p2's has no validity of its own.
+    let valid_until = CFP_DEADLINE + 5_000;
+    let r = h
+        .ok(
+            &id,
+            "p1",
+            msg("propose", json!({"price": 100})).reply_by(valid_until),
+        )
+        .await;
+    assert_eq!(state(&r.threads, "p1"), "proposed");
+    assert_eq!(thread(&r.threads, "p1").deadline, Some(valid_until));
+    propose(&h, &id, "p2", 120).await;
+    assert_eq!(thread(&h.view(&id).await.threads, "p2").deadline, None);
+
+    h.advance(valid_until - T0 - 1).await;
+    let view = h.view(&id).await;
+    assert_eq!(state(&view.threads, "p1"), "proposed");
+    assert_eq!(commitment_of(&view, "p1"), CommitmentState::Pending);
+    h.advance(1).await;
+    let view = h.view(&id).await;
+    assert_eq!(state(&view.threads, "p1"), "lapsed");
+    assert_eq!(thread(&view.threads, "p1").outcome, Some(Outcome::Rejected));
+    assert_eq!(commitment_of(&view, "p1"), CommitmentState::Released);
+    // p2's offer stands: the conversation goes on.
+    assert_eq!(state(&view.threads, "p2"), "proposed");
+    assert_eq!(commitment_of(&view, "p2"), CommitmentState::Pending);
+    assert_eq!(view.status, ConversationStatus::Active);
+    assert!(view.violations.is_empty(), "{:?}", view.violations);
+
+    // Accepting the lapsed offer binds nobody: the thread has ended (recorded, report mode).
+    let r = h
+        .ok(&id, "manager", msg("accept-proposal", json!({})).to(["p1"]))
+        .await;
+    assert_eq!(r.violation.map(|v| v.kind), Some(ViolationKind::AfterEnd));
+    let view = h.view(&id).await;
+    assert_eq!(state(&view.threads, "p1"), "lapsed");
+    assert_eq!(commitment_of(&view, "p1"), CommitmentState::Released);
+
+    accept(&h, &id, &["p2"]).await;
+    h.ok(&id, "p2", msg("inform", json!({}))).await;
+    let view = h.view(&id).await;
+    assert_eq!(view.outcome, Some(Outcome::Success));
+    assert_eq!(commitment_of(&view, "p2"), CommitmentState::Fulfilled);
+}
+
+/// Every proposal lapsing ends the call like every proposal being rejected.
+#[tokio::test]
+async fn contract_net_all_proposals_lapsing_ends_the_conversation() {
+    let h = Harness::new();
+    let id = called(&h, &["p1"]).await;
+    h.ok(
+        &id,
+        "p1",
+        msg("propose", json!({"price": 100})).reply_by(T0 + 2_000),
+    )
+    .await;
+    h.advance(2_000).await;
+    let view = h.view(&id).await;
+    assert_eq!(state(&view.threads, "p1"), "lapsed");
+    assert_eq!(view.status, ConversationStatus::Completed);
+    assert_eq!(view.outcome, Some(Outcome::Failure));
+    assert_eq!(commitment_states(&view), [CommitmentState::Released]);
+}
+
 #[tokio::test]
 async fn contract_net_late_proposal_is_rejected_automatically() {
     let h = Harness::new();

@@ -349,3 +349,131 @@ async fn unprocessable_for_unknown_performatives_and_schema_violations() {
         "{body}"
     );
 }
+
+/// Sends `head` (request line and headers, without the blank line) and `body` on a fresh
+/// connection with `Connection: close`, and returns the status and the body as text.
+async fn raw_request(server: &Server, head: &[u8], body: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = server.url.trim_start_matches("http://");
+    let mut stream = bounded(tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("connect");
+    let mut request = head.to_vec();
+    request.extend_from_slice(
+        format!(
+            "\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    request.extend_from_slice(body);
+    bounded(stream.write_all(&request)).await.expect("write");
+    let mut answer = Vec::new();
+    bounded(stream.read_to_end(&mut answer))
+        .await
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A header value with control bytes used to stop the request in the HTTP layer with a bare
+/// 400 and an empty body. The header is now ignored: a valid start goes through, and a
+/// mangled credential is a missing one, answered with the API's JSON error.
+#[tokio::test]
+async fn a_garbage_header_is_ignored_and_every_answer_is_json() {
+    let server = Server::start().await;
+    let start = br#"{"template": "fipa-request", "participants": ["bob"]}"#;
+    let (status, body) = raw_request(
+        &server,
+        b"POST /v1/conversations HTTP/1.1\r\nAuthorization: Bearer alice-token\r\n\
+          Content-Type: \x01\x02garbage\x7f",
+        start,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let view: Value = serde_json::from_str(&body).expect("a JSON body");
+    assert_eq!(view["template"], "fipa-request");
+
+    let (status, body) = raw_request(
+        &server,
+        b"POST /v1/conversations HTTP/1.1\r\nAuthorization: Bearer \x01alice-token\r\n\
+          Content-Type: application/json",
+        start,
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    let error: Value = serde_json::from_str(&body).expect("a JSON error body");
+    assert_eq!(code(&error), "unauthenticated");
+}
+
+/// A participant names the initiator once in `to`, as the initiator names each participant
+/// once: the second mention is refused at `/to/1`.
+#[tokio::test]
+async fn a_participant_naming_the_initiator_twice_is_refused() {
+    let server = Server::start().await;
+    let id = started(&server).await;
+    let path = format!("/v1/conversations/{id}/messages");
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, &path, "bob")
+            .json(&json!({"performative": "agree", "to": ["alice", "alice"]})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(code(&body), "invalid");
+    assert_eq!(pointer(&body), Some("/to/1"));
+    // Named once, it goes through.
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, &path, "bob")
+            .json(&json!({"performative": "agree", "to": ["alice"]})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+}
+
+/// A start's `parameters` and `context` are objects; anything else is refused, naming the
+/// field.
+#[tokio::test]
+async fn start_parameters_and_context_must_be_objects() {
+    let server = Server::start().await;
+    for (field, value, at) in [
+        ("parameters", json!([1, 2]), "/parameters"),
+        ("parameters", json!("x"), "/parameters"),
+        ("context", json!("a string"), "/context"),
+        ("context", json!(42), "/context"),
+    ] {
+        let mut start = json!({"template": "fipa-request", "participants": ["bob"]});
+        start[field] = value.clone();
+        let (status, body) = call(
+            server
+                .as_agent(Method::POST, "/v1/conversations", "alice")
+                .json(&start),
+        )
+        .await;
+        assert_eq!(status, 422, "{field} = {value}: {body}");
+        assert_eq!(code(&body), "invalid");
+        assert_eq!(pointer(&body), Some(at), "{body}");
+    }
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({
+                "template": "fipa-request",
+                "participants": ["bob"],
+                "parameters": {"a": 1},
+                "context": {"ticket": "T-42"}
+            })),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}

@@ -5,6 +5,7 @@
 
 mod a2a;
 mod a2a_server;
+mod binaries;
 mod commitments;
 mod contract_net;
 mod custom_protocol;
