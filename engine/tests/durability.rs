@@ -1733,6 +1733,7 @@ async fn hooks_running_to_their_budget_hold_up_no_other_conversation() {
     })
     .await
     .expect("test timed out");
+}
 
 /// `colloquy --help`, and a subcommand's, print the usage on stdout and exit 0 (as every
 /// binary of the workspace does; the others are checked in the end-to-end suite).
