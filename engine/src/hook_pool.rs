@@ -26,7 +26,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Threads per core by default: hook calls that run to their budget are what the pool must
 /// absorb, and each of them waits on its budget, not on a core.
@@ -148,14 +148,14 @@ impl HookPool {
             .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_template.max(1))))
             .clone();
         let waited = Instant::now();
-        let _permit = match tokio::time::timeout(self.config.max_wait, share.acquire()).await {
+        let permit = match tokio::time::timeout(self.config.max_wait, share.acquire_owned()).await {
             Ok(Ok(permit)) => permit,
             // The semaphore is never closed.
             Ok(Err(_)) => return Err(HookPoolBusy::Lost),
             Err(_) => return Err(HookPoolBusy::Waited(self.config.max_wait)),
         };
-        self.run_within(step, self.config.max_wait.saturating_sub(waited.elapsed()))
-            .await
+        let max_wait = self.config.max_wait.saturating_sub(waited.elapsed());
+        self.run_within(step, max_wait, Some(permit)).await
     }
 
     /// Runs `step` on a pool thread and waits for its result without holding the caller's
@@ -164,18 +164,22 @@ impl HookPool {
         &self,
         step: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, HookPoolBusy> {
-        self.run_within(step, self.config.max_wait).await
+        self.run_within(step, self.config.max_wait, None).await
     }
 
     /// [`HookPool::run`], refusing the step unrun once it waited `max_wait` for a thread.
+    /// `share`, the template's permit, is released when the step is done, not when the caller
+    /// stops waiting: a caller that went away leaves its step counted against its template.
     async fn run_within<T: Send + 'static>(
         &self,
         step: impl FnOnce() -> T + Send + 'static,
         max_wait: Duration,
+        share: Option<OwnedSemaphorePermit>,
     ) -> Result<T, HookPoolBusy> {
         let (done, result) = tokio::sync::oneshot::channel();
         let limit = self.config.max_wait;
         let job: Job = Box::new(move |queued_for| {
+            let _share = share;
             let outcome = if queued_for > max_wait {
                 Err(HookPoolBusy::Waited(limit))
             } else {
