@@ -1568,7 +1568,7 @@ const SPINNERS: usize = 4;
 /// A template directory with the built-in templates, `spinner`, a request protocol whose hook
 /// loops for ever at `on_start`, and `late-spinner`, whose hook loops for ever at
 /// `on_timeout` (its requests' reply-by is 300 ms).
-fn spinner_templates(dir: &Path) -> PathBuf {
+fn spinner_templates(dir: &Path, budget_ms: u64) -> PathBuf {
     let templates = templates(dir);
     let module = wat::parse_str(
         r#"(module
@@ -1593,7 +1593,7 @@ fn spinner_templates(dir: &Path) -> PathBuf {
                 "spec:\n",
                 &format!(
                     "spec:\n  hooks:\n    module: spin.wasm\n    events: [{event}]\n    \
-                     limits: {{ timeout_ms: {SPIN_BUDGET_MS} }}\n"
+                     limits: {{ timeout_ms: {budget_ms} }}\n"
                 ),
             );
         assert!(spinner.contains(&format!("name: {name}")) && spinner.contains("spin.wasm"));
@@ -1619,7 +1619,7 @@ fn quantile(durations: &mut [Duration], p: f64) -> Duration {
 async fn hooks_running_to_their_budget_hold_up_no_other_conversation() {
     timeout(TEST_TIMEOUT, async {
         let dir = scratch_dir("spinners");
-        let templates = spinner_templates(&dir);
+        let templates = spinner_templates(&dir, SPIN_BUDGET_MS);
         let budget = SPIN_BUDGET_MS.to_string();
         let data = dir.join("data").display().to_string();
         let server = Server::start_with(
@@ -1644,6 +1644,12 @@ async fn hooks_running_to_their_budget_hold_up_no_other_conversation() {
                 (result, started.elapsed())
             }
         };
+        // The server takes requests once its templates are loaded, after it prints its address.
+        server
+            .client("carol")
+            .start(&request("ready", "dave", None))
+            .await
+            .expect("the server serves");
         let spinning: Vec<_> = (0..SPINNERS).map(|i| tokio::spawn(spin(i))).collect();
         // Let the hooks start spinning, then time another client's plain conversations.
         sleep(Duration::from_millis(200)).await;
@@ -1730,6 +1736,75 @@ async fn hooks_running_to_their_budget_hold_up_no_other_conversation() {
         for handle in spinning {
             let _ = handle.await;
         }
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// A hook pool whose threads are all taken by hooks running to their budgets answers `503
+/// hooks_busy` (retry later) once a step has waited its limit (2 s) for one, records
+/// nothing, and still serves conversations without hooks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_hook_pool_answers_503_and_serves_other_templates() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("busy-pool");
+        // Longer than the 2 s a step may wait, so the second spinner cannot get the thread.
+        let budget_ms = 5_000;
+        let templates = spinner_templates(&dir, budget_ms);
+        let data = dir.join("data").display().to_string();
+        let server = Server::start_with(
+            &dir,
+            &templates,
+            "memory",
+            "busy-pool",
+            &[
+                "--max-hook-timeout-ms",
+                &budget_ms.to_string(),
+                "--hook-threads",
+                "1",
+                "--data-dir",
+                &data,
+            ],
+        );
+        let spinner = |id: &str| StartConversation {
+            template: "spinner".to_owned(),
+            participants: vec!["bob".to_owned()],
+            conversation_id: Some(id.to_owned()),
+            ..StartConversation::default()
+        };
+        // The server takes requests once its templates are loaded, after it prints its address.
+        server
+            .client("carol")
+            .start(&request("ready", "dave", None))
+            .await
+            .expect("the server serves");
+        let first = tokio::spawn({
+            let client = server.client("alice");
+            let start = spinner("first");
+            async move { client.start(&start).await }
+        });
+        sleep(Duration::from_millis(300)).await;
+        let error = server
+            .client("alice")
+            .start(&spinner("second"))
+            .await
+            .expect_err("the pool's one thread is spinning");
+        let text = error.to_string();
+        assert!(
+            text.contains("HTTP 503") && text.contains("hooks_busy"),
+            "{text}"
+        );
+        server
+            .client("carol")
+            .start(&request("plain", "dave", None))
+            .await
+            .expect("a template without hooks does not wait on the pool");
+        let first = first.await.expect("joined").expect_err("the first spins");
+        assert!(first.to_string().contains("hook_failed"), "{first}");
+        assert!(
+            server.client("alice").conversation("second").await.is_err(),
+            "the refused start recorded nothing"
+        );
     })
     .await
     .expect("test timed out");
