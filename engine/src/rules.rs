@@ -560,3 +560,106 @@ mod erased {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use colloquy_policy::{CompiledTemplate, TemplateCompiler};
+    use colloquy_protocol::event::Started;
+    use colloquy_protocol::message::Content;
+    use colloquy_protocol::performative::Performative;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The policy manager's minimal template with these routing rules.
+    fn template(routing: &str) -> Arc<CompiledTemplate> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../policy-manager/fixtures/valid/minimal.yaml");
+        let source = std::fs::read_to_string(path).expect("fixture exists") + routing;
+        Arc::new(
+            TemplateCompiler::new()
+                .compile_str(&source, None)
+                .unwrap_or_else(|diagnostics| panic!("{diagnostics}")),
+        )
+    }
+
+    fn conversation(template: Arc<CompiledTemplate>) -> Conversation {
+        let started = Started {
+            id: Arc::from("c-1"),
+            template: template.name.clone(),
+            revision: template.revision.clone(),
+            initiator: Arc::from("alice"),
+            participants: vec![Arc::from("bob")],
+            parameters: json!({}),
+            context: json!({}),
+            deadline: None,
+        };
+        Conversation::new(template, Arc::new(started))
+    }
+
+    fn request(content: Value) -> Message {
+        Message {
+            id: Arc::from("m-1"),
+            performative: Performative::parse("request").expect("a FIPA act"),
+            sender: Arc::from("alice"),
+            receivers: vec![Arc::from("bob")],
+            content: Content::from_value(&content),
+            in_reply_to: None,
+            reply_by: None,
+            sent_at: 0,
+        }
+    }
+
+    /// Runs the template's routing rules over a request carrying `items`.
+    fn route(template: &Arc<CompiledTemplate>, items: &[u64]) -> Result<Effects, TooCostly> {
+        let conversation = conversation(template.clone());
+        let message = request(json!({ "items": items }));
+        let scope = Scope {
+            conversation: &conversation,
+            message: Some(&message),
+            timeout: None,
+            now: 0,
+        };
+        let mut effects = Effects::default();
+        scope.run_rules(&template.routing, &mut effects)?;
+        Ok(effects)
+    }
+
+    #[test]
+    fn a_quadratic_rule_over_a_long_list_is_refused_before_it_runs() {
+        let template = template(
+            "  routing:\n    - name: pairs\n      when: \"content.items.exists(x, \
+             content.items.exists(y, x == y + 100000000u))\"\n      then: [{ reject: { reason: pair } }]\n",
+        );
+        let started = Instant::now();
+        let refused = route(&template, &(0..4_000).collect::<Vec<_>>())
+            .expect_err("4,000 items squared is over the budget");
+        // Evaluated, this takes seconds even in release builds; refused, it takes the time
+        // of building the variables. A generous bound that only a run of the loop exceeds.
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert_eq!(refused.rule, "rule `pairs`");
+        assert_eq!(refused.template, "minimal");
+        assert_eq!(refused.collection, 4_000);
+        assert!(refused.estimate > CEL_STEP_BUDGET);
+        let text = refused.to_string();
+        assert!(text.contains("content.items.exists(x, content.items.exists(y"), "{text}");
+        // Over a short list it runs, and holds.
+        let effects = route(&template, &[1, 100_000_001]).expect("within the budget");
+        assert_eq!(effects.reject, Some(("pairs".to_owned(), "pair".to_owned())));
+    }
+
+    #[test]
+    fn a_single_loop_over_an_ordinary_list_runs() {
+        let template = template(
+            "  routing:\n    - name: big\n      when: \"content.items.exists(x, x > 500)\"\n      \
+             then: [{ reject: { reason: big } }]\n",
+        );
+        let effects = route(&template, &(0..1_000).collect::<Vec<_>>()).expect("linear");
+        assert_eq!(effects.reject, Some(("big".to_owned(), "big".to_owned())));
+        let effects = route(&template, &(0..100).collect::<Vec<_>>()).expect("linear");
+        assert_eq!(effects.reject, None);
+    }
+}
