@@ -392,7 +392,11 @@ impl Scope<'_> {
 
     /// Runs every matching rule of `rules` and collects their actions into `effects`. Stops
     /// at the first expression too costly for these values.
-    pub fn run_rules(&self, rules: &[CompiledRule], effects: &mut Effects) -> Result<(), TooCostly> {
+    pub fn run_rules(
+        &self,
+        rules: &[CompiledRule],
+        effects: &mut Effects,
+    ) -> Result<(), TooCostly> {
         if rules.is_empty() {
             return Ok(());
         }
@@ -433,10 +437,13 @@ impl Scope<'_> {
 
 /// Every expression of a rule: its condition and its computed values.
 fn rule_expressions(rule: &CompiledRule) -> impl Iterator<Item = &Expression> {
-    rule.when.iter().chain(rule.then.iter().flat_map(|action| match action {
-        CompiledAction::Literal(_) => [].iter(),
-        CompiledAction::EvalVars(expressions) => expressions.iter(),
-    }.map(|(_, expression)| expression)))
+    rule.when.iter().chain(rule.then.iter().flat_map(|action| {
+        match action {
+            CompiledAction::Literal(_) => [].iter(),
+            CompiledAction::EvalVars(expressions) => expressions.iter(),
+        }
+        .map(|(_, expression)| expression)
+    }))
 }
 
 /// Whether a rule's condition or one of its computed values reads the variable `name`.
@@ -639,16 +646,26 @@ mod tests {
             .expect_err("4,000 items squared is over the budget");
         // Evaluated, this takes seconds even in release builds; refused, it takes the time
         // of building the variables. A generous bound that only a run of the loop exceeds.
-        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(refused.rule, "rule `pairs`");
         assert_eq!(refused.template, "minimal");
         assert_eq!(refused.collection, 4_000);
         assert!(refused.estimate > CEL_STEP_BUDGET);
         let text = refused.to_string();
-        assert!(text.contains("content.items.exists(x, content.items.exists(y"), "{text}");
+        assert!(
+            text.contains("content.items.exists(x, content.items.exists(y"),
+            "{text}"
+        );
         // Over a short list it runs, and holds.
         let effects = route(&template, &[1, 100_000_001]).expect("within the budget");
-        assert_eq!(effects.reject, Some(("pairs".to_owned(), "pair".to_owned())));
+        assert_eq!(
+            effects.reject,
+            Some(("pairs".to_owned(), "pair".to_owned()))
+        );
     }
 
     #[test]

@@ -175,20 +175,27 @@ impl CostShape {
     /// sized operation inside one walks at most the longest value.
     pub fn estimate(&self, collection: usize, string: usize) -> u64 {
         let nodes = u64::from(self.nodes);
-        let collection = u64::try_from(collection).unwrap_or(u64::MAX).saturating_add(1);
+        let collection = u64::try_from(collection)
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
         let string = u64::try_from(string).unwrap_or(u64::MAX) / BYTES_PER_ELEMENT;
         let loops = nodes.saturating_mul(collection.saturating_pow(self.nesting));
         // A sized operation at loop depth `degree - 1` runs `collection^(degree - 1)` times
         // and walks `longest` elements each time.
         let sized = |degree: u32, longest: u64| match degree {
             0 => 0,
-            degree => nodes
-                .saturating_mul(collection.saturating_pow(degree - 1))
-                .saturating_mul(longest)
-                / ELEMENTS_PER_STEP,
+            degree => {
+                nodes
+                    .saturating_mul(collection.saturating_pow(degree - 1))
+                    .saturating_mul(longest)
+                    / ELEMENTS_PER_STEP
+            }
         };
         loops
-            .saturating_add(sized(self.sized_degree, collection.max(string.saturating_add(1))))
+            .saturating_add(sized(
+                self.sized_degree,
+                collection.max(string.saturating_add(1)),
+            ))
             .saturating_add(sized(self.string_degree, string.saturating_add(1)))
     }
 }

@@ -284,9 +284,7 @@ impl Keys {
 struct BoundedConnection(ConnectionManager);
 
 impl BoundedConnection {
-    async fn bounded<T>(
-        operation: impl Future<Output = RedisResult<T>>,
-    ) -> RedisResult<T> {
+    async fn bounded<T>(operation: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
         match tokio::time::timeout(COMMAND_DEADLINE, operation).await {
             Ok(result) => result,
             // An I/O error, so `store_error` makes it `Unavailable` (a 503).

@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, operators};
 use crate::compiled::CostShape;
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, operators};
 
 /// Where an expression runs, which decides the variables it sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,7 +168,8 @@ fn walk_cost<'e>(
     shape.nodes = shape.nodes.saturating_add(1);
     match expr {
         Expr::Call(call) => {
-            let operands: Vec<&IdedExpr> = call.target.iter().map(|t| &**t).chain(&call.args).collect();
+            let operands: Vec<&IdedExpr> =
+                call.target.iter().map(|t| &**t).chain(&call.args).collect();
             // An operand written as a literal, or built here as a list or map, is as small
             // as the expression's text; only two values from outside make a sized operation.
             let unbounded = operands
@@ -408,16 +409,24 @@ mod tests {
 
     #[test]
     fn loops_nest_inside_loops_not_inside_ranges() {
-        let quadratic = shape("content.items.exists(x, content.items.exists(y, x == y + 100000000))");
+        let quadratic =
+            shape("content.items.exists(x, content.items.exists(y, x == y + 100000000))");
         assert_eq!(quadratic.nesting, 2);
         // `x == y + 1` compares two values from outside the expression, in the inner loop.
         assert_eq!(quadratic.sized_degree, 3);
         let flat = shape("threads.all(t, t.outcome == 'success')");
-        assert_eq!((flat.nesting, flat.sized_degree), (1, 0), "a literal operand is small");
+        assert_eq!(
+            (flat.nesting, flat.sized_degree),
+            (1, 0),
+            "a literal operand is small"
+        );
         // The range of the outer `exists` runs once: one loop after another, not nested.
         let chained = shape("content.items.filter(x, x > 0).map(x, x * 2).exists(y, y == 4)");
         assert_eq!(chained.nesting, 1);
-        assert_eq!(chained.sized_degree, 0, "map's `@result + [x]` appends in place");
+        assert_eq!(
+            chained.sized_degree, 0,
+            "map's `@result + [x]` appends in place"
+        );
         let scan = shape("content.items.exists(x, x in parameters.allowed)");
         assert_eq!((scan.nesting, scan.sized_degree), (1, 2));
         let plain = shape("content.price > parameters.budget");
@@ -428,7 +437,8 @@ mod tests {
 
     #[test]
     fn the_estimate_grows_with_the_lists_and_the_nesting() {
-        let quadratic = shape("content.items.exists(x, content.items.exists(y, x == y + 100000000))");
+        let quadratic =
+            shape("content.items.exists(x, content.items.exists(y, x == y + 100000000))");
         let nodes = u64::from(quadratic.nodes);
         assert!(quadratic.estimate(4_000, 10) > nodes * 4_000 * 4_000);
         assert!(quadratic.estimate(10, 10) < quadratic.estimate(100, 10));
@@ -439,7 +449,11 @@ mod tests {
         let search = shape("content.words.exists(w, content.text.contains(w))");
         assert_eq!((search.nesting, search.string_degree), (1, 2));
         assert!(search.estimate(10, 1_000_000) > search.estimate(10, 0));
-        assert_eq!(flat.estimate(usize::MAX, 0), u64::MAX, "saturates, never wraps");
+        assert_eq!(
+            flat.estimate(usize::MAX, 0),
+            u64::MAX,
+            "saturates, never wraps"
+        );
     }
 
     fn nodes_of(shape: &CostShape) -> u64 {

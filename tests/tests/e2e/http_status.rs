@@ -384,7 +384,11 @@ async fn a_guard_too_costly_for_the_message_is_refused_naming_it() {
     assert_eq!(status, 201, "{body}");
     let request = |items: Vec<u64>| {
         server
-            .as_agent(Method::POST, "/v1/conversations/guarded-1/messages", "alice")
+            .as_agent(
+                Method::POST,
+                "/v1/conversations/guarded-1/messages",
+                "alice",
+            )
             .json(&json!({"performative": "request", "content": {"items": items}}))
     };
     let (status, body) = call(request((0..4_000).collect())).await;
