@@ -66,13 +66,13 @@ fn cel_stdlib() -> Arc<cel::Env> {
 }
 
 /// Most interpreter steps one CEL evaluation may take, as
-/// [`colloquy_policy::compiled::CostShape::estimate`] counts
-/// them over the values it reads. A CEL evaluation cannot be interrupted and runs on an
-/// async worker, so an expression over the budget is refused before it starts. Measured in
-/// release builds on a 2-core VM, a step of a comprehension loop takes about 50-60 ns
-/// (`a.exists(x, a.exists(y, x == y + 1))` at 1,000 items: 1,000,000 inner iterations of 9
-/// steps in 0.45 s); 200,000 steps keep one evaluation near 10 ms there, while a loop over
-/// 10,000 items with a 15-node body, or two nested loops over 100, fit.
+/// [`colloquy_policy::compiled::CostShape::estimate`] counts them over the values it reads.
+/// A CEL evaluation cannot be interrupted and runs on an async worker, so an expression over
+/// the budget is refused before it starts. Measured in release builds on the 2-core VM:
+/// `a.exists(x, a.exists(y, x == y + 100000000))` at 1,000 items (a million inner iterations
+/// of about 9 steps) took 0.43 s on a quiet machine and 1.2-1.4 s at load 5, 50-140 ns a
+/// step; 200,000 steps keep one evaluation at 10-30 ms, and a loop over 10,000 items with a
+/// 15-node body fits.
 pub const CEL_STEP_BUDGET: u64 = 200_000;
 
 /// A rule's expression that was not evaluated: over the values of this message (or step) it
