@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 
 use crate::conversation::Conversation;
 use crate::error::EngineError;
-use crate::rules::{DeadlineChange, Effects, Scope, TimeoutInfo};
+use crate::rules::{DeadlineChange, Effects, Origin, Scope, TimeoutInfo};
 use crate::runtime::input::{MessageFacts, hook_input};
 use crate::runtime::{HookFailure, HookRuntime, event_name};
 use crate::step::Step;
@@ -104,7 +104,7 @@ pub fn on_start(step: &mut Step<'_>) -> Result<(), EngineError> {
         timeout: None,
         now: step.now,
     }
-    .run_rules(&template.on_start, &mut effects);
+    .run_rules(&template.on_start, &mut effects)?;
     let hook_error = if effects.reject.is_none() {
         let input = || hook_input(step.conversation, HookEvent::OnStart, step.now, None, None);
         run_hook(
@@ -436,7 +436,7 @@ pub fn on_message(
     let fits: SmallVec<[Fit<'_>; 4]> = threads
         .iter()
         .map(|&thread| fit(&template, &scope, role, thread))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let all_late = fits.iter().all(|fit| matches!(fit, Fit::Late { .. }));
     if conversation.is_completed() && !all_late {
         return Err(EngineError::ConversationEnded(
@@ -476,7 +476,7 @@ pub fn on_message(
     let mut effects = Effects::default();
     let mut hook_error = None;
     if !moves.is_empty() {
-        scope.run_rules(&template.on_message, &mut effects);
+        scope.run_rules(&template.on_message, &mut effects)?;
         // The hook runs after the protocol check and before routing; a rule that already
         // refused the message spares it the call.
         if effects.reject.is_none() {
@@ -496,7 +496,7 @@ pub fn on_message(
                 &mut effects,
             )?;
         }
-        scope.run_rules(&template.routing, &mut effects);
+        scope.run_rules(&template.routing, &mut effects)?;
     }
     if let Some((rule, reason)) = effects.reject.take() {
         return Err(EngineError::Rejected { rule, reason });
@@ -662,7 +662,7 @@ fn fit<'t>(
     scope: &Scope<'_>,
     role: Role,
     thread: usize,
-) -> Fit<'t> {
+) -> Result<Fit<'t>, EngineError> {
     let conversation = scope.conversation;
     let current = &conversation.threads[thread];
     let state = template.machine.state(current.state);
@@ -673,25 +673,35 @@ fn fit<'t>(
         if let Some(policy) = &state.late
             && role == Role::Participant
         {
-            return Fit::Late { thread, policy };
+            return Ok(Fit::Late { thread, policy });
         }
-        return Fit::OutOfProtocol {
+        return Ok(Fit::OutOfProtocol {
             kind: ViolationKind::AfterEnd,
             detail: format!(
                 "`{name}` from the {who} after the thread with `{}` ended in state `{}`",
                 current.participant, state.name
             ),
-        };
+        });
     }
-    let found = state.transitions.iter().find(|transition| {
-        Some(&transition.performative) == message
-            && transition.from == role
-            && transition
-                .guard
-                .as_ref()
-                .is_none_or(|guard| scope.holds(guard))
-    });
-    match found {
+    let mut found = None;
+    for transition in &state.transitions {
+        if Some(&transition.performative) != message || transition.from != role {
+            continue;
+        }
+        let origin = Origin::Guard {
+            state: &state.name,
+            performative: name,
+        };
+        if transition
+            .guard
+            .as_ref()
+            .map_or(Ok(true), |guard| scope.holds(guard, &origin))?
+        {
+            found = Some(transition);
+            break;
+        }
+    }
+    Ok(match found {
         Some(transition) => Fit::Move { thread, transition },
         None => Fit::OutOfProtocol {
             kind: ViolationKind::OutOfProtocol,
@@ -700,7 +710,7 @@ fn fit<'t>(
                 state.name, current.participant
             ),
         },
-    }
+    })
 }
 
 /// The deadline a thread has on arrival in `target` by a transition whose `reply_by` spec is
@@ -1045,13 +1055,17 @@ pub fn fire_due(step: &mut Step<'_>) {
 
     let mut effects = Effects::default();
     for timeout in &timeouts {
-        Scope {
+        let ran = Scope {
             conversation: step.conversation,
             message: None,
             timeout: Some(timeout),
             now,
         }
         .run_rules(&template.on_timeout, &mut effects);
+        // Time cannot be refused: a rule too costly to evaluate is skipped, with the rest.
+        if let Err(error) = ran {
+            tracing::warn!(conversation = %step.conversation.id(), %error, "on_timeout rules stopped");
+        }
     }
     // A failing `on_timeout` hook is recorded under either policy: time cannot be refused,
     // and the deadline's own effects (expiry, a fired retry) stand.
@@ -1287,8 +1301,14 @@ fn decide_outcome(step: &Step<'_>) -> Outcome {
         timeout: None,
         now: step.now,
     };
-    if let Some(outcome) = scope.first_match(&conversation.template.outcome.rules) {
-        return *outcome;
+    match scope.first_match(&conversation.template.outcome.rules) {
+        Ok(Some(outcome)) => return *outcome,
+        Ok(None) => {}
+        // The conversation is over whatever the rules say: a rule too costly to evaluate
+        // leaves the default below to decide.
+        Err(error) => {
+            tracing::warn!(conversation = %conversation.id(), %error, "outcome rules stopped");
+        }
     }
     let outcomes: Vec<Outcome> = conversation
         .threads

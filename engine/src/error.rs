@@ -126,6 +126,10 @@ pub enum EngineError {
         /// Its reason.
         reason: String,
     },
+    /// A rule's CEL expression could cost more than the evaluation budget over this
+    /// message's values: it was not evaluated, and the message (or the start) is refused.
+    #[error(transparent)]
+    RuleTooCostly(#[from] crate::rules::TooCostly),
     /// The template's wasm hook failed and its policy is `fail_closed`: the message (or the
     /// start) is refused and nothing changed.
     #[error("hook `{hook}` failed at {event}: {cause}")]
@@ -179,6 +183,7 @@ impl EngineError {
             | EngineError::Invalid { .. }
             | EngineError::MessageIdTaken { .. }
             | EngineError::Rejected { .. }
+            | EngineError::RuleTooCostly(_)
             | EngineError::HookFailed { .. } => ErrorKind::Unprocessable,
             EngineError::ContextTooLarge { .. } => ErrorKind::TooLarge,
             EngineError::ConversationEnded(_) => ErrorKind::Gone,
@@ -211,6 +216,7 @@ impl EngineError {
             EngineError::ConversationEnded(_) => "conversation_ended",
             EngineError::MessageLimit { .. } => "message_limit",
             EngineError::Rejected { .. } => "rejected",
+            EngineError::RuleTooCostly(_) => "rule_too_costly",
             EngineError::HookFailed { .. } => "hook_failed",
             EngineError::CommitmentClosed(..) => "commitment_closed",
             EngineError::MessageIdTaken { .. } => "message_id_taken",

@@ -65,12 +65,128 @@ fn cel_stdlib() -> Arc<cel::Env> {
     Arc::clone(&STDLIB)
 }
 
+/// Most interpreter steps one CEL evaluation may take, as
+/// [`colloquy_policy::compiled::CostShape::estimate`] counts them over the values it reads.
+/// A CEL evaluation cannot be interrupted and runs on an async worker, so an expression over
+/// the budget is refused before it starts. Measured in release builds on the 2-core VM:
+/// `a.exists(x, a.exists(y, x == y + 100000000))` at 1,000 items (a million inner iterations
+/// of about 9 steps) took 0.43 s on a quiet machine and 1.2-1.4 s at load 5, 50-140 ns a
+/// step; 200,000 steps keep one evaluation at 10-30 ms, and a loop over 10,000 items with a
+/// 15-node body fits.
+pub const CEL_STEP_BUDGET: u64 = 200_000;
+
+/// A rule's expression that was not evaluated: over the values of this message (or step) it
+/// could take more than [`CEL_STEP_BUDGET`] steps.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{rule} of template `{template}` was not evaluated: `{expression}` could take {estimate} \
+     steps over these values (lists of up to {collection} items, strings of up to {string} \
+     bytes), over the budget of {CEL_STEP_BUDGET}; each comprehension nested in another's loop \
+     multiplies the work by a list's length"
+)]
+pub struct TooCostly {
+    /// The template.
+    pub template: String,
+    /// Which rule or guard, as the template places it.
+    pub rule: String,
+    /// The expression as written.
+    pub expression: Arc<str>,
+    /// Its estimated steps.
+    pub estimate: u64,
+    /// The longest list or map among the values it reads.
+    pub collection: usize,
+    /// The longest string among them, in bytes.
+    pub string: usize,
+}
+
+/// The longest list or map and the longest string among some values: what bounds the work
+/// of an expression that reads them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sizes {
+    collection: usize,
+    string: usize,
+}
+
+impl Sizes {
+    fn add_json(&mut self, value: &Value) {
+        match value {
+            Value::String(text) => self.string = self.string.max(text.len()),
+            Value::Array(items) => {
+                self.collection = self.collection.max(items.len());
+                items.iter().for_each(|item| self.add_json(item));
+            }
+            Value::Object(map) => self.add_map(map),
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+
+    fn add_map(&mut self, map: &Map<String, Value>) {
+        self.collection = self.collection.max(map.len());
+        for (key, value) in map {
+            self.string = self.string.max(key.len());
+            self.add_json(value);
+        }
+    }
+
+    fn add_list<S: AsRef<str>>(&mut self, items: &[S]) {
+        self.collection = self.collection.max(items.len());
+        for item in items {
+            self.string = self.string.max(item.as_ref().len());
+        }
+    }
+}
+
+/// What an expression is, for an error naming it.
+pub enum Origin<'a> {
+    /// A routing or lifecycle rule.
+    Rule(&'a str),
+    /// The guard of a transition.
+    Guard {
+        /// The state it leaves.
+        state: &'a str,
+        /// Its trigger.
+        performative: &'a str,
+    },
+    /// `outcome.rules[index]`.
+    Outcome(usize),
+}
+
+impl fmt::Display for Origin<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Rule(name) => write!(f, "rule `{name}`"),
+            Origin::Guard {
+                state,
+                performative,
+            } => write!(
+                f,
+                "the guard of the `{performative}` transition out of state `{state}`"
+            ),
+            Origin::Outcome(index) => write!(f, "outcome.rules[{index}]"),
+        }
+    }
+}
+
+/// The variables of a scope as CEL sees them, with the sizes of those values when some
+/// expression needs its cost bounded.
+struct Variables {
+    context: cel::Context<'static, 'static>,
+    sizes: Option<Sizes>,
+}
+
 impl Scope<'_> {
     /// The CEL variables `reads` asks for. Each one is converted from engine state on every
-    /// evaluation, so the ones no expression reads are left out.
-    fn context(&self, reads: &dyn Fn(&str) -> bool) -> cel::Context<'static, 'static> {
+    /// evaluation, so the ones no expression reads are left out. With `measure`, the sizes
+    /// of those values are taken as well.
+    fn variables(&self, reads: &dyn Fn(&str) -> bool, measure: bool) -> Variables {
         let conversation = self.conversation;
         let started = &conversation.started;
+        let mut sizes = measure.then(Sizes::default);
+        let mut measure = |add: &dyn Fn(&mut Sizes)| {
+            if let Some(sizes) = sizes.as_mut() {
+                add(sizes);
+            }
+        };
         let mut context = cel::Context::with_env(cel_stdlib());
         let mut add = |name: &str, value: &dyn erased::Serializable| {
             if !reads(name) {
@@ -84,6 +200,15 @@ impl Scope<'_> {
         add("context", &started.context);
         add("vars", &conversation.vars);
         add("now", &self.now);
+        if reads("parameters") {
+            measure(&|sizes| sizes.add_json(&started.parameters));
+        }
+        if reads("context") {
+            measure(&|sizes| sizes.add_json(&started.context));
+        }
+        if reads("vars") {
+            measure(&|sizes| sizes.add_map(&conversation.vars));
+        }
         if reads("conversation") {
             add(
                 "conversation",
@@ -96,6 +221,10 @@ impl Scope<'_> {
                     deadline: conversation.deadline,
                 },
             );
+            measure(&|sizes| {
+                sizes.add_list(&started.participants);
+                sizes.add_list(&[&started.id, &started.template, &started.revision]);
+            });
         }
         if reads("threads") {
             let threads: Vec<ThreadFacts<'_>> = conversation
@@ -112,14 +241,30 @@ impl Scope<'_> {
                 })
                 .collect();
             add("threads", &threads);
+            measure(&|sizes| {
+                sizes.add_list(&started.participants);
+            });
         }
         if let Some(message) = self.message {
             add("message", message);
-            if reads("content") {
-                add("content", &message.content.value());
+            if reads("content") || reads("message") {
+                let content = message.content.value();
+                if reads("content") {
+                    add("content", &content);
+                }
+                measure(&|sizes| {
+                    sizes.add_json(&content);
+                    sizes.add_list(&message.receivers);
+                    sizes.add_list(&[&message.id, &message.sender]);
+                });
             }
             add("sender", &&*message.sender);
             add("performative", &message.performative.name());
+            if reads("sender") || reads("performative") {
+                measure(&|sizes| {
+                    sizes.add_list(&[&*message.sender, message.performative.name()]);
+                });
+            }
         }
         if reads("retry") {
             add(
@@ -134,38 +279,82 @@ impl Scope<'_> {
                 attempt: conversation.retry.attempts,
             });
             add("timeout", &timeout);
+            measure(&|sizes| {
+                sizes.add_list(timeout.participant.as_slice());
+            });
         }
-        context
+        Variables { context, sizes }
     }
 
     /// Evaluates a condition. A runtime error (a missing key, a type mismatch) counts as
-    /// false and is logged: one bad message must not wedge a conversation.
-    pub fn holds(&self, expression: &Expression) -> bool {
-        self.holds_in(&self.context(&|name| expression.reads(name)), expression)
+    /// false and is logged: one bad message must not wedge a conversation. An expression
+    /// too costly for these values is not evaluated.
+    pub fn holds(&self, expression: &Expression, origin: &Origin<'_>) -> Result<bool, TooCostly> {
+        let variables = self.variables(
+            &|name| expression.reads(name),
+            expression.cost.needs_bound(),
+        );
+        self.holds_in(&variables, expression, origin)
     }
 
     /// The value paired with the first condition that holds (`None` holds always), with
     /// the variables built once for all of them.
-    pub fn first_match<'r, T>(&self, rules: &'r [(Option<Expression>, T)]) -> Option<&'r T> {
+    pub fn first_match<'r, T>(
+        &self,
+        rules: &'r [(Option<Expression>, T)],
+    ) -> Result<Option<&'r T>, TooCostly> {
         if rules.is_empty() {
-            return None;
+            return Ok(None);
         }
-        let context = self.context(&|name| {
-            rules
-                .iter()
-                .any(|(when, _)| when.as_ref().is_some_and(|when| when.reads(name)))
-        });
-        rules
-            .iter()
-            .find(|(when, _)| {
-                when.as_ref()
-                    .is_none_or(|when| self.holds_in(&context, when))
-            })
-            .map(|(_, value)| value)
+        let expressions = || rules.iter().filter_map(|(when, _)| when.as_ref());
+        let variables = self.variables(
+            &|name| expressions().any(|when| when.reads(name)),
+            expressions().any(|when| when.cost.needs_bound()),
+        );
+        for (index, (when, value)) in rules.iter().enumerate() {
+            let holds = match when {
+                None => true,
+                Some(when) => self.holds_in(&variables, when, &Origin::Outcome(index))?,
+            };
+            if holds {
+                return Ok(Some(value));
+            }
+        }
+        Ok(None)
     }
 
-    fn holds_in(&self, context: &cel::Context<'_, '_>, expression: &Expression) -> bool {
-        match expression.program.execute(context) {
+    /// Refuses `expression` when its estimated cost over `variables` is over the budget.
+    fn check_cost(
+        &self,
+        variables: &Variables,
+        expression: &Expression,
+        origin: &Origin<'_>,
+    ) -> Result<(), TooCostly> {
+        let (Some(sizes), true) = (variables.sizes, expression.cost.needs_bound()) else {
+            return Ok(());
+        };
+        let estimate = expression.cost.estimate(sizes.collection, sizes.string);
+        if estimate <= CEL_STEP_BUDGET {
+            return Ok(());
+        }
+        Err(TooCostly {
+            template: self.conversation.started.template.to_string(),
+            rule: origin.to_string(),
+            expression: expression.source.clone(),
+            estimate,
+            collection: sizes.collection,
+            string: sizes.string,
+        })
+    }
+
+    fn holds_in(
+        &self,
+        variables: &Variables,
+        expression: &Expression,
+        origin: &Origin<'_>,
+    ) -> Result<bool, TooCostly> {
+        self.check_cost(variables, expression, origin)?;
+        Ok(match expression.program.execute(&variables.context) {
             Ok(cel::Value::Bool(value)) => value,
             Ok(other) => {
                 tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, value = ?other, "condition is not a boolean; treated as false");
@@ -175,32 +364,48 @@ impl Scope<'_> {
                 tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, %error, "condition failed; treated as false");
                 false
             }
-        }
+        })
     }
 
-    fn evaluate(&self, context: &cel::Context<'_, '_>, expression: &Expression) -> Value {
-        let value = match expression.program.execute(context) {
+    fn evaluate(
+        &self,
+        variables: &Variables,
+        expression: &Expression,
+        origin: &Origin<'_>,
+    ) -> Result<Value, TooCostly> {
+        self.check_cost(variables, expression, origin)?;
+        let value = match expression.program.execute(&variables.context) {
             Ok(value) => value,
             Err(error) => {
                 tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, %error, "expression failed; stored as null");
-                return Value::Null;
+                return Ok(Value::Null);
             }
         };
-        match value.json() {
+        Ok(match value.json() {
             Ok(json) => json,
             Err(error) => {
                 tracing::warn!(conversation = %self.conversation.started.id, expression = %expression.source, %error, "value has no JSON form; stored as null");
                 Value::Null
             }
-        }
+        })
     }
 
-    /// Runs every matching rule of `rules` and collects their actions into `effects`.
-    pub fn run_rules(&self, rules: &[CompiledRule], effects: &mut Effects) {
+    /// Runs every matching rule of `rules` and collects their actions into `effects`. Stops
+    /// at the first expression too costly for these values.
+    pub fn run_rules(
+        &self,
+        rules: &[CompiledRule],
+        effects: &mut Effects,
+    ) -> Result<(), TooCostly> {
         if rules.is_empty() {
-            return;
+            return Ok(());
         }
-        let context = self.context(&|name| rules.iter().any(|rule| rule_reads(rule, name)));
+        let variables = self.variables(
+            &|name| rules.iter().any(|rule| rule_reads(rule, name)),
+            rules
+                .iter()
+                .any(|rule| rule_expressions(rule).any(|e| e.cost.needs_bound())),
+        );
         for rule in rules {
             if let Some(message) = self.message
                 && !rule.performatives.is_empty()
@@ -208,8 +413,9 @@ impl Scope<'_> {
             {
                 continue;
             }
+            let origin = Origin::Rule(&rule.name);
             if let Some(when) = &rule.when
-                && !self.holds_in(&context, when)
+                && !self.holds_in(&variables, when, &origin)?
             {
                 continue;
             }
@@ -218,26 +424,31 @@ impl Scope<'_> {
                     CompiledAction::Literal(action) => effects.add(&rule.name, action.clone()),
                     CompiledAction::EvalVars(expressions) => {
                         for (name, expression) in expressions {
-                            effects
-                                .vars
-                                .insert(name.clone(), self.evaluate(&context, expression));
+                            let value = self.evaluate(&variables, expression, &origin)?;
+                            effects.vars.insert(name.clone(), value);
                         }
                     }
                 }
             }
         }
+        Ok(())
     }
+}
+
+/// Every expression of a rule: its condition and its computed values.
+fn rule_expressions(rule: &CompiledRule) -> impl Iterator<Item = &Expression> {
+    rule.when.iter().chain(rule.then.iter().flat_map(|action| {
+        match action {
+            CompiledAction::Literal(_) => [].iter(),
+            CompiledAction::EvalVars(expressions) => expressions.iter(),
+        }
+        .map(|(_, expression)| expression)
+    }))
 }
 
 /// Whether a rule's condition or one of its computed values reads the variable `name`.
 fn rule_reads(rule: &CompiledRule, name: &str) -> bool {
-    rule.when.as_ref().is_some_and(|when| when.reads(name))
-        || rule.then.iter().any(|action| match action {
-            CompiledAction::Literal(_) => false,
-            CompiledAction::EvalVars(expressions) => expressions
-                .iter()
-                .any(|(_, expression)| expression.reads(name)),
-        })
+    rule_expressions(rule).any(|expression| expression.reads(name))
 }
 
 /// Everything a set of actions asks for, gathered before any of it is applied.
@@ -354,5 +565,118 @@ mod erased {
                 .add_variable(name, self)
                 .map_err(|error| error.to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use colloquy_policy::{CompiledTemplate, TemplateCompiler};
+    use colloquy_protocol::event::Started;
+    use colloquy_protocol::message::Content;
+    use colloquy_protocol::performative::Performative;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The policy manager's minimal template with these routing rules.
+    fn template(routing: &str) -> Arc<CompiledTemplate> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../policy-manager/fixtures/valid/minimal.yaml");
+        let source = std::fs::read_to_string(path).expect("fixture exists") + routing;
+        Arc::new(
+            TemplateCompiler::new()
+                .compile_str(&source, None)
+                .unwrap_or_else(|diagnostics| panic!("{diagnostics}")),
+        )
+    }
+
+    fn conversation(template: Arc<CompiledTemplate>) -> Conversation {
+        let started = Started {
+            id: Arc::from("c-1"),
+            template: template.name.clone(),
+            revision: template.revision.clone(),
+            initiator: Arc::from("alice"),
+            participants: vec![Arc::from("bob")],
+            parameters: json!({}),
+            context: json!({}),
+            deadline: None,
+        };
+        Conversation::new(template, Arc::new(started))
+    }
+
+    fn request(content: Value) -> Message {
+        Message {
+            id: Arc::from("m-1"),
+            performative: Performative::parse("request").expect("a FIPA act"),
+            sender: Arc::from("alice"),
+            receivers: vec![Arc::from("bob")],
+            content: Content::from_value(&content),
+            in_reply_to: None,
+            reply_by: None,
+            sent_at: 0,
+        }
+    }
+
+    /// Runs the template's routing rules over a request carrying `items`.
+    fn route(template: &Arc<CompiledTemplate>, items: &[u64]) -> Result<Effects, TooCostly> {
+        let conversation = conversation(template.clone());
+        let message = request(json!({ "items": items }));
+        let scope = Scope {
+            conversation: &conversation,
+            message: Some(&message),
+            timeout: None,
+            now: 0,
+        };
+        let mut effects = Effects::default();
+        scope.run_rules(&template.routing, &mut effects)?;
+        Ok(effects)
+    }
+
+    #[test]
+    fn a_quadratic_rule_over_a_long_list_is_refused_before_it_runs() {
+        let template = template(
+            "  routing:\n    - name: pairs\n      when: \"content.items.exists(x, \
+             content.items.exists(y, x == y + 100000000u))\"\n      then: [{ reject: { reason: pair } }]\n",
+        );
+        let started = Instant::now();
+        let refused = route(&template, &(0..4_000).collect::<Vec<_>>())
+            .expect_err("4,000 items squared is over the budget");
+        // Evaluated, this takes seconds even in release builds; refused, it takes the time
+        // of building the variables. A generous bound that only a run of the loop exceeds.
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(refused.rule, "rule `pairs`");
+        assert_eq!(refused.template, "minimal");
+        assert_eq!(refused.collection, 4_000);
+        assert!(refused.estimate > CEL_STEP_BUDGET);
+        let text = refused.to_string();
+        assert!(
+            text.contains("content.items.exists(x, content.items.exists(y"),
+            "{text}"
+        );
+        // Over a short list it runs, and holds.
+        let effects = route(&template, &[1, 100_000_001]).expect("within the budget");
+        assert_eq!(
+            effects.reject,
+            Some(("pairs".to_owned(), "pair".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_single_loop_over_an_ordinary_list_runs() {
+        let template = template(
+            "  routing:\n    - name: big\n      when: \"content.items.exists(x, x > 500)\"\n      \
+             then: [{ reject: { reason: big } }]\n",
+        );
+        let effects = route(&template, &(0..1_000).collect::<Vec<_>>()).expect("linear");
+        assert_eq!(effects.reject, Some(("big".to_owned(), "big".to_owned())));
+        let effects = route(&template, &(0..100).collect::<Vec<_>>()).expect("linear");
+        assert_eq!(effects.reject, None);
     }
 }

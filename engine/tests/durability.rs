@@ -1837,3 +1837,81 @@ fn colloquy_answers_help() {
         );
     }
 }
+
+/// With Redis down, each kind of request gets its 503 with `Retry-After` from one bounded
+/// wait, not from the connection manager's whole reconnection backoff once per command
+/// (issue 32: a start took 7 s, a message 15 s): a start, a message to a conversation this
+/// node holds, and a read of it (whose messages are read from the store). The 10 s client
+/// timeout is five times `COMMAND_DEADLINE`; before the bound a message took 15 s. Once
+/// Redis is back the same requests go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_each_request_gets_503_from_one_bounded_wait() {
+    if test_redis("with_redis_down_each_request_gets_503_from_one_bounded_wait").is_none() {
+        return;
+    }
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("redis-down");
+        let templates = templates(&dir);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("free port")
+            .port();
+        let redis_dir = dir.join("redis");
+        std::fs::create_dir_all(&redis_dir).expect("redis dir");
+        let mut redis = RedisServer::start(&redis_dir, port);
+        wait_for_redis(&redis.url()).await;
+        let server = Server::start(&dir, &templates, &redis.url(), "node");
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("http client");
+        let url = server.url.clone();
+        let start = |id: &str| {
+            http.post(format!("{url}/v1/conversations"))
+                .header("X-Agent-Id", "alice")
+                .json(&request(id, "bob", None))
+        };
+        let agree = || {
+            http.post(format!("{url}/v1/conversations/held/messages"))
+                .header("X-Agent-Id", "bob")
+                .json(&json!({"message_id": "held.agree", "performative": "agree"}))
+        };
+        let read = || {
+            http.get(format!("{url}/v1/conversations/held"))
+                .header("X-Agent-Id", "alice")
+        };
+        let status = |response: reqwest::Response| response.status().as_u16();
+        assert_eq!(status(start("held").send().await.expect("start")), 201);
+        assert_eq!(status(read().send().await.expect("read")), 200);
+
+        redis.kill();
+        for (what, request) in [
+            ("a start", start("during")),
+            ("a message", agree()),
+            ("a read", read()),
+        ] {
+            let response = request
+                .send()
+                .await
+                .unwrap_or_else(|error| panic!("{what} with Redis down: {error}"));
+            assert_eq!(response.status().as_u16(), 503, "{what}");
+            assert!(
+                response.headers().contains_key("retry-after"),
+                "{what}: 503 without Retry-After"
+            );
+        }
+
+        redis.restart();
+        wait_for_redis(&redis.url()).await;
+        eventually("the message goes through once Redis is back", || async {
+            (agree().send().await.ok().map(status) == Some(202)).then_some(())
+        })
+        .await;
+        assert_eq!(status(read().send().await.expect("read")), 200);
+        drop(server);
+        drop(redis);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}

@@ -126,6 +126,78 @@ pub struct Expression {
     /// The variables it reads (those comprehensions bind excluded), so an evaluator
     /// builds only these.
     pub variables: BTreeSet<String>,
+    /// What evaluating it can cost, for the engine's bound.
+    pub cost: CostShape,
+}
+
+/// Element comparisons (or copies) that cost as much as one interpreter step (evaluating one
+/// node of the syntax tree). A sized operation (`x in list`, `a == b`, `a + b`) walks its
+/// operands in native code, with no environment lookups or value boxing per element, so it
+/// is cheaper per element than the interpreter is per node; 4 is a cautious guess, not yet
+/// measured.
+pub const ELEMENTS_PER_STEP: u64 = 4;
+
+/// String bytes that count as one element for a sized operation (`contains`, `==`, `+` on
+/// strings compare or copy bytes with memchr/memcmp speeds).
+pub const BYTES_PER_ELEMENT: u64 = 64;
+
+/// What evaluating an expression can cost, read from its syntax tree by the compiler. A CEL
+/// evaluation cannot be interrupted once started, so the engine bounds it beforehand with
+/// [`CostShape::estimate`] over the sizes of the values it will read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CostShape {
+    /// How deeply comprehensions (`all`, `exists`, `map`, ...) run inside each other's
+    /// loops; 0 without comprehensions. One in another's range runs once and does not nest.
+    pub nesting: u32,
+    /// Nodes of the syntax tree, macros expanded: the steps of one pass.
+    pub nodes: u32,
+    /// The loop depth of the deepest sized operation (`in`, `==`, `!=`, `+` on two values
+    /// from outside the expression), plus one; 0 without one. Such an operation's time grows
+    /// with its operands, so inside a loop over a list it multiplies the work by the length
+    /// of the longest list (or string) once more.
+    pub sized_degree: u32,
+    /// The same for operations that grow with strings only (ordering, `contains`,
+    /// `startsWith`, `endsWith`).
+    pub string_degree: u32,
+}
+
+impl CostShape {
+    /// Whether an evaluation can cost more than linear time in its inputs, so that the
+    /// engine must bound it: only loops do that (without them each node runs once).
+    pub fn needs_bound(&self) -> bool {
+        self.nesting > 0
+    }
+
+    /// An upper estimate of the interpreter steps of one evaluation, given the length of the
+    /// longest list or map (`collection`) and the longest string in bytes (`string`) among
+    /// the values it reads. Each loop runs at most `collection + 1` times (lists built
+    /// inside the expression are at most a few times longer: `nodes` covers that), and each
+    /// sized operation inside one walks at most the longest value.
+    pub fn estimate(&self, collection: usize, string: usize) -> u64 {
+        let nodes = u64::from(self.nodes);
+        let collection = u64::try_from(collection)
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let string = u64::try_from(string).unwrap_or(u64::MAX) / BYTES_PER_ELEMENT;
+        let loops = nodes.saturating_mul(collection.saturating_pow(self.nesting));
+        // A sized operation at loop depth `degree - 1` runs `collection^(degree - 1)` times
+        // and walks `longest` elements each time.
+        let sized = |degree: u32, longest: u64| match degree {
+            0 => 0,
+            degree => {
+                nodes
+                    .saturating_mul(collection.saturating_pow(degree - 1))
+                    .saturating_mul(longest)
+                    / ELEMENTS_PER_STEP
+            }
+        };
+        loops
+            .saturating_add(sized(
+                self.sized_degree,
+                collection.max(string.saturating_add(1)),
+            ))
+            .saturating_add(sized(self.string_degree, string.saturating_add(1)))
+    }
 }
 
 impl Expression {

@@ -35,8 +35,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{AsyncCommands as _, Client, RedisError, RetryMethod, Script};
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::{
+    AsyncCommands as _, Client, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, RetryMethod,
+    Script, Value,
+};
 use async_trait::async_trait;
 use colloquy_protocol::event::{ConversationEvent, EventKind};
 use colloquy_protocol::message::{AgentId, Message};
@@ -54,6 +57,12 @@ pub const DEFAULT_PREFIX: &str = "colloquy";
 /// How long a command may wait for its answer. A request during an outage fails after this
 /// (the API answers 503 with `Retry-After`) instead of hanging.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one command may take in all, reconnecting included. During an outage the
+/// connection manager reconnects with backoff (six tries, about 5 s) and every command waits
+/// for that attempt before its own response timeout starts, so without this bound a command
+/// took 7 s and a message (two commands) 15 s to fail; with it a request gets its 503 within
+/// this, and an outage shorter than this is ridden out.
+pub const COMMAND_DEADLINE: Duration = RESPONSE_TIMEOUT;
 /// How long connecting may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest pause between reconnection attempts of the change-notice subscriber.
@@ -270,9 +279,47 @@ impl Keys {
     }
 }
 
+/// The connection manager with every command bounded by [`COMMAND_DEADLINE`] in wall time.
+#[derive(Clone)]
+struct BoundedConnection(ConnectionManager);
+
+impl BoundedConnection {
+    async fn bounded<T>(operation: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
+        match tokio::time::timeout(COMMAND_DEADLINE, operation).await {
+            Ok(result) => result,
+            // An I/O error, so `store_error` makes it `Unavailable` (a 503).
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from Redis within {COMMAND_DEADLINE:?}"),
+            ))),
+        }
+    }
+}
+
+impl ConnectionLike for BoundedConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(BoundedConnection::bounded(self.0.req_packed_command(cmd)))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(BoundedConnection::bounded(
+            self.0.req_packed_commands(pipeline, offset, count),
+        ))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+}
+
 /// A [`ConversationStore`] in Redis, shared by every engine node pointed at it.
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: BoundedConnection,
     keys: Keys,
     node: Arc<str>,
     changes: broadcast::Sender<RemoteChange>,
@@ -334,7 +381,7 @@ impl RedisStore {
             changes.clone(),
         ));
         let store = RedisStore {
-            connection,
+            connection: BoundedConnection(connection),
             keys,
             node,
             changes,

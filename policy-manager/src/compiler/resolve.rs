@@ -420,6 +420,7 @@ impl Resolver<'_> {
         unknown.is_empty().then(|| Expression {
             source: Arc::from(source),
             variables: expressions::free_variables(&program),
+            cost: expressions::cost_shape(&program),
             program,
         })
     }

@@ -397,6 +397,24 @@ fn deeply_nested_expressions_are_refused_not_fatal() {
         .unwrap_or_else(|d| panic!("{d}"));
 }
 
+#[test]
+fn comprehensions_nested_four_deep_are_refused_naming_the_rule() {
+    let source = fs::read_to_string(manifest_dir().join("fixtures/valid/minimal.yaml"))
+        .expect("fixture exists")
+        + "  routing:\n    - name: quartic\n      when: \"content.a.all(w, content.a.all(x, \
+           content.a.all(y, content.a.all(z, w + x + y + z > 0))))\"\n      then: [continue]\n";
+    let diagnostics = TemplateCompiler::new()
+        .compile_str(&source, None)
+        .expect_err("four nested loops");
+    let text = diagnostics.to_string();
+    assert!(text.contains("spec.routing[0].when"), "{text}");
+    assert!(text.contains("comprehensions 4 deep"), "{text}");
+    let three = source.replace(", content.a.all(z, w + x + y + z > 0))", ", w + x + y > 0)");
+    TemplateCompiler::new()
+        .compile_str(&three, None)
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
 /// A directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
 

@@ -477,3 +477,70 @@ async fn start_parameters_and_context_must_be_objects() {
     .await;
     assert_eq!(status, 201, "{body}");
 }
+
+/// A guard quadratic in a list from the message (issue 32: 6.9 s at 4,000 items, on the
+/// async workers) is not evaluated when its estimated cost is over the engine's CEL budget:
+/// the message gets 422 `rule_too_costly` naming the guard and quoting it, the conversation
+/// is unchanged and the server keeps answering; over a short list the same guard runs.
+#[tokio::test]
+async fn a_guard_too_costly_for_the_message_is_refused_naming_it() {
+    // As in the issue, with `u`: JSON's non-negative integers are CEL `uint`s.
+    let guard = "content.items.exists(x, content.items.exists(y, x == y + 100000000u))";
+    let guarded = variant(
+        "fipa-request.yaml",
+        &[
+            ("name: fipa-request", "name: fipa-request-guarded"),
+            (
+                "- { performative: request, from: initiator, to: requested, reply_by:",
+                &format!(
+                    "- {{ performative: request, from: initiator, to: requested, when: \"{guard}\", reply_by:"
+                ),
+            ),
+        ],
+    );
+    let server = Server::with(colloquy_tests::http::identity(&[]), vec![guarded]).await;
+    let (status, body) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .json(&json!({
+                "template": "fipa-request-guarded",
+                "participants": ["bob"],
+                "conversation_id": "guarded-1",
+            })),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let request = |items: Vec<u64>| {
+        server
+            .as_agent(
+                Method::POST,
+                "/v1/conversations/guarded-1/messages",
+                "alice",
+            )
+            .json(&json!({"performative": "request", "content": {"items": items}}))
+    };
+    let (status, body) = call(request((0..4_000).collect())).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(code(&body), "rule_too_costly", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("guard of the `request` transition out of state `start`")
+            && message.contains("fipa-request-guarded")
+            && message.contains(guard)
+            && message.contains("4000 items"),
+        "{body}"
+    );
+    let (status, body) =
+        call(server.as_agent(Method::GET, "/v1/conversations/guarded-1", "alice")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(0), "{body}");
+    let (status, body) = call(server.as_agent(Method::GET, "/v1/conversations", "alice")).await;
+    assert_eq!(status, 200, "{body}");
+    // Over a short list the guard is evaluated: it holds (100000001 == 1 + 100000000).
+    let (status, body) = call(request(vec![1, 100_000_001])).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) =
+        call(server.as_agent(Method::GET, "/v1/conversations/guarded-1", "alice")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(1), "{body}");
+}
