@@ -16,6 +16,7 @@ use super::auth::{Caller, MAX_AGENT_ID_LEN, valid_agent_id};
 use super::error::ApiError;
 use super::extract::{JsonBody, PathParams, QueryParams};
 use super::json::JsonResponse;
+use crate::error::ErrorKind;
 use crate::listing::ConversationFilter;
 use crate::log_safe::LogSafe;
 
@@ -96,8 +97,13 @@ pub async fn send(
         Ok(receipt) => Ok((StatusCode::ACCEPTED, JsonResponse(receipt))),
         Err(error) => {
             // Only refusals pay for the lookup (a store read when the conversation is not
-            // loaded); an unknown conversation is labelled `unknown`.
-            let template = state.engine().template_of(&id).await.ok();
+            // loaded); an unknown conversation is labelled `unknown`. Not when the store is
+            // out of reach: the failed commit dropped the cached copy, so the lookup would
+            // wait for the store a second time before the caller gets its 503.
+            let template = match error.kind() {
+                ErrorKind::Unavailable => None,
+                _ => state.engine().template_of(&id).await.ok(),
+            };
             state
                 .metrics()
                 .refused(template, &performative, error.code());
