@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use colloquy_engine::store::{ConversationStore, RedisStore, SqliteStore};
-use colloquy_protocol::conversation::{CommitmentState, ConversationStatus};
+use colloquy_protocol::conversation::{CommitmentState, ConversationStatus, ViolationKind};
 use colloquy_protocol::event::EventKind;
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use colloquy_sdk::Client;
@@ -1721,14 +1721,33 @@ async fn hooks_running_to_their_budget_hold_up_no_other_conversation() {
             "a deadline fired {late} ms late beside spinning on_timeout hooks"
         );
 
+        // Each spinning `on_timeout` hook is stopped in turn: its conversation records the
+        // hook's failure (a `hook_error` violation).
+        for index in 0..SPINNERS {
+            let id = format!("late-spin-{index}");
+            eventually(&format!("{id}'s on_timeout hook is stopped"), || async {
+                let view = alice.conversation(&id).await.ok()?;
+                view.violations
+                    .iter()
+                    .any(|violation| violation.kind == ViolationKind::HookError)
+                    .then_some(())
+            })
+            .await;
+        }
+
         // SIGTERM while hooks spin: the server still stops.
         let spinning: Vec<_> = (SPINNERS..2 * SPINNERS)
             .map(|i| tokio::spawn(spin(i)))
             .collect();
         sleep(Duration::from_millis(200)).await;
+        let signalled = std::time::Instant::now();
         let status = tokio::task::spawn_blocking(move || server.terminate())
             .await
             .expect("joined");
+        eprintln!(
+            "SIGTERM with {SPINNERS} hooks spinning: exited after {:?}",
+            signalled.elapsed()
+        );
         assert!(
             status.success(),
             "colloquy serve ended with {status} on SIGTERM"

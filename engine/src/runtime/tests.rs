@@ -236,3 +236,62 @@ fn reading_the_answer_is_not_charged_to_the_hooks_budget() {
         assert_eq!(output.actions.len(), 1);
     }
 }
+
+/// Loops for ever at `message`.
+const SPIN: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "hooks_abi_version") (result i32) (i32.const 1))
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 4096))
+  (func (export "message") (param i32 i32) (result i32) (loop $forever (br $forever)) (i32.const 0)))"#;
+
+/// Hooks whose budget is longer than the ticker's window (2 s against 1 s) are stopped batch
+/// after batch, on threads that call again and again as the hook pool's do. The second
+/// batch, started after the ticker had parked, used to run for ever: the period forgot its
+/// budget before the first tick came.
+#[test]
+fn hooks_with_budgets_longer_than_the_tickers_window_are_stopped_batch_after_batch() {
+    let runtime = Arc::new(
+        HookRuntime::new(HookRuntimeConfig {
+            cache_dir: None,
+            max_timeout: Duration::from_secs(2),
+            ..HookRuntimeConfig::default()
+        })
+        .expect("runtime"),
+    );
+    let mut template = template("spin-batches", SPIN);
+    if let Some(spec) = template.hooks.as_mut() {
+        spec.limits.timeout_ms = 2000;
+    }
+    let template = Arc::new(template);
+    let threads = 2;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let starts: Vec<_> = (0..threads)
+        .map(|_| {
+            let (start_tx, start_rx) = std::sync::mpsc::channel::<()>();
+            let (runtime, template, done_tx) = (runtime.clone(), template.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                while start_rx.recv().is_ok() {
+                    let _ = done_tx.send(call(&runtime, &template));
+                }
+            });
+            start_tx
+        })
+        .collect();
+    for batch in 0..2 {
+        for start in &starts {
+            start.send(()).expect("the thread waits");
+        }
+        for _ in 0..threads {
+            // Budget 2 s, and 1 s more at most in wall time: 15 s is a hang, not a slow call.
+            let result = done_rx
+                .recv_timeout(Duration::from_secs(15))
+                .unwrap_or_else(|_| panic!("a spinning hook of batch {batch} was never stopped"));
+            assert!(
+                matches!(result, Err(HookFailure::Timeout { ms: 2000 })),
+                "{result:?}"
+            );
+        }
+        // Long enough for the ticker to park between batches.
+        std::thread::sleep(ticker::IDLE_BEFORE_PARKING * 3);
+    }
+}

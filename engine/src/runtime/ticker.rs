@@ -11,7 +11,8 @@
 //!
 //! The ticker does not tick at that precision all the time. While calls come, it ticks
 //! once per *period*, the shortest budget of the calls of the last [`PERIOD_WINDOW`] or so
-//! (at least [`MIN_PERIOD`]): a runaway call is caught by the first tick after it starts,
+//! (at least [`MIN_PERIOD`], at most the window itself, so that a call whose budget is longer
+//! than the period remembers is still caught): a runaway call is caught by the first tick after it starts,
 //! which then schedules the tick that stops it. The period follows the budgets both ways: a
 //! call with a shorter budget than the period shortens it at once, and once no call with a
 //! short budget has come for a window (its template was edited or removed), the period
@@ -211,7 +212,14 @@ fn run(shared: &Shared, engine: &wasmtime::Engine) {
             last_tick = last_busy;
             continue;
         }
-        let period = shared.period.load(Ordering::SeqCst);
+        // A call's first tick must come within its budget: the period remembers a budget for
+        // a window or two, which covers budgets up to a window; for longer ones, a tick at
+        // least once a window does. (Without it, calls of 2 s that started after the ticker
+        // had parked outlived the period's memory before their first tick, and ran for ever.)
+        let period = shared
+            .period
+            .load(Ordering::SeqCst)
+            .min(nanos(PERIOD_WINDOW));
         let due = last_tick
             .saturating_add(period)
             .min(shared.requested.load(Ordering::SeqCst));
