@@ -207,8 +207,7 @@ impl Engine {
             let (conversation, stepped) = self
                 .run_step(&conversation.template.clone(), move |hooks| {
                     let mut conversation = conversation;
-                    let mut step = Step::new(&mut conversation, now);
-                    step.hooks = hooks;
+                    let mut step = Step::with_hooks(&mut conversation, now, hooks);
                     let stepped = start_step(&mut step, &initiator, opening)
                         .map(|messages| (messages, step.into_commit(retention_ms)));
                     (conversation, stepped)
@@ -552,8 +551,7 @@ impl Engine {
         let retention_ms = self.config.retention_ms;
         let (conversation, commit) = self
             .run_step(&template, move |hooks| {
-                let mut step = Step::new(&mut conversation, now);
-                step.hooks = hooks;
+                let mut step = Step::with_hooks(&mut conversation, now, hooks);
                 dispatch::fire_due(&mut step);
                 // Even with nothing fired, the commit puts the conversation back on the
                 // deadline index: claiming took it off.
@@ -955,13 +953,11 @@ fn work_on<R>(
     retention_ms: u64,
     work: &Work<R>,
 ) -> Worked<R> {
-    let mut timers = Step::new(&mut conversation, now);
-    timers.hooks = hooks;
+    let mut timers = Step::with_hooks(&mut conversation, now, hooks);
     dispatch::fire_due(&mut timers);
     let timers = (!timers.is_empty()).then(|| timers.into_commit(retention_ms));
     let version = conversation.version;
-    let mut step = Step::new(&mut conversation, now);
-    step.hooks = hooks;
+    let mut step = Step::with_hooks(&mut conversation, now, hooks);
     let result = work(&mut step);
     let emitted = !step.is_empty();
     let commit = step.into_commit(retention_ms);

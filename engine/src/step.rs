@@ -37,6 +37,17 @@ impl<'a> Step<'a> {
         }
     }
 
+    /// Starts a step on `conversation` at time `now` whose hooks run on `hooks`.
+    pub fn with_hooks(
+        conversation: &'a mut Conversation,
+        now: u64,
+        hooks: Option<&'a crate::runtime::HookRuntime>,
+    ) -> Step<'a> {
+        let mut step = Step::new(conversation, now);
+        step.hooks = hooks;
+        step
+    }
+
     /// Records an event and applies it.
     pub fn emit(&mut self, kind: EventKind) {
         let event = ConversationEvent {
