@@ -338,7 +338,7 @@ mod share_tests {
     async fn a_template_past_its_share_waits_and_leaves_the_rest_to_others() {
         let pool = Arc::new(
             HookPool::start(HookPoolConfig {
-                max_wait: Duration::from_millis(100),
+                max_wait: Duration::from_millis(500),
                 ..HookPoolConfig::with_threads(2)
             })
             .expect("threads start"),
@@ -361,7 +361,7 @@ mod share_tests {
         // The hostile template has its one share: its next step waits, then is refused.
         assert_eq!(
             pool.run_for(&hostile, || ()).await,
-            Err(HookPoolBusy::Waited(Duration::from_millis(100)))
+            Err(HookPoolBusy::Waited(Duration::from_millis(500)))
         );
         // Another template still gets the other thread at once.
         assert_eq!(pool.run_for(&Arc::from("other"), || 5).await, Ok(5));
