@@ -374,3 +374,51 @@ mod share_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod abandoned_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_caller_that_went_away_keeps_its_share_until_its_step_is_done() {
+        let max_wait = Duration::from_millis(300);
+        let pool = Arc::new(
+            HookPool::start(HookPoolConfig {
+                max_wait,
+                ..HookPoolConfig::with_threads(2)
+            })
+            .expect("threads start"),
+        );
+        let hostile: Arc<str> = Arc::from("hostile");
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let (started, running) = tokio::sync::oneshot::channel();
+        let caller = tokio::spawn({
+            let (pool, hostile) = (pool.clone(), hostile.clone());
+            async move {
+                pool.run_for(&hostile, move || {
+                    let _ = started.send(());
+                    let _ = blocked.recv();
+                })
+                .await
+            }
+        });
+        running.await.expect("the hostile step runs");
+        // The caller goes away (a client that sends and disconnects); its step still runs,
+        // so the template's one share stays taken.
+        caller.abort();
+        let _ = caller.await;
+        assert_eq!(
+            pool.run_for(&hostile, || ()).await,
+            Err(HookPoolBusy::Waited(max_wait))
+        );
+        drop(release);
+        let mut back = pool.run_for(&hostile, || 6).await;
+        for _ in 0..20 {
+            if back.is_ok() {
+                break;
+            }
+            back = pool.run_for(&hostile, || 6).await;
+        }
+        assert_eq!(back, Ok(6), "the share is back once the step is done");
+    }
+}
