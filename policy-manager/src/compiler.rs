@@ -15,10 +15,12 @@
 //! 3. The semantic checks in `resolve` run over the whole document, resolve names to
 //!    indices and compile JSON Schemas and CEL, all into [`crate::compiled`] types.
 //!
-//! Submodules: `diagnostic` (the error types and their display), `fields` (unknown-field
+//! Submodules: `diagnostic` (the error types and their display), `nesting` and `expansion`
+//! (the pre-checks), `fields` (unknown-field
 //! paths and hints), `expressions` (CEL), `resolve` (the semantic checks).
 
 mod diagnostic;
+mod expansion;
 mod expressions;
 mod fields;
 mod nesting;
@@ -35,6 +37,7 @@ use sha2::{Digest, Sha256};
 
 use self::diagnostic::closest;
 pub use self::diagnostic::{Diagnostic, Diagnostics};
+pub use self::expansion::{MAX_EXPANDED_DEPTH, MAX_EXPANDED_NODES, MAX_EXPANDED_SCALAR_BYTES};
 use self::fields::{Segment, allowed_fields, render_path, segments};
 pub(crate) use self::resolve::module_path_inside;
 use crate::compiled::CompiledTemplate;
@@ -174,6 +177,23 @@ impl TemplateCompiler {
                     "collections nested more than {} deep; templates need a few levels",
                     nesting::MAX_FLOW_DEPTH
                 ))
+            }]);
+        }
+        if let Some(expansion::TooLarge {
+            message,
+            line,
+            column,
+        }) = expansion::too_large(source)
+        {
+            return Err(vec![Diagnostic {
+                line: Some(line),
+                column: Some(column),
+                hint: Some(
+                    "each alias (`*name`) repeats its anchored node in full; write smaller \
+                     anchors or fewer aliases"
+                        .to_owned(),
+                ),
+                ..failed(message)
             }]);
         }
         let outcome = std::thread::scope(|scope| {
@@ -323,19 +343,36 @@ fn serde_diagnostic(error: &serde_norway::Error, origin: Option<&Path>) -> Diagn
     }
 }
 
-/// Reads a template file. (Errors are boxed: a `Diagnostic` is large and the happy path
-/// should not pay for it.)
+/// Largest template file read from a directory: the API's upload limit
+/// (`colloquy_engine::api::policy::MAX_TEMPLATE_BYTES`), so a watched file cannot be what an
+/// upload may not (and a file that never ends, say a link to `/dev/zero`, is not read for
+/// ever).
+pub const MAX_SOURCE_BYTES: u64 = 1024 * 1024;
+
+/// Reads a template file, at most [`MAX_SOURCE_BYTES`]. (Errors are boxed: a `Diagnostic`
+/// is large and the happy path should not pay for it.)
 fn read(path: &Path) -> Result<String, Box<Diagnostic>> {
-    fs::read_to_string(path).map_err(|error| {
+    use std::io::Read as _;
+    let failed = |message: String| {
         Box::new(Diagnostic {
             file: Some(path.to_path_buf()),
             line: None,
             column: None,
             path: String::new(),
-            message: format!("cannot read template: {error}"),
+            message,
             hint: None,
         })
-    })
+    };
+    let mut text = String::new();
+    fs::File::open(path)
+        .and_then(|file| file.take(MAX_SOURCE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|error| failed(format!("cannot read template: {error}")))?;
+    if text.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(failed(format!(
+            "the file is larger than {MAX_SOURCE_BYTES} bytes, the largest template read"
+        )));
+    }
+    Ok(text)
 }
 
 /// The `*.yaml` / `*.yml` files directly in `dir`, sorted by path.

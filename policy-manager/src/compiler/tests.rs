@@ -601,3 +601,66 @@ fn deeply_nested_collections_are_refused_before_parsing() {
     assert_eq!(refusal.line, Some(source.lines().count() + 2));
     assert_eq!(refusal.column, Some("x: ".len() + 257));
 }
+
+/// The issue's template: valid, 133 KB, but a list of 10,000 strings anchored in a message
+/// schema and referenced 500 times in its `examples`, five million strings once expanded.
+fn alias_bomb(name: &str) -> String {
+    let strings: Vec<String> = (0..10_000).map(|i| format!("item-{i:06}")).collect();
+    let aliases = vec!["*big"; 500].join(", ");
+    format!(
+        "{}  messages:\n    request:\n      schema:\n        type: object\n        \
+         x-strings: &big [{}]\n        examples: [{aliases}]\n",
+        minimal_named(name),
+        strings.join(", ")
+    )
+}
+
+#[test]
+fn alias_amplification_is_refused_before_it_is_built_naming_the_limit() {
+    let bomb = alias_bomb("bomb");
+    assert!((130_000..140_000).contains(&bomb.len()), "{}", bomb.len());
+    let bomb_lines = bomb.lines().count();
+    let diagnostics = TemplateCompiler::new()
+        .compile_str(&bomb, Some(Path::new("bomb.yaml")))
+        .expect_err("refused");
+    assert_eq!(diagnostics.count(), 1, "{diagnostics}");
+    let refused = &diagnostics.list[0];
+    assert!(
+        refused
+            .message
+            .contains(&format!("more than {MAX_EXPANDED_NODES} nodes (the limit)")),
+        "{refused}"
+    );
+    assert_eq!(refused.line, Some(bomb_lines), "placed at the alias");
+    // Watched files are compiled by the same code: the directory is refused the same way.
+    let dir = TempDir::new("bomb");
+    dir.write("bomb.yaml", &bomb);
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("refused");
+    assert!(
+        diagnostics.list[0].message.contains("(the limit)"),
+        "{diagnostics}"
+    );
+    // A few aliases of the same anchor are what anchors are for.
+    let modest = bomb.replace(&vec!["*big"; 500].join(", "), "*big, *big");
+    TemplateCompiler::new()
+        .compile_str(&modest, None)
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
+#[test]
+fn a_template_file_past_the_size_limit_is_not_read_whole() {
+    let dir = TempDir::new("huge");
+    let padding = "# padding\n".repeat(MAX_SOURCE_BYTES as usize / 10 + 1);
+    dir.write("huge.yaml", &format!("{padding}{}", minimal_named("huge")));
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("refused");
+    assert!(
+        diagnostics.list[0]
+            .message
+            .contains(&format!("larger than {MAX_SOURCE_BYTES} bytes")),
+        "{diagnostics}"
+    );
+}
