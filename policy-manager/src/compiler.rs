@@ -40,7 +40,7 @@ pub use self::diagnostic::{Diagnostic, Diagnostics};
 pub use self::expansion::{MAX_EXPANDED_DEPTH, MAX_EXPANDED_NODES, MAX_EXPANDED_SCALAR_BYTES};
 use self::fields::{Segment, allowed_fields, render_path, segments};
 pub(crate) use self::resolve::module_path_inside;
-use crate::compiled::CompiledTemplate;
+use crate::compiled::{CompiledTemplate, HookModule};
 use crate::locations::Locations;
 
 /// Stack of the thread a template compiles on. The ANTLR-generated CEL parser recurses
@@ -85,6 +85,24 @@ impl TemplateCompiler {
     ) -> Result<CompiledTemplate, Diagnostics> {
         self.compile_with_locations(source, origin, &Locations::index(source))
             .map_err(Diagnostics::sorted)
+    }
+
+    /// Compiles a revision again from the text it was first compiled from and the hook module
+    /// it was compiled with (the module's file may have changed since, which would make
+    /// another revision): the live catalog keeps these, rather than the compiled form, for
+    /// revisions no running conversation holds. Same revision as the first compile.
+    pub fn recompile(
+        &self,
+        source: &str,
+        origin: Option<&Path>,
+        hook_module: Option<Arc<HookModule>>,
+    ) -> Result<CompiledTemplate, Diagnostics> {
+        // Without an origin the module is not read from disk: the one given is used.
+        let mut compiled = self.compile_str(source, None)?;
+        compiled.source_path = origin.map(Path::to_path_buf);
+        compiled.revision = revision(source, hook_module.as_ref().map(|m| &*m.sha256));
+        compiled.hook_module = hook_module;
+        Ok(compiled)
     }
 
     /// Reads and compiles one template file.

@@ -275,15 +275,12 @@ async fn revisions(
     let snapshot = state.0.live.snapshot();
     let current = snapshot.catalog.latest(&name).map(|t| t.revision.clone());
     let mut revisions: Vec<RevisionInfo> = snapshot
-        .catalog
         .revisions_of(&name)
-        .iter()
-        .map(|template| RevisionInfo {
-            revision: template.revision.to_string(),
-            loaded_at: snapshot
-                .source(&name, &template.revision)
-                .map_or(0, |source| source.loaded_at),
-            current: current.as_ref() == Some(&template.revision),
+        .into_iter()
+        .map(|(revision, source)| RevisionInfo {
+            current: current.as_ref() == Some(&revision),
+            revision: revision.to_string(),
+            loaded_at: source.loaded_at,
         })
         .collect();
     if revisions.is_empty() {
@@ -295,8 +292,8 @@ async fn revisions(
     Ok(JsonResponse(RevisionList { name, revisions }))
 }
 
-/// `GET /v1/templates/{name}/modules/{sha256}`: the bytes of a hook module of any loaded
-/// revision of the template.
+/// `GET /v1/templates/{name}/modules/{sha256}`: the bytes of a hook module of any revision
+/// of the template kept.
 async fn module(
     State(state): State<PolicyState>,
     PathParams((name, sha256)): PathParams<(String, String)>,
@@ -304,10 +301,9 @@ async fn module(
 ) -> Result<Response, PolicyError> {
     let snapshot = state.0.live.snapshot();
     let module = snapshot
-        .catalog
         .revisions_of(&name)
-        .iter()
-        .filter_map(|template| template.hook_module.clone())
+        .into_iter()
+        .filter_map(|(_, source)| source.hook_module.clone())
         .find(|module| *module.sha256 == *sha256)
         .ok_or_else(|| {
             ApiError::NotFound(format!("template `{name}` has no hook module {sha256}"))
