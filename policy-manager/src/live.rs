@@ -287,7 +287,11 @@ impl LiveCatalog {
                 None
             }
             Err(diagnostics) => {
-                tracing::error!(name, revision, "a retired revision no longer compiles:\n{diagnostics}");
+                tracing::error!(
+                    name,
+                    revision,
+                    "a retired revision no longer compiles:\n{diagnostics}"
+                );
                 None
             }
         }
@@ -473,7 +477,9 @@ impl LiveCatalog {
         retired.retain(|_, compiled| compiled.strong_count() > 0);
         let mut retired_by_name: HashMap<Arc<str>, Vec<(u64, Arc<str>)>> = HashMap::new();
         for ((name, revision), source) in sources.iter() {
-            if !is_current(name, revision) && !retired.contains_key(&(name.clone(), revision.clone())) {
+            if !is_current(name, revision)
+                && !retired.contains_key(&(name.clone(), revision.clone()))
+            {
                 retired_by_name
                     .entry(name.clone())
                     .or_default()
@@ -481,7 +487,10 @@ impl LiveCatalog {
             }
         }
         let held = |name: &Arc<str>| {
-            retired.keys().filter(|(template, _)| template == name).count()
+            retired
+                .keys()
+                .filter(|(template, _)| template == name)
+                .count()
         };
         for (name, mut unheld) in retired_by_name {
             let kept = unheld.len() + held(&name);

@@ -664,3 +664,22 @@ fn a_template_file_past_the_size_limit_is_not_read_whole() {
         "{diagnostics}"
     );
 }
+
+#[test]
+fn a_file_that_is_not_a_template_is_not_quoted_past_its_start() {
+    let dir = TempDir::new("passwd");
+    let lines: Vec<String> = (0..200)
+        .map(|i| format!("user{i}:x:{i}:{i}:secret-{i:04}-hunter2:/home/user{i}:/bin/sh"))
+        .collect();
+    dir.write("passwd.yaml", &lines.join("\n"));
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("not a template");
+    let text = diagnostics.to_string();
+    assert!(
+        text.contains("user0:x:0:0"),
+        "the start says what is at fault: {text}"
+    );
+    assert!(!text.contains("secret-0001"), "{text}");
+    assert!(text.len() < 400, "{text}");
+}

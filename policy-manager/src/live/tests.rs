@@ -217,7 +217,10 @@ fn at_most_the_newest_retired_texts_are_kept_per_template() {
         MAX_RETIRED_SOURCES + 1,
         "the current one and the newest retired"
     );
-    assert!(live.revision("a", &first).is_none(), "the oldest unheld one is gone");
+    assert!(
+        live.revision("a", &first).is_none(),
+        "the oldest unheld one is gone"
+    );
     assert!(
         live.revision("a", &held.revision).is_some(),
         "a held one is kept, however old"
@@ -246,5 +249,9 @@ fn a_retired_revision_compiles_again_with_the_module_it_was_compiled_with() {
     let again = live.revision("a", &old).expect("compiled again");
     assert_eq!(again.revision, old);
     let bytes = &again.hook_module.as_ref().expect("module").bytes;
-    assert_eq!(bytes.last(), Some(&1), "the module of that revision, not the file's");
+    assert_eq!(
+        bytes.last(),
+        Some(&1),
+        "the module of that revision, not the file's"
+    );
 }
