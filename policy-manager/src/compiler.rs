@@ -50,6 +50,9 @@ use crate::locations::Locations;
 /// pages actually touched are committed.
 const COMPILER_STACK_BYTES: usize = 64 * 1024 * 1024;
 
+/// The format's top-level fields: a file with none of them is not a template.
+const TOP_LEVEL_FIELDS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
+
 /// Hex digits of the SHA-256 kept in a revision: 64 bits tell revisions of one template apart
 /// while staying short enough to read in logs and URLs.
 const REVISION_HEX_DIGITS: usize = 16;
@@ -259,6 +262,16 @@ impl TemplateCompiler {
                     &mut |path: serde_ignored::Path<'_>| unknown_fields.push(segments(&path)),
                 ),
             );
+        // A file with none of the format's top-level fields is no template at all (a stray
+        // file, a link to `/etc/shadow`): one sentence says so, rather than an unknown field
+        // per key, each quoting a line of the file.
+        let not_a_template = !unknown_fields.is_empty()
+            && TOP_LEVEL_FIELDS
+                .iter()
+                .all(|field| locations.nearest(field).is_none());
+        if not_a_template {
+            unknown_fields.clear();
+        }
         let mut diagnostics: Vec<Diagnostic> = unknown_fields
             .iter()
             .map(|path| {
@@ -281,6 +294,23 @@ impl TemplateCompiler {
                 at(render_path(path), format!("unknown field `{name}`"), hint)
             })
             .collect();
+        if not_a_template {
+            diagnostics.push(Diagnostic {
+                line: Some(1),
+                column: Some(1),
+                hint: Some(
+                    "a template is a YAML mapping starting `apiVersion: colloquy.dev/v1`".into(),
+                ),
+                ..at(
+                    String::new(),
+                    format!(
+                        "this file is not a template: it has none of the top-level fields {}",
+                        TOP_LEVEL_FIELDS.join(", ")
+                    ),
+                    None,
+                )
+            });
+        }
         let template = match parsed {
             Ok(template) => template,
             Err(error) => {

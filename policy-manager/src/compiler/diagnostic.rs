@@ -85,14 +85,21 @@ impl From<Vec<Diagnostic>> for Diagnostics {
 /// quoted in full. The start says which text is at fault; what follows is the file's.
 pub const MAX_QUOTED_CHARS: usize = 60;
 
+/// Longest path, in characters: a path is made of the keys leading to a place, and a key
+/// can be a whole line of a file.
+pub const MAX_PATH_CHARS: usize = 200;
+
 /// Longest message or hint, in characters (the longest the compiler writes, a list of the
 /// fields allowed somewhere, is a few hundred).
 pub const MAX_MESSAGE_CHARS: usize = 1000;
 
 impl Diagnostic {
-    /// Cuts quoted text past [`MAX_QUOTED_CHARS`] and the message and hint past
-    /// [`MAX_MESSAGE_CHARS`].
+    /// Cuts quoted text past [`MAX_QUOTED_CHARS`], the message and hint past
+    /// [`MAX_MESSAGE_CHARS`] and the path past [`MAX_PATH_CHARS`].
     fn cut_quotes(&mut self) {
+        if let Some((end, _)) = self.path.char_indices().nth(MAX_PATH_CHARS) {
+            self.path = format!("{}…", &self.path[..end]);
+        }
         self.message = cut(&self.message);
         if let Some(hint) = &mut self.hint {
             *hint = cut(hint);

@@ -682,4 +682,17 @@ fn a_file_that_is_not_a_template_is_not_quoted_past_its_start() {
     );
     assert!(!text.contains("secret-0001"), "{text}");
     assert!(text.len() < 400, "{text}");
+
+    // Lines ending in `:` read as keys: one sentence, not an unknown field per line.
+    let shadow: Vec<String> = (0..200)
+        .map(|i| format!("user{i}:$6$salt$SECRET{i:04}:19000:0:99999:7:::"))
+        .collect();
+    dir.write("passwd.yaml", &shadow.join("\n"));
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("not a template");
+    let text = diagnostics.to_string();
+    assert!(text.contains("this file is not a template"), "{text}");
+    assert!(!text.contains("SECRET0000"), "{text}");
+    assert!(diagnostics.count() <= 2, "{text}");
 }

@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use clap::Args;
 use colloquy_engine::EngineConfig;
 use colloquy_engine::api::auth::AgentsFile;
+use colloquy_engine::api::policy::Reads;
 use colloquy_engine::api::{self, Identity, ServiceOptions};
 use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use tokio::net::TcpListener;
@@ -48,6 +49,12 @@ pub struct ServeArgs {
     /// file's `admin_token`; without any, uploads are disabled].
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
+    /// With --agents, let anyone read the policy routes (`GET /v1/templates…`, `/v1/watch`,
+    /// `/v1/status`), template sources and hook modules included. Without it they need a
+    /// token: any agent's, or the admin's for sources and modules. (Without --agents
+    /// everything is open anyway.)
+    #[arg(long)]
+    public_templates: bool,
     /// How long a completed conversation stays readable before it is removed with its
     /// event log (the messages in agents' inboxes stay, see --inbox-ttl): a number and a
     /// unit, `ms`, `s`, `m`, `h` or `d`, e.g. `90s`, `7d`. The store holds every
@@ -157,6 +164,12 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         _ => Identity::Open,
     };
+    let reads = match &identity {
+        Identity::Tokens { .. } if !args.public_templates => {
+            Reads::Tokens(Arc::new(identity.clone()))
+        }
+        _ => Reads::Public,
+    };
     let (spec, store_description) = store_spec(args.store, &args.data_dir);
     let store = colloquy_engine::store::open(&spec)
         .await
@@ -177,6 +190,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         args.templates,
         args.policy_manager,
         admin_token,
+        reads,
         &args.data_dir,
         Some(hooks.clone()),
         out,
