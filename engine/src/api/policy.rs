@@ -134,6 +134,20 @@ impl PolicyState {
     }
 }
 
+/// Every route [`router`] serves, as (method, path). `/v1/openapi.json` documents exactly
+/// these under the tag `policy` (a test compares the two).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/v1/templates"),
+    ("get", "/v1/templates/{name}"),
+    ("put", "/v1/templates/{name}"),
+    ("delete", "/v1/templates/{name}"),
+    ("get", "/v1/templates/{name}/revisions"),
+    ("get", "/v1/templates/{name}/modules/{sha256}"),
+    ("put", "/v1/modules/{file}"),
+    ("get", "/v1/watch"),
+    ("get", "/v1/status"),
+];
+
 /// The policy routes, without a fallback, so they can be merged into another router.
 pub fn router(state: PolicyState) -> Router {
     Router::new()

@@ -150,6 +150,15 @@ fn one_admin_token(
     }
 }
 
+/// Who may read the policy routes: with an agents file, callers with a token unless the
+/// operator made templates public; in open development mode, anyone (as everything else).
+fn policy_reads(identity: &Identity, public_templates: bool) -> Reads {
+    match identity {
+        Identity::Tokens { .. } if !public_templates => Reads::Tokens(Arc::new(identity.clone())),
+        _ => Reads::Public,
+    }
+}
+
 /// Runs the service until Ctrl-C, then lets requests in flight finish.
 pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let agents = args.agents.as_deref().map(AgentsFile::read).transpose()?;
@@ -164,12 +173,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         _ => Identity::Open,
     };
-    let reads = match &identity {
-        Identity::Tokens { .. } if !args.public_templates => {
-            Reads::Tokens(Arc::new(identity.clone()))
-        }
-        _ => Reads::Public,
-    };
+    let reads = policy_reads(&identity, args.public_templates);
     let (spec, store_description) = store_spec(args.store, &args.data_dir);
     let store = colloquy_engine::store::open(&spec)
         .await
@@ -242,6 +246,19 @@ mod tests {
         assert_eq!(one_admin_token(token("s"), token("s")).unwrap(), token("s"));
         let error = one_admin_token(token("f"), token("a")).unwrap_err();
         assert!(error.to_string().contains("differ"), "{error}");
+    }
+
+    #[test]
+    fn policy_reads_need_tokens_with_an_agents_file_unless_templates_are_public() {
+        let tokens =
+            Identity::from_yaml("agents:\n  - id: alice\n    token: alice-token\n", "test")
+                .unwrap();
+        assert!(matches!(policy_reads(&tokens, false), Reads::Tokens(_)));
+        assert!(matches!(policy_reads(&tokens, true), Reads::Public));
+        assert!(matches!(
+            policy_reads(&Identity::Open, false),
+            Reads::Public
+        ));
     }
 
     #[test]
