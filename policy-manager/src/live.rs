@@ -171,6 +171,9 @@ pub enum ChangeError {
     Io(#[from] io::Error),
 }
 
+/// A template's name and one of its revisions.
+type RevisionKey = (Arc<str>, Arc<str>);
+
 /// The live catalog of a template directory.
 pub struct LiveCatalog {
     dir: PathBuf,
@@ -184,7 +187,7 @@ pub struct LiveCatalog {
     /// Retired revisions' compiled forms, while something holds them. Locked while one is
     /// compiled again, so a revision is never compiled twice at once (two `Arc`s of one
     /// revision would defeat caches keyed on it).
-    retired: Mutex<HashMap<(Arc<str>, Arc<str>), Weak<CompiledTemplate>>>,
+    retired: Mutex<HashMap<RevisionKey, Weak<CompiledTemplate>>>,
     /// Reloads, uploads and deletions run one at a time, so a snapshot is always built on
     /// the one before it and a rolled-back upload is never seen half-way.
     changing: Mutex<()>,
@@ -458,7 +461,7 @@ impl LiveCatalog {
         &self,
         previous: &Catalog,
         current: &[Arc<CompiledTemplate>],
-        sources: &mut HashMap<(Arc<str>, Arc<str>), LoadedSource>,
+        sources: &mut HashMap<RevisionKey, LoadedSource>,
     ) {
         let is_current = |name: &Arc<str>, revision: &Arc<str>| {
             current
