@@ -1,5 +1,7 @@
-//! The catalog: compiled templates by name, newest revision first, older revisions kept so
-//! running conversations stay pinned to the revision they started with.
+//! The catalog: compiled templates by name and revision. A fixed catalog (`colloquy serve`
+//! without a policy manager, tests) keeps every revision inserted; the live catalog's
+//! snapshots hold only the current revisions and keep retired ones aside
+//! (`crate::live`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,24 +45,6 @@ impl Catalog {
         self.by_revision
             .get(&(Arc::from(name), Arc::from(revision)))
             .cloned()
-    }
-
-    /// The next catalog after a reload: `templates` are exactly the ones new conversations can
-    /// start (a name missing from them is deleted), while every revision `previous` could
-    /// look up stays reachable through [`Catalog::revision`], so conversations pinned to it
-    /// still load.
-    pub fn successor(
-        previous: &Catalog,
-        templates: impl IntoIterator<Item = Arc<CompiledTemplate>>,
-    ) -> Catalog {
-        let mut next = Catalog {
-            latest: HashMap::new(),
-            by_revision: previous.by_revision.clone(),
-        };
-        for template in templates {
-            next.insert(template);
-        }
-        next
     }
 
     /// The newest revision of every template, sorted by name.

@@ -15,10 +15,12 @@
 //! 3. The semantic checks in `resolve` run over the whole document, resolve names to
 //!    indices and compile JSON Schemas and CEL, all into [`crate::compiled`] types.
 //!
-//! Submodules: `diagnostic` (the error types and their display), `fields` (unknown-field
+//! Submodules: `diagnostic` (the error types and their display), `nesting` and `expansion`
+//! (the pre-checks), `fields` (unknown-field
 //! paths and hints), `expressions` (CEL), `resolve` (the semantic checks).
 
 mod diagnostic;
+mod expansion;
 mod expressions;
 mod fields;
 mod nesting;
@@ -35,9 +37,10 @@ use sha2::{Digest, Sha256};
 
 use self::diagnostic::closest;
 pub use self::diagnostic::{Diagnostic, Diagnostics};
+pub use self::expansion::{MAX_EXPANDED_DEPTH, MAX_EXPANDED_NODES, MAX_EXPANDED_SCALAR_BYTES};
 use self::fields::{Segment, allowed_fields, render_path, segments};
 pub(crate) use self::resolve::module_path_inside;
-use crate::compiled::CompiledTemplate;
+use crate::compiled::{CompiledTemplate, HookModule};
 use crate::locations::Locations;
 
 /// Stack of the thread a template compiles on. The ANTLR-generated CEL parser recurses
@@ -46,6 +49,9 @@ use crate::locations::Locations;
 /// 32 MiB held every expression shape tried up to that limit, and this doubles it. Only the
 /// pages actually touched are committed.
 const COMPILER_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+/// The format's top-level fields: a file with none of them is not a template.
+const TOP_LEVEL_FIELDS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
 
 /// Hex digits of the SHA-256 kept in a revision: 64 bits tell revisions of one template apart
 /// while staying short enough to read in logs and URLs.
@@ -103,6 +109,24 @@ impl TemplateCompiler {
     ) -> Result<CompiledTemplate, Diagnostics> {
         self.compile_with_locations(source, origin, &Locations::index(source))
             .map_err(Diagnostics::sorted)
+    }
+
+    /// Compiles a revision again from the text it was first compiled from and the hook module
+    /// it was compiled with (the module's file may have changed since, which would make
+    /// another revision): the live catalog keeps these, rather than the compiled form, for
+    /// revisions no running conversation holds. Same revision as the first compile.
+    pub fn recompile(
+        &self,
+        source: &str,
+        origin: Option<&Path>,
+        hook_module: Option<Arc<HookModule>>,
+    ) -> Result<CompiledTemplate, Diagnostics> {
+        // Without an origin the module is not read from disk: the one given is used.
+        let mut compiled = self.compile_str(source, None)?;
+        compiled.source_path = origin.map(Path::to_path_buf);
+        compiled.revision = revision(source, hook_module.as_ref().map(|m| &*m.sha256));
+        compiled.hook_module = hook_module;
+        Ok(compiled)
     }
 
     /// Reads and compiles one template file.
@@ -197,6 +221,23 @@ impl TemplateCompiler {
                 ))
             }]);
         }
+        if let Some(expansion::TooLarge {
+            message,
+            line,
+            column,
+        }) = expansion::too_large(source)
+        {
+            return Err(vec![Diagnostic {
+                line: Some(line),
+                column: Some(column),
+                hint: Some(
+                    "each alias (`*name`) repeats its anchored node in full; write smaller \
+                     anchors or fewer aliases"
+                        .to_owned(),
+                ),
+                ..failed(message)
+            }]);
+        }
         let outcome = std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("template-compiler".to_owned())
@@ -242,6 +283,16 @@ impl TemplateCompiler {
                     &mut |path: serde_ignored::Path<'_>| unknown_fields.push(segments(&path)),
                 ),
             );
+        // A file with none of the format's top-level fields is no template at all (a stray
+        // file, a link to `/etc/shadow`): one sentence says so, rather than an unknown field
+        // per key, each quoting a line of the file.
+        let not_a_template = !unknown_fields.is_empty()
+            && TOP_LEVEL_FIELDS
+                .iter()
+                .all(|field| locations.nearest(field).is_none());
+        if not_a_template {
+            unknown_fields.clear();
+        }
         let mut diagnostics: Vec<Diagnostic> = unknown_fields
             .iter()
             .map(|path| {
@@ -264,6 +315,23 @@ impl TemplateCompiler {
                 at(render_path(path), format!("unknown field `{name}`"), hint)
             })
             .collect();
+        if not_a_template {
+            diagnostics.push(Diagnostic {
+                line: Some(1),
+                column: Some(1),
+                hint: Some(
+                    "a template is a YAML mapping starting `apiVersion: colloquy.dev/v1`".into(),
+                ),
+                ..at(
+                    String::new(),
+                    format!(
+                        "this file is not a template: it has none of the top-level fields {}",
+                        TOP_LEVEL_FIELDS.join(", ")
+                    ),
+                    None,
+                )
+            });
+        }
         let template = match parsed {
             Ok(template) => template,
             Err(error) => {
@@ -344,19 +412,36 @@ fn serde_diagnostic(error: &serde_norway::Error, origin: Option<&Path>) -> Diagn
     }
 }
 
-/// Reads a template file. (Errors are boxed: a `Diagnostic` is large and the happy path
-/// should not pay for it.)
+/// Largest template file read from a directory: the API's upload limit
+/// (`colloquy_engine::api::policy::MAX_TEMPLATE_BYTES`), so a watched file cannot be what an
+/// upload may not (and a file that never ends, say a link to `/dev/zero`, is not read for
+/// ever).
+pub const MAX_SOURCE_BYTES: u64 = 1024 * 1024;
+
+/// Reads a template file, at most [`MAX_SOURCE_BYTES`]. (Errors are boxed: a `Diagnostic`
+/// is large and the happy path should not pay for it.)
 fn read(path: &Path) -> Result<String, Box<Diagnostic>> {
-    fs::read_to_string(path).map_err(|error| {
+    use std::io::Read as _;
+    let failed = |message: String| {
         Box::new(Diagnostic {
             file: Some(path.to_path_buf()),
             line: None,
             column: None,
             path: String::new(),
-            message: format!("cannot read template: {error}"),
+            message,
             hint: None,
         })
-    })
+    };
+    let mut text = String::new();
+    fs::File::open(path)
+        .and_then(|file| file.take(MAX_SOURCE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|error| failed(format!("cannot read template: {error}")))?;
+    if text.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(failed(format!(
+            "the file is larger than {MAX_SOURCE_BYTES} bytes, the largest template read"
+        )));
+    }
+    Ok(text)
 }
 
 /// The `*.yaml` / `*.yml` files directly in `dir`, sorted by path.

@@ -9,19 +9,25 @@
 //! for `/v1/status` and logged until the next successful reload clears it.
 //!
 //! Pinning: new conversations take [`Catalog::latest`]; running ones look their revision up
-//! with [`Catalog::revision`]. Every snapshot keeps every revision this process ever loaded
-//! (see [`Catalog::successor`]), so a conversation pinned to a revision that was edited away
-//! or deleted still loads and finishes on it. That is the simplest rule that is always
-//! correct (a conversation may be evicted from memory and reloaded from its store at any
-//! time); it costs the memory of each distinct revision, which only grows when someone edits
-//! a template.
+//! with [`LiveCatalog::revision`]. A snapshot's catalog holds the current revisions only. A
+//! revision edited away or deleted is *retired*: its compiled form stays in memory only while
+//! something holds it (a conversation loaded in the engine holds its template), through a
+//! weak reference; what is always kept is the text it was compiled from and its hook module,
+//! a fraction of the compiled size (a JSON Schema or a CEL program takes many times its
+//! text). A conversation pinned to a retired revision that nobody holds any more (evicted
+//! from memory, loaded again from its store) gets it compiled again from that text, the
+//! same revision, on first lookup. Dropping retired revisions outright would not be safe: a
+//! conversation may be evicted and reloaded from its store at any time. At most
+//! [`MAX_RETIRED_SOURCES`] retired texts are kept per template (the oldest unheld go first);
+//! a conversation pinned to one dropped past that, like one pinned to any edited-away
+//! revision after a restart, fails to load with `revision_gone`.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -30,8 +36,14 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::catalog::Catalog;
-use crate::compiled::CompiledTemplate;
+use crate::compiled::{CompiledTemplate, HookModule};
 use crate::compiler::{Diagnostic, Diagnostics, TemplateCompiler};
+
+/// Retired revisions (edited away or deleted) whose text is kept per template, so that a
+/// conversation pinned to one still loads: 32 edits back covers every conversation started
+/// since unless a template is edited many times during one conversation's life, while 32
+/// uploads of the largest template (1 MiB) keep 32 MiB of text at most.
+pub const MAX_RETIRED_SOURCES: usize = 32;
 
 /// Longest template name accepted in a URL (and so as a file name).
 pub const MAX_TEMPLATE_NAME_LEN: usize = 128;
@@ -43,8 +55,8 @@ pub type TemplateCheck = dyn Fn(&CompiledTemplate) -> Result<(), String> + Send 
 /// One immutable state of the live catalog.
 #[derive(Debug)]
 pub struct Snapshot {
-    /// The templates: newest revisions for new conversations, every revision ever loaded
-    /// for pinned ones.
+    /// The current templates: the newest revision of each, which new conversations use.
+    /// Retired revisions are looked up through [`LiveCatalog::revision`].
     pub catalog: Catalog,
     /// Hash over every current template's name and revision: `sha256:<hex>`.
     pub revision: Arc<str>,
@@ -52,17 +64,22 @@ pub struct Snapshot {
     pub loaded_at: u64,
     /// 0 before the first load, then +1 per swap.
     pub generation: u64,
-    /// Every revision ever loaded: the text it was compiled from and when it first loaded.
+    /// The current revisions and the retired ones kept (see the module docs): the text each
+    /// was compiled from, its hook module and when it first loaded.
     sources: HashMap<(Arc<str>, Arc<str>), LoadedSource>,
 }
 
-/// The text a revision was compiled from.
+/// What a revision was compiled from.
 #[derive(Clone, Debug)]
 pub struct LoadedSource {
     /// The YAML, exactly.
     pub text: Arc<str>,
     /// When this process first loaded the revision (milliseconds since the Unix epoch).
     pub loaded_at: u64,
+    /// The file it was read from.
+    pub path: Option<PathBuf>,
+    /// The hook module it was compiled with (its file may hold another one now).
+    pub hook_module: Option<Arc<HookModule>>,
 }
 
 impl Snapshot {
@@ -79,6 +96,16 @@ impl Snapshot {
     /// The YAML text and load time of a revision.
     pub fn source(&self, name: &str, revision: &str) -> Option<&LoadedSource> {
         self.sources.get(&(Arc::from(name), Arc::from(revision)))
+    }
+
+    /// Every revision of `name` kept (the current one, if the template still exists, and
+    /// the retired ones kept), in no particular order.
+    pub fn revisions_of(&self, name: &str) -> Vec<(Arc<str>, &LoadedSource)> {
+        self.sources
+            .iter()
+            .filter(|((template, _), _)| &**template == name)
+            .map(|((_, revision), source)| (revision.clone(), source))
+            .collect()
     }
 
     /// Every current template's name and revision, sorted by name.
@@ -144,6 +171,9 @@ pub enum ChangeError {
     Io(#[from] io::Error),
 }
 
+/// A template's name and one of its revisions.
+type RevisionKey = (Arc<str>, Arc<str>);
+
 /// The live catalog of a template directory.
 pub struct LiveCatalog {
     dir: PathBuf,
@@ -154,6 +184,10 @@ pub struct LiveCatalog {
     current: ArcSwap<Snapshot>,
     last_error: ArcSwapOption<ReloadFailure>,
     check: Option<Box<TemplateCheck>>,
+    /// Retired revisions' compiled forms, while something holds them. Locked while one is
+    /// compiled again, so a revision is never compiled twice at once (two `Arc`s of one
+    /// revision would defeat caches keyed on it).
+    retired: Mutex<HashMap<RevisionKey, Weak<CompiledTemplate>>>,
     /// Reloads, uploads and deletions run one at a time, so a snapshot is always built on
     /// the one before it and a rolled-back upload is never seen half-way.
     changing: Mutex<()>,
@@ -182,6 +216,7 @@ impl LiveCatalog {
             current: ArcSwap::new(empty.clone()),
             last_error: ArcSwapOption::empty(),
             check: None,
+            retired: Mutex::new(HashMap::new()),
             changing: Mutex::new(()),
             changes: watch::channel(empty).0,
         }
@@ -233,9 +268,49 @@ impl LiveCatalog {
         self.current.load().catalog.latest(name)
     }
 
-    /// A specific revision of `name` (any revision loaded since start-up).
+    /// A specific revision of `name`: a current one, a retired one still held, or a retired
+    /// one compiled again from its kept text (see the module docs). Blocking when it compiles.
     pub fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>> {
-        self.current.load().catalog.revision(name, revision)
+        let snapshot = self.current.load_full();
+        if let Some(current) = snapshot.catalog.revision(name, revision) {
+            return Some(current);
+        }
+        let key = (Arc::from(name), Arc::from(revision));
+        let mut retired = lock(&self.retired);
+        if let Some(held) = retired.get(&key).and_then(Weak::upgrade) {
+            return Some(held);
+        }
+        let source = snapshot.sources.get(&key)?;
+        match self.compiler.recompile(
+            &source.text,
+            source.path.as_deref(),
+            source.hook_module.clone(),
+        ) {
+            Ok(compiled) if *compiled.revision == *revision => {
+                let compiled = Arc::new(compiled);
+                retired.insert(key, Arc::downgrade(&compiled));
+                Some(compiled)
+            }
+            Ok(compiled) => {
+                tracing::error!(name, revision, got = %compiled.revision, "a retired revision compiled again to another revision");
+                None
+            }
+            Err(diagnostics) => {
+                tracing::error!(
+                    name,
+                    revision,
+                    "a retired revision no longer compiles:\n{diagnostics}"
+                );
+                None
+            }
+        }
+    }
+
+    /// A retired revision's compiled form, if something still holds it.
+    fn held(&self, name: &Arc<str>, revision: &Arc<str>) -> Option<Arc<CompiledTemplate>> {
+        lock(&self.retired)
+            .get(&(name.clone(), revision.clone()))
+            .and_then(Weak::upgrade)
     }
 
     /// Why the last reload failed, until one succeeds.
@@ -257,11 +332,7 @@ impl LiveCatalog {
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {
-        // A panic while holding the lock left no half-built state behind (snapshots are
-        // built aside and swapped whole), so a poisoned lock is still good.
-        self.changing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.changing)
     }
 
     fn reload_locked(&self, _guard: &MutexGuard<'_, ()>) -> Result<Reloaded, Diagnostics> {
@@ -305,6 +376,7 @@ impl LiveCatalog {
             if let Some(known) = previous
                 .catalog
                 .revision(&template.name, &template.revision)
+                .or_else(|| self.held(&template.name, &template.revision))
             {
                 templates.push(known);
                 continue;
@@ -322,7 +394,16 @@ impl LiveCatalog {
                 });
                 continue;
             }
-            new_sources.push((template.name.clone(), template.revision.clone(), text));
+            new_sources.push((
+                template.name.clone(),
+                template.revision.clone(),
+                LoadedSource {
+                    text,
+                    loaded_at: 0,
+                    path: template.source_path.clone(),
+                    hook_module: template.hook_module.clone(),
+                },
+            ));
             templates.push(Arc::new(template));
         }
         if !problems.is_empty() {
@@ -335,11 +416,15 @@ impl LiveCatalog {
         }
         let loaded_at = now_ms();
         let mut sources = previous.sources.clone();
-        for (name, template_revision, text) in new_sources {
+        for (name, template_revision, source) in new_sources {
             sources
                 .entry((name, template_revision))
-                .or_insert(LoadedSource { text, loaded_at });
+                .or_insert(LoadedSource {
+                    loaded_at,
+                    ..source
+                });
         }
+        self.retire(&previous.catalog, &templates, &mut sources);
         let names: Vec<String> = templates
             .iter()
             .filter(|t| {
@@ -356,7 +441,7 @@ impl LiveCatalog {
             .map(|name| name.to_string())
             .collect();
         let next = Arc::new(Snapshot {
-            catalog: Catalog::successor(&previous.catalog, templates),
+            catalog: Catalog::new(templates),
             revision,
             loaded_at,
             generation: previous.generation + 1,
@@ -373,6 +458,60 @@ impl LiveCatalog {
             "template catalog swapped"
         );
         Ok(Reloaded::Swapped(next))
+    }
+
+    /// After a reload: the previous current revisions that are current no more become
+    /// retired (held weakly); retired ones nobody holds are forgotten, and past
+    /// [`MAX_RETIRED_SOURCES`] per template the oldest unheld texts are dropped.
+    fn retire(
+        &self,
+        previous: &Catalog,
+        current: &[Arc<CompiledTemplate>],
+        sources: &mut HashMap<RevisionKey, LoadedSource>,
+    ) {
+        let is_current = |name: &Arc<str>, revision: &Arc<str>| {
+            current
+                .iter()
+                .any(|t| t.name == *name && t.revision == *revision)
+        };
+        let mut retired = lock(&self.retired);
+        for template in previous.templates() {
+            if !is_current(&template.name, &template.revision) {
+                retired.insert(
+                    (template.name.clone(), template.revision.clone()),
+                    Arc::downgrade(&template),
+                );
+            }
+        }
+        retired.retain(|_, compiled| compiled.strong_count() > 0);
+        let mut retired_by_name: HashMap<Arc<str>, Vec<(u64, Arc<str>)>> = HashMap::new();
+        for ((name, revision), source) in sources.iter() {
+            if !is_current(name, revision)
+                && !retired.contains_key(&(name.clone(), revision.clone()))
+            {
+                retired_by_name
+                    .entry(name.clone())
+                    .or_default()
+                    .push((source.loaded_at, revision.clone()));
+            }
+        }
+        let held = |name: &Arc<str>| {
+            retired
+                .keys()
+                .filter(|(template, _)| template == name)
+                .count()
+        };
+        for (name, mut unheld) in retired_by_name {
+            let kept = unheld.len() + held(&name);
+            if kept <= MAX_RETIRED_SOURCES {
+                continue;
+            }
+            unheld.sort();
+            for (_, revision) in unheld.into_iter().take(kept - MAX_RETIRED_SOURCES) {
+                tracing::info!(%name, %revision, "retired revision forgotten: {MAX_RETIRED_SOURCES} newer ones are kept");
+                sources.remove(&(name.clone(), revision));
+            }
+        }
     }
 
     /// Uploads `yaml` as template `name`: compiled first (a broken one is refused with its
@@ -494,6 +633,15 @@ impl LiveCatalog {
             }
         }
     }
+}
+
+/// Locks `mutex`. A panic while holding one of the live catalog's locks left no half-built
+/// state behind (snapshots are built aside and swapped whole; the retired map holds only
+/// weak references), so a poisoned lock is still good.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The catalog revision: `sha256:` and 16 hex digits of the hash of the sorted

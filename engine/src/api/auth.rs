@@ -379,10 +379,14 @@ impl Identity {
 
     /// Who the request's headers say the caller is.
     pub fn identify(&self, parts: &Parts) -> Result<Caller, ApiError> {
+        self.identify_headers(&parts.headers)
+    }
+
+    /// [`Identity::identify`] from the headers alone.
+    pub fn identify_headers(&self, headers: &axum::http::HeaderMap) -> Result<Caller, ApiError> {
         match self {
             Identity::Open => {
-                let agent = parts
-                    .headers
+                let agent = headers
                     .get(AGENT_HEADER)
                     .ok_or_else(|| {
                         ApiError::Unauthenticated(
@@ -406,7 +410,7 @@ impl Identity {
                 Ok(Caller::Agent(AgentId::from(agent)))
             }
             Identity::Tokens { callers, .. } => {
-                let token = bearer_token(&parts.headers)?.ok_or_else(|| {
+                let token = bearer_token(headers)?.ok_or_else(|| {
                     ApiError::Unauthenticated("missing `Authorization: Bearer` token".into())
                 })?;
                 callers

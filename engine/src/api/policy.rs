@@ -15,6 +15,9 @@
 //! - `GET /v1/watch`: server-sent events, one `catalog` entry per swap (the first is the
 //!   catalog at connection time).
 //! - `GET /v1/status`: the catalog revision, when it loaded, the last reload error.
+//!
+//! Reads follow [`Reads`]: with an agents file, a token is needed (the admin's for sources
+//! and module bytes) unless the operator made templates public.
 
 use std::convert::Infallible;
 use std::io;
@@ -61,7 +64,30 @@ pub struct PolicyState(Arc<PolicyShared>);
 struct PolicyShared {
     live: Arc<LiveCatalog>,
     writes: Writes,
+    reads: Reads,
     closing: watch::Receiver<bool>,
+}
+
+/// Who may read templates, their sources and modules, the change feed and the status.
+#[derive(Clone, Debug)]
+pub enum Reads {
+    /// Anyone: open development mode (no agents file), the standalone policy manager (which
+    /// has no agents), or an operator who opted in (`colloquy serve --public-templates`).
+    Public,
+    /// Callers with a token of this identity (an agents file): any agent or the
+    /// administrator for the list, revisions, change feed and status; the administrator
+    /// alone for what a template is made of, its source (`GET /v1/templates/{name}`) and
+    /// its hook module's bytes.
+    Tokens(Arc<super::Identity>),
+}
+
+/// What a read needs under [`Reads::Tokens`].
+#[derive(Clone, Copy, Debug)]
+enum ReadNeeds {
+    /// A valid token, any caller.
+    AnyCaller,
+    /// The administrator's token.
+    Admin,
 }
 
 /// Who may upload and delete templates.
@@ -78,14 +104,49 @@ pub enum Writes {
 impl PolicyState {
     /// State over `live`. `closing` turning `true` ends every change feed (so a graceful
     /// shutdown does not wait for them forever).
-    pub fn new(live: Arc<LiveCatalog>, writes: Writes, closing: watch::Receiver<bool>) -> Self {
+    pub fn new(
+        live: Arc<LiveCatalog>,
+        writes: Writes,
+        reads: Reads,
+        closing: watch::Receiver<bool>,
+    ) -> Self {
         PolicyState(Arc::new(PolicyShared {
             live,
             writes,
+            reads,
             closing,
         }))
     }
+
+    /// 401 without a valid token, 403 for an agent where the administrator is needed;
+    /// nothing under [`Reads::Public`].
+    fn check_read(&self, headers: &HeaderMap, needs: ReadNeeds) -> Result<(), ApiError> {
+        let Reads::Tokens(identity) = &self.0.reads else {
+            return Ok(());
+        };
+        match (identity.identify_headers(headers)?, needs) {
+            (_, ReadNeeds::AnyCaller) | (super::Caller::Admin, ReadNeeds::Admin) => Ok(()),
+            (super::Caller::Agent(agent), ReadNeeds::Admin) => Err(ApiError::Forbidden(format!(
+                "`{agent}` may list templates but not read their sources or hook modules: \
+                 that needs the admin token"
+            ))),
+        }
+    }
 }
+
+/// Every route [`router`] serves, as (method, path). `/v1/openapi.json` documents exactly
+/// these under the tag `policy` (a test compares the two).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/v1/templates"),
+    ("get", "/v1/templates/{name}"),
+    ("put", "/v1/templates/{name}"),
+    ("delete", "/v1/templates/{name}"),
+    ("get", "/v1/templates/{name}/revisions"),
+    ("get", "/v1/templates/{name}/modules/{sha256}"),
+    ("put", "/v1/modules/{file}"),
+    ("get", "/v1/watch"),
+    ("get", "/v1/status"),
+];
 
 /// The policy routes, without a fallback, so they can be merged into another router.
 pub fn router(state: PolicyState) -> Router {
@@ -180,12 +241,16 @@ fn unknown(name: &str) -> String {
 }
 
 /// `GET /v1/templates`.
-async fn list(State(state): State<PolicyState>) -> JsonResponse<TemplateList> {
+async fn list(
+    State(state): State<PolicyState>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<TemplateList>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
     let snapshot = state.0.live.snapshot();
-    JsonResponse(TemplateList {
+    Ok(JsonResponse(TemplateList {
         revision: snapshot.revision.to_string(),
         templates: snapshot.summaries(),
-    })
+    }))
 }
 
 /// Whether `If-None-Match` names `tag` (or `*`).
@@ -221,6 +286,7 @@ async fn show(
     PathParams(name): PathParams<String>,
     headers: HeaderMap,
 ) -> Result<Response, PolicyError> {
+    state.check_read(&headers, ReadNeeds::Admin)?;
     let snapshot = state.0.live.snapshot();
     let template = snapshot
         .catalog
@@ -271,19 +337,18 @@ async fn show(
 async fn revisions(
     State(state): State<PolicyState>,
     PathParams(name): PathParams<String>,
+    headers: HeaderMap,
 ) -> Result<JsonResponse<RevisionList>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
     let snapshot = state.0.live.snapshot();
     let current = snapshot.catalog.latest(&name).map(|t| t.revision.clone());
     let mut revisions: Vec<RevisionInfo> = snapshot
-        .catalog
         .revisions_of(&name)
-        .iter()
-        .map(|template| RevisionInfo {
-            revision: template.revision.to_string(),
-            loaded_at: snapshot
-                .source(&name, &template.revision)
-                .map_or(0, |source| source.loaded_at),
-            current: current.as_ref() == Some(&template.revision),
+        .into_iter()
+        .map(|(revision, source)| RevisionInfo {
+            current: current.as_ref() == Some(&revision),
+            revision: revision.to_string(),
+            loaded_at: source.loaded_at,
         })
         .collect();
     if revisions.is_empty() {
@@ -295,19 +360,19 @@ async fn revisions(
     Ok(JsonResponse(RevisionList { name, revisions }))
 }
 
-/// `GET /v1/templates/{name}/modules/{sha256}`: the bytes of a hook module of any loaded
-/// revision of the template.
+/// `GET /v1/templates/{name}/modules/{sha256}`: the bytes of a hook module of any revision
+/// of the template kept.
 async fn module(
     State(state): State<PolicyState>,
     PathParams((name, sha256)): PathParams<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, PolicyError> {
+    state.check_read(&headers, ReadNeeds::Admin)?;
     let snapshot = state.0.live.snapshot();
     let module = snapshot
-        .catalog
         .revisions_of(&name)
-        .iter()
-        .filter_map(|template| template.hook_module.clone())
+        .into_iter()
+        .filter_map(|(_, source)| source.hook_module.clone())
         .find(|module| *module.sha256 == *sha256)
         .ok_or_else(|| {
             ApiError::NotFound(format!("template `{name}` has no hook module {sha256}"))
@@ -439,23 +504,29 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// `GET /v1/status`.
-async fn status(State(state): State<PolicyState>) -> JsonResponse<PolicyStatus> {
+async fn status(
+    State(state): State<PolicyState>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<PolicyStatus>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
     let live = &state.0.live;
     let snapshot = live.snapshot();
-    JsonResponse(PolicyStatus {
+    Ok(JsonResponse(PolicyStatus {
         revision: snapshot.revision.to_string(),
         loaded_at: snapshot.loaded_at,
         generation: snapshot.generation,
         templates: snapshot.catalog.names().len(),
         source: live.origin().to_owned(),
         last_error: live.last_error().map(|failure| (*failure).clone()),
-    })
+    }))
 }
 
 /// `GET /v1/watch`: one `catalog` event now, then one per swap, until shutdown.
 async fn watch_feed(
     State(state): State<PolicyState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
     let mut changes = state.0.live.subscribe();
     changes.mark_changed();
     let feed = Feed {
@@ -468,7 +539,7 @@ async fn watch_feed(
         let event = feed.entry(&snapshot);
         Some((Ok(event), feed))
     });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(WATCH_KEEP_ALIVE))
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(WATCH_KEEP_ALIVE)))
 }
 
 /// One subscriber's change feed.
@@ -562,7 +633,9 @@ impl Drop for RunningPolicyManager {
 }
 
 /// Serves the policy API alone (plus `/healthz`) over `live` on `listener`. Watching the
-/// directory is the caller's choice ([`colloquy_policy::watcher::watch`]).
+/// directory is the caller's choice ([`colloquy_policy::watcher::watch`]). Reads are
+/// public: the standalone manager knows no agents, and the engines following it read
+/// without a token.
 pub fn launch(
     live: Arc<LiveCatalog>,
     listener: TcpListener,
@@ -571,10 +644,15 @@ pub fn launch(
     let addr = listener.local_addr()?;
     let (closing, closing_rx) = watch::channel(false);
     let writes = admin_token.map_or(Writes::Disabled, Writes::AdminToken);
-    let app = router(PolicyState::new(live.clone(), writes, closing_rx.clone()))
-        .route("/healthz", get(ops::healthz))
-        .fallback(ops::not_found)
-        .method_not_allowed_fallback(ops::method_not_allowed);
+    let app = router(PolicyState::new(
+        live.clone(),
+        writes,
+        Reads::Public,
+        closing_rx.clone(),
+    ))
+    .route("/healthz", get(ops::healthz))
+    .fallback(ops::not_found)
+    .method_not_allowed_fallback(ops::method_not_allowed);
     let mut shutdown = closing_rx;
     let server = super::listen::spawn(listener, app, async move {
         // An error means the sender is gone: shut down as well.
@@ -604,7 +682,12 @@ mod tests {
         std::fs::write(dir.join("ping.yaml"), TEMPLATE).expect("fixture");
         let live = Arc::new(LiveCatalog::open(dir).expect("compiles"));
         let (_, closing) = watch::channel(false);
-        let state = PolicyState::new(live.clone(), Writes::AdminToken("root".into()), closing);
+        let state = PolicyState::new(
+            live.clone(),
+            Writes::AdminToken("root".into()),
+            Reads::Public,
+            closing,
+        );
         (router(state), live)
     }
 

@@ -68,12 +68,79 @@ pub struct Diagnostics {
 }
 
 impl From<Vec<Diagnostic>> for Diagnostics {
-    /// Every one listed, as they come.
-    fn from(list: Vec<Diagnostic>) -> Diagnostics {
+    /// Every one listed, as they come (quotes cut, see [`MAX_QUOTED_CHARS`]).
+    fn from(mut list: Vec<Diagnostic>) -> Diagnostics {
+        list.iter_mut().for_each(Diagnostic::cut_quotes);
         Diagnostics {
             total: list.len(),
             list,
         }
+    }
+}
+
+/// Longest text quoted in a diagnostic (between `"` or backticks), in characters; longer
+/// quotes keep their start and end in `…`. Diagnostics go to logs, upload answers and
+/// `/v1/status`: serde quotes a whole scalar, and a file that is not a template at all (a
+/// link to `/etc/passwd` in the watched directory reads as one multi-line string) would be
+/// quoted in full. The start says which text is at fault; what follows is the file's.
+pub const MAX_QUOTED_CHARS: usize = 60;
+
+/// Longest path, in characters: a path is made of the keys leading to a place, and a key
+/// can be a whole line of a file.
+pub const MAX_PATH_CHARS: usize = 200;
+
+/// Longest message or hint, in characters (the longest the compiler writes, a list of the
+/// fields allowed somewhere, is a few hundred).
+pub const MAX_MESSAGE_CHARS: usize = 1000;
+
+impl Diagnostic {
+    /// Cuts quoted text past [`MAX_QUOTED_CHARS`], the message and hint past
+    /// [`MAX_MESSAGE_CHARS`] and the path past [`MAX_PATH_CHARS`].
+    fn cut_quotes(&mut self) {
+        if let Some((end, _)) = self.path.char_indices().nth(MAX_PATH_CHARS) {
+            self.path = format!("{}…", &self.path[..end]);
+        }
+        self.message = cut(&self.message);
+        if let Some(hint) = &mut self.hint {
+            *hint = cut(hint);
+        }
+    }
+}
+
+/// `text` with each quote (`"…"`, honouring `\` escapes, or `` `…` ``) longer than
+/// [`MAX_QUOTED_CHARS`] cut to its start and `…`, and the whole cut at
+/// [`MAX_MESSAGE_CHARS`].
+fn cut(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_MESSAGE_CHARS + 8));
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '"' && c != '`' {
+            continue;
+        }
+        let mut quoted = 0;
+        let mut closed = false;
+        while let Some(inner) = chars.next() {
+            if inner == c {
+                closed = true;
+                break;
+            }
+            let escaped = (c == '"' && inner == '\\').then(|| chars.next()).flatten();
+            quoted += 1;
+            if quoted <= MAX_QUOTED_CHARS {
+                out.push(inner);
+                out.extend(escaped);
+            } else if quoted == MAX_QUOTED_CHARS + 1 {
+                out.push('…');
+            }
+        }
+        if closed {
+            out.push(c);
+        }
+    }
+    match out.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((end, _)) => format!("{}…", &out[..end]),
+        None => out,
     }
 }
 
@@ -87,6 +154,7 @@ impl Diagnostics {
     /// sort is stable, so problems at one position keep the order the checks found them in.
     pub(crate) fn sorted(mut diagnostics: Vec<Diagnostic>) -> Diagnostics {
         let total = diagnostics.len();
+        diagnostics.iter_mut().for_each(Diagnostic::cut_quotes);
         diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         let mut listed: Vec<Diagnostic> = Vec::with_capacity(diagnostics.len().min(256));
         let mut in_file = 0;
@@ -246,6 +314,29 @@ mod tests {
         // The first lines are the ones kept, and the next file is listed on its own.
         assert_eq!(sorted.list[MAX_LISTED_PER_FILE - 1].line, Some(100));
         assert_eq!(sorted.list[MAX_LISTED_PER_FILE + 1].path, "b");
+    }
+
+    #[test]
+    fn long_quotes_are_cut_to_their_start() {
+        let secret = format!("root:x:0:0 {}", "SECRET-".repeat(100));
+        let message = format!("invalid type: string {secret:?}, expected struct Template");
+        let cut = cut(&message);
+        assert!(
+            cut.starts_with("invalid type: string \"root:x:0:0 SECRET-"),
+            "{cut}"
+        );
+        assert!(cut.ends_with("…\", expected struct Template"), "{cut}");
+        assert!(cut.chars().count() < 120, "{cut}");
+        assert_eq!(cut.matches("SECRET").count(), 7);
+        // Escapes are kept whole; short quotes and text outside quotes stay.
+        assert_eq!(super::cut(r#"a "b\"c" `d` e"#), r#"a "b\"c" `d` e"#);
+        let long_key = format!("unknown field `{}`", "k".repeat(500));
+        assert_eq!(
+            super::cut(&long_key).chars().count(),
+            15 + MAX_QUOTED_CHARS + 2
+        );
+        let long = "x".repeat(MAX_MESSAGE_CHARS * 2);
+        assert_eq!(super::cut(&long).chars().count(), MAX_MESSAGE_CHARS + 1);
     }
 
     #[test]

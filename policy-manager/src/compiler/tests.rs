@@ -653,3 +653,98 @@ fn a_hook_budget_over_the_operators_ceiling_is_refused() {
         "{diagnostics}"
     );
 }
+
+/// The issue's template: valid, 133 KB, but a list of 10,000 strings anchored in a message
+/// schema and referenced 500 times in its `examples`, five million strings once expanded.
+fn alias_bomb(name: &str) -> String {
+    let strings: Vec<String> = (0..10_000).map(|i| format!("item-{i:06}")).collect();
+    let aliases = vec!["*big"; 500].join(", ");
+    format!(
+        "{}  messages:\n    request:\n      schema:\n        type: object\n        \
+         x-strings: &big [{}]\n        examples: [{aliases}]\n",
+        minimal_named(name),
+        strings.join(", ")
+    )
+}
+
+#[test]
+fn alias_amplification_is_refused_before_it_is_built_naming_the_limit() {
+    let bomb = alias_bomb("bomb");
+    assert!((130_000..140_000).contains(&bomb.len()), "{}", bomb.len());
+    let bomb_lines = bomb.lines().count();
+    let diagnostics = TemplateCompiler::new()
+        .compile_str(&bomb, Some(Path::new("bomb.yaml")))
+        .expect_err("refused");
+    assert_eq!(diagnostics.count(), 1, "{diagnostics}");
+    let refused = &diagnostics.list[0];
+    assert!(
+        refused
+            .message
+            .contains(&format!("more than {MAX_EXPANDED_NODES} nodes (the limit)")),
+        "{refused}"
+    );
+    assert_eq!(refused.line, Some(bomb_lines), "placed at the alias");
+    // Watched files are compiled by the same code: the directory is refused the same way.
+    let dir = TempDir::new("bomb");
+    dir.write("bomb.yaml", &bomb);
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("refused");
+    assert!(
+        diagnostics.list[0].message.contains("(the limit)"),
+        "{diagnostics}"
+    );
+    // A few aliases of the same anchor are what anchors are for.
+    let modest = bomb.replace(&vec!["*big"; 500].join(", "), "*big, *big");
+    TemplateCompiler::new()
+        .compile_str(&modest, None)
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
+#[test]
+fn a_template_file_past_the_size_limit_is_not_read_whole() {
+    let dir = TempDir::new("huge");
+    let padding = "# padding\n".repeat(MAX_SOURCE_BYTES as usize / 10 + 1);
+    dir.write("huge.yaml", &format!("{padding}{}", minimal_named("huge")));
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("refused");
+    assert!(
+        diagnostics.list[0]
+            .message
+            .contains(&format!("larger than {MAX_SOURCE_BYTES} bytes")),
+        "{diagnostics}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_template_is_not_quoted_past_its_start() {
+    let dir = TempDir::new("passwd");
+    let lines: Vec<String> = (0..200)
+        .map(|i| format!("user{i}:x:{i}:{i}:secret-{i:04}-hunter2:/home/user{i}:/bin/sh"))
+        .collect();
+    dir.write("passwd.yaml", &lines.join("\n"));
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("not a template");
+    let text = diagnostics.to_string();
+    assert!(
+        text.contains("user0:x:0:0"),
+        "the start says what is at fault: {text}"
+    );
+    assert!(!text.contains("secret-0001"), "{text}");
+    assert!(text.len() < 400, "{text}");
+
+    // Lines ending in `:` read as keys: one sentence, not an unknown field per line.
+    let shadow: Vec<String> = (0..200)
+        .map(|i| format!("user{i}:$6$salt$SECRET{i:04}:19000:0:99999:7:::"))
+        .collect();
+    dir.write("passwd.yaml", &shadow.join("\n"));
+    let diagnostics = TemplateCompiler::new()
+        .compile_dir(&dir.0)
+        .expect_err("not a template");
+    let text = diagnostics.to_string();
+    assert!(text.contains("this file is not a template"), "{text}");
+    assert!(!text.contains("SECRET0000"), "{text}");
+    assert!(diagnostics.count() <= 2, "{text}");
+}

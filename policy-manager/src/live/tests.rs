@@ -165,3 +165,93 @@ fn the_watcher_reloads_after_writes_and_atomic_saves() {
         live.latest("b").is_none() && live.last_error().is_none()
     });
 }
+
+#[test]
+fn retired_revisions_stay_in_memory_only_while_held_and_compile_again_on_demand() {
+    let dir = dir_with(&[("a.yaml", template("a", "done"))]);
+    let live = LiveCatalog::open(dir.path()).expect("compiles");
+    let held = live.latest("a").expect("loaded");
+    let held_revision = held.revision.clone();
+    let unheld = {
+        live.put("a", &template("a", "second")).expect("upload");
+        let second = live.latest("a").expect("a");
+        (Arc::downgrade(&second), second.revision.clone())
+    };
+    live.put("a", &template("a", "third")).expect("upload");
+
+    // A revision a running conversation holds is the very same compiled template.
+    let looked_up = live.revision("a", &held_revision).expect("held");
+    assert!(Arc::ptr_eq(&looked_up, &held));
+    // One nobody holds is gone from memory (it was kept for ever before) ...
+    assert!(unheld.0.upgrade().is_none(), "the unheld revision is freed");
+    // ... and compiles again, the same revision, when a conversation pinned to it loads.
+    let again = live.revision("a", &unheld.1).expect("compiled again");
+    assert_eq!(again.revision, unheld.1);
+    assert!(again.machine.id_of("second").is_some());
+    let same = live.revision("a", &unheld.1).expect("held now");
+    assert!(Arc::ptr_eq(&again, &same), "compiled once while held");
+    // Every kept revision is still listed.
+    assert_eq!(live.snapshot().revisions_of("a").len(), 3);
+    // Back to an older text: the held compiled form serves again, not a copy.
+    drop((looked_up, again, same));
+    live.put("a", &template("a", "done")).expect("upload");
+    assert!(Arc::ptr_eq(&live.latest("a").expect("a"), &held));
+}
+
+#[test]
+fn at_most_the_newest_retired_texts_are_kept_per_template() {
+    let dir = dir_with(&[("a.yaml", template("a", "s0"))]);
+    let live = LiveCatalog::open(dir.path()).expect("compiles");
+    let first = live.latest("a").expect("a").revision.clone();
+    let held = {
+        live.put("a", &template("a", "s1")).expect("upload");
+        live.latest("a").expect("a")
+    };
+    for edit in 2..=MAX_RETIRED_SOURCES + 3 {
+        live.put("a", &template("a", &format!("s{edit}")))
+            .expect("upload");
+    }
+    let snapshot = live.snapshot();
+    assert_eq!(
+        snapshot.revisions_of("a").len(),
+        MAX_RETIRED_SOURCES + 1,
+        "the current one and the newest retired"
+    );
+    assert!(
+        live.revision("a", &first).is_none(),
+        "the oldest unheld one is gone"
+    );
+    assert!(
+        live.revision("a", &held.revision).is_some(),
+        "a held one is kept, however old"
+    );
+}
+
+#[test]
+fn a_retired_revision_compiles_again_with_the_module_it_was_compiled_with() {
+    let module = |marker: u8| {
+        let mut bytes = b"\0asm\x01\0\0\0".to_vec();
+        // A custom section, so two modules differ.
+        bytes.extend([0, 3, 1, b'x', marker]);
+        bytes
+    };
+    let hooked = format!(
+        "{}  hooks:\n    module: hook.wasm\n    events: [on_message]\n",
+        template("a", "done")
+    );
+    let dir = dir_with(&[("a.yaml", hooked)]);
+    fs::write(dir.path().join("hook.wasm"), module(1)).expect("module");
+    let live = LiveCatalog::open(dir.path()).expect("compiles");
+    let old = live.latest("a").expect("a").revision.clone();
+    live.put_module("hook.wasm", &module(2)).expect("replaced");
+    assert_ne!(live.latest("a").expect("a").revision, old);
+
+    let again = live.revision("a", &old).expect("compiled again");
+    assert_eq!(again.revision, old);
+    let bytes = &again.hook_module.as_ref().expect("module").bytes;
+    assert_eq!(
+        bytes.last(),
+        Some(&1),
+        "the module of that revision, not the file's"
+    );
+}

@@ -14,15 +14,34 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 fn documented() -> BTreeSet<(String, String)> {
+    documented_tagged(false)
+}
+
+/// The documented operations of the policy routes (tagged `policy`), or of the engine's own.
+fn documented_tagged(policy: bool) -> BTreeSet<(String, String)> {
     let document: Value = serde_json::from_str(OPENAPI).expect("the OpenAPI document is JSON");
     assert_eq!(document["openapi"], "3.1.0");
     let mut found = BTreeSet::new();
     for (path, operations) in document["paths"].as_object().expect("paths") {
-        for method in operations.as_object().expect("operations").keys() {
-            found.insert((method.clone(), path.clone()));
+        for (method, operation) in operations.as_object().expect("operations") {
+            let tagged = operation["tags"]
+                .as_array()
+                .is_some_and(|tags| tags.iter().any(|tag| tag == "policy"));
+            if tagged == policy {
+                found.insert((method.clone(), path.clone()));
+            }
         }
     }
     found
+}
+
+#[test]
+fn the_openapi_document_lists_exactly_the_policy_routes() {
+    let served: BTreeSet<(String, String)> = colloquy_engine::api::policy::ROUTES
+        .iter()
+        .map(|(method, path)| ((*method).to_owned(), (*path).to_owned()))
+        .collect();
+    assert_eq!(documented_tagged(true), served);
 }
 
 /// The document is valid OpenAPI 3.1: it passes the OpenAPI Initiative's schema of 3.1

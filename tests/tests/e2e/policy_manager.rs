@@ -7,14 +7,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use colloquy_engine::api::policy::{self, PolicyState, RunningPolicyManager, Writes};
+use colloquy_engine::api::policy::{self, PolicyState, Reads, RunningPolicyManager, Writes};
 use colloquy_engine::api::{self, RunningService, ServiceOptions};
 use colloquy_engine::store::MemoryStore;
 use colloquy_engine::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::watcher::{self, DirectoryWatcher};
 use colloquy_policy::{Catalog, LiveCatalog, PolicyClient};
 use colloquy_protocol::message::{SendMessage, StartConversation};
-use colloquy_tests::http::{bounded, call, raw};
+use colloquy_tests::http::{ADMIN_TOKEN, bounded, call, raw};
 use colloquy_tests::templates_dir;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -80,7 +80,12 @@ async fn embedded(dir: &Path) -> Embedded {
     let live = Arc::new(LiveCatalog::open(dir).unwrap_or_else(|d| panic!("{d}")));
     let watcher = watcher::watch(live.clone()).expect("watching");
     let (closing, closing_rx) = watch::channel(false);
-    let state = PolicyState::new(live.clone(), Writes::AdminToken(ADMIN.into()), closing_rx);
+    let state = PolicyState::new(
+        live.clone(),
+        Writes::AdminToken(ADMIN.into()),
+        Reads::Public,
+        closing_rx,
+    );
     let service = launch_engine(live.clone(), state).await;
     Embedded {
         service,
@@ -90,9 +95,46 @@ async fn embedded(dir: &Path) -> Embedded {
     }
 }
 
+/// [`embedded`] with an agents file ([`colloquy_tests::http::identity`]: `<agent>-token`
+/// and [`ADMIN_TOKEN`]); reads need tokens unless `public`, as `colloquy serve --agents FILE
+/// [--public-templates]` runs it.
+async fn embedded_with_agents(dir: &Path, public: bool) -> Embedded {
+    let live = Arc::new(LiveCatalog::open(dir).unwrap_or_else(|d| panic!("{d}")));
+    let watcher = watcher::watch(live.clone()).expect("watching");
+    let (closing, closing_rx) = watch::channel(false);
+    let identity = colloquy_tests::http::identity(&[]);
+    let reads = if public {
+        Reads::Public
+    } else {
+        Reads::Tokens(Arc::new(identity.clone()))
+    };
+    let state = PolicyState::new(
+        live.clone(),
+        Writes::AdminToken(ADMIN_TOKEN.into()),
+        reads,
+        closing_rx,
+    );
+    let service = launch_engine_as(live.clone(), state, identity).await;
+    Embedded {
+        service,
+        live,
+        _watcher: watcher,
+        _closing: closing,
+    }
+}
+
 async fn launch_engine(live: Arc<LiveCatalog>, policy: PolicyState) -> RunningService {
+    launch_engine_as(live, policy, api::Identity::Open).await
+}
+
+async fn launch_engine_as(
+    live: Arc<LiveCatalog>,
+    policy: PolicyState,
+    identity: api::Identity,
+) -> RunningService {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let options = ServiceOptions {
+        identity,
         templates: Some(live),
         routes: Some(policy::router(policy)),
         scheduler_period: Duration::from_millis(10),
@@ -408,6 +450,191 @@ async fn uploads_go_through_the_compiler_good_and_broken() {
     assert_eq!(response.status().as_u16(), 304);
 }
 
+/// The issue's template: 133 KB, a list of 10,000 strings anchored in a message schema and
+/// referenced 500 times (five million strings once expanded).
+fn alias_bomb() -> String {
+    let strings: Vec<String> = (0..10_000).map(|i| format!("item-{i:06}")).collect();
+    let aliases = vec!["*big"; 500].join(", ");
+    format!(
+        "{}  messages:\n    request:\n      schema:\n        type: object\n        \
+         x-strings: &big [{}]\n        examples: [{aliases}]\n",
+        errand("done"),
+        strings.join(", ")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_bomb_upload_is_refused_naming_the_limit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("errand.yaml"), errand("done")).expect("fixture");
+    let server = embedded(dir.path()).await;
+    let url = server.service.url();
+    let bomb = alias_bomb();
+    assert!((130_000..140_000).contains(&bomb.len()));
+    let (code, rejected) = call(
+        admin(Method::PUT, format!("{url}/v1/templates/errand"))
+            .header("content-type", "application/yaml")
+            .body(bomb.clone()),
+    )
+    .await;
+    assert_eq!(code, 422, "{rejected}");
+    assert_eq!(rejected["error"]["code"], "invalid_template");
+    let diagnostic = &rejected["diagnostics"][0];
+    let message = diagnostic["message"].as_str().expect("message");
+    assert!(
+        message.contains(&format!(
+            "more than {} nodes (the limit)",
+            colloquy_policy::compiler::MAX_EXPANDED_NODES
+        )),
+        "{rejected}"
+    );
+    assert_eq!(diagnostic["line"], bomb.lines().count(), "at the aliases");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("errand.yaml")).expect("file"),
+        errand("done"),
+        "nothing written"
+    );
+}
+
+/// A GET as `who`: `None` without credentials, else a bearer token.
+async fn read(url: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut request = raw().get(format!("{url}{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = bounded(request.send()).await.expect("sent");
+    let code = response.status().as_u16();
+    // The change feed never ends: its status line is what counts.
+    if response
+        .headers()
+        .get("content-type")
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"))
+    {
+        return (code, Value::Null);
+    }
+    let bytes = bounded(response.bytes()).await.expect("body");
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (code, body)
+}
+
+/// Writes `errand` using a hook module into `dir`.
+fn hooked_errand(dir: &Path) {
+    let module = wat::parse_str("(module)").expect("wat");
+    std::fs::write(dir.join("hook.wasm"), &module).expect("module");
+    std::fs::write(
+        dir.join("errand.yaml"),
+        format!(
+            "{}  hooks:\n    module: hook.wasm\n    events: [on_message]\n",
+            errand("done")
+        ),
+    )
+    .expect("template");
+}
+
+/// The SHA-256 of `errand`'s hook module.
+fn module_sha(server: &Embedded) -> String {
+    let errand = server.live.latest("errand").expect("errand");
+    errand
+        .hook_module
+        .as_ref()
+        .expect("module")
+        .sha256
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_agents_file_policy_reads_need_a_token_and_sources_the_admin() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    hooked_errand(dir.path());
+    let server = embedded_with_agents(dir.path(), false).await;
+    let sha = module_sha(&server);
+    let url = server.service.url();
+    let module = format!("/v1/templates/errand/modules/{sha}");
+    let listing = [
+        "/v1/templates",
+        "/v1/templates/errand/revisions",
+        "/v1/watch",
+        "/v1/status",
+    ];
+    let sources = ["/v1/templates/errand", module.as_str()];
+    for path in listing.iter().chain(&sources) {
+        let (code, body) = read(&url, path, None).await;
+        assert_eq!(code, 401, "{path} without a token: {body}");
+        assert_eq!(body["error"]["code"], "unauthenticated", "{path}: {body}");
+        let (code, _) = read(&url, path, Some("forged-token")).await;
+        assert_eq!(code, 401, "{path} with an unknown token");
+    }
+    for path in listing {
+        let (code, body) = read(&url, path, Some("alice-token")).await;
+        assert_eq!(code, 200, "{path} as an agent: {body}");
+    }
+    for path in sources {
+        let (code, body) = read(&url, path, Some("alice-token")).await;
+        assert_eq!(code, 403, "{path} is the admin's: {body}");
+        assert_eq!(body["error"]["code"], "forbidden", "{body}");
+        let (code, body) = read(&url, path, Some(ADMIN_TOKEN)).await;
+        assert_eq!(code, 200, "{path} as the admin: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_templates_open_the_policy_reads_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    hooked_errand(dir.path());
+    let server = embedded_with_agents(dir.path(), true).await;
+    let sha = module_sha(&server);
+    let url = server.service.url();
+    for path in [
+        "/v1/templates".to_owned(),
+        "/v1/templates/errand".to_owned(),
+        "/v1/templates/errand/revisions".to_owned(),
+        format!("/v1/templates/errand/modules/{sha}"),
+        "/v1/watch".to_owned(),
+        "/v1/status".to_owned(),
+    ] {
+        let (code, body) = read(&url, &path, None).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    // The engine's own routes still need a token.
+    let (code, _) = read(&url, "/v1/conversations", None).await;
+    assert_eq!(code, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_does_not_quote_a_linked_secret_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("errand.yaml"), errand("done")).expect("fixture");
+    let elsewhere = tempfile::tempdir().expect("temp dir");
+    let secret = elsewhere.path().join("shadow");
+    let lines: Vec<String> = (0..300)
+        .map(|i| format!("user{i}:$6$salt{i:04}$0123456789abcdefSECRET{i:04}:19000:0:99999:7:::"))
+        .collect();
+    std::fs::write(&secret, lines.join("\n")).expect("secret");
+    let server = embedded_with_agents(dir.path(), false).await;
+    let url = server.service.url();
+    std::os::unix::fs::symlink(&secret, dir.path().join("leak.yaml")).expect("link");
+    let live = server.live.clone();
+    eventually("the broken link reported", || {
+        let live = live.clone();
+        async move { live.last_error().is_some() }
+    })
+    .await;
+
+    let (code, _) = read(&url, "/v1/status", None).await;
+    assert_eq!(code, 401, "nothing for anonymous callers");
+    let (code, body) = read(&url, "/v1/status", Some("alice-token")).await;
+    assert_eq!(code, 200, "{body}");
+    let text = body.to_string();
+    assert!(
+        text.contains("leak.yaml"),
+        "the file at fault is named: {text}"
+    );
+    assert!(text.contains("not a template"), "{text}");
+    assert!(!text.contains("SECRET"), "nothing of the file: {text}");
+    assert!(text.len() < 2_000, "{} bytes: {text}", text.len());
+}
+
 async fn manager_on(listener: TcpListener, dir: &Path) -> (RunningPolicyManager, DirectoryWatcher) {
     let live = Arc::new(LiveCatalog::open(dir).unwrap_or_else(|d| panic!("{d}")));
     let watcher = watcher::watch(live.clone()).expect("watching");
@@ -443,6 +670,7 @@ async fn a_remote_engine_follows_a_standalone_manager_across_its_restart() {
     let state = PolicyState::new(
         engine_live.clone(),
         Writes::Follower(manager.url()),
+        Reads::Public,
         closing_rx,
     );
     let engine = launch_engine(engine_live.clone(), state).await;

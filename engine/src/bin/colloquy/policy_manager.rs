@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use colloquy_engine::api::policy::{self, PolicyState, Writes};
+use colloquy_engine::api::policy::{self, PolicyState, Reads, Writes};
 use colloquy_policy::watcher::{self, DirectoryWatcher};
 use colloquy_policy::{Catalog, LiveCatalog, PolicyClient, TemplateCompiler};
 use tokio::net::TcpListener;
@@ -146,11 +146,12 @@ impl Drop for ServeTemplates {
 
 /// Templates of `colloquy serve`: an embedded policy manager over `dir` (watched, with its
 /// API merged into the service), or, with `remote`, a mirror under `data_dir` following the
-/// policy manager at that URL.
+/// policy manager at that URL. `reads` says who may read the policy routes.
 pub fn serve_templates(
     dir: Option<PathBuf>,
     remote: Option<String>,
     admin_token: Option<String>,
+    reads: Reads,
     data_dir: &Path,
     hooks: Option<Arc<colloquy_engine::runtime::HookRuntime>>,
     out: &mut dyn Write,
@@ -181,7 +182,7 @@ pub fn serve_templates(
             let watcher = watch_dir(&live)?;
             list(out, &dir.display(), &live)?;
             let writes = admin_token.map_or(Writes::Disabled, Writes::AdminToken);
-            let routes = policy::router(PolicyState::new(live.clone(), writes, closing_rx));
+            let routes = policy::router(PolicyState::new(live.clone(), writes, reads, closing_rx));
             Ok(ServeTemplates {
                 live,
                 routes,
@@ -212,6 +213,7 @@ pub fn serve_templates(
             let routes = policy::router(PolicyState::new(
                 live.clone(),
                 Writes::Follower(url),
+                reads,
                 closing_rx,
             ));
             Ok(ServeTemplates {

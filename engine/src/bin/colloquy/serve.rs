@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use clap::Args;
 use colloquy_engine::EngineConfig;
 use colloquy_engine::api::auth::AgentsFile;
+use colloquy_engine::api::policy::Reads;
 use colloquy_engine::api::{self, Identity, ServiceOptions};
 use colloquy_engine::hook_pool::HookPoolConfig;
 use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
@@ -49,6 +50,12 @@ pub struct ServeArgs {
     /// file's `admin_token`; without any, uploads are disabled].
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
+    /// With --agents, let anyone read the policy routes (`GET /v1/templates…`, `/v1/watch`,
+    /// `/v1/status`), template sources and hook modules included. Without it they need a
+    /// token: any agent's, or the admin's for sources and modules. (Without --agents
+    /// everything is open anyway.)
+    #[arg(long)]
+    public_templates: bool,
     /// How long a completed conversation stays readable before it is removed with its
     /// event log (the messages in agents' inboxes stay, see --inbox-ttl): a number and a
     /// unit, `ms`, `s`, `m`, `h` or `d`, e.g. `90s`, `7d`. The store holds every
@@ -153,6 +160,15 @@ fn one_admin_token(
     }
 }
 
+/// Who may read the policy routes: with an agents file, callers with a token unless the
+/// operator made templates public; in open development mode, anyone (as everything else).
+fn policy_reads(identity: &Identity, public_templates: bool) -> Reads {
+    match identity {
+        Identity::Tokens { .. } if !public_templates => Reads::Tokens(Arc::new(identity.clone())),
+        _ => Reads::Public,
+    }
+}
+
 /// Runs the service until Ctrl-C, then lets requests in flight finish.
 pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let agents = args.agents.as_deref().map(AgentsFile::read).transpose()?;
@@ -167,6 +183,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         _ => Identity::Open,
     };
+    let reads = policy_reads(&identity, args.public_templates);
     let (spec, store_description) = store_spec(args.store, &args.data_dir);
     let store = colloquy_engine::store::open(&spec)
         .await
@@ -193,6 +210,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         args.templates,
         args.policy_manager,
         admin_token,
+        reads,
         &args.data_dir,
         Some(hooks.clone()),
         out,
@@ -243,6 +261,19 @@ mod tests {
         assert_eq!(one_admin_token(token("s"), token("s")).unwrap(), token("s"));
         let error = one_admin_token(token("f"), token("a")).unwrap_err();
         assert!(error.to_string().contains("differ"), "{error}");
+    }
+
+    #[test]
+    fn policy_reads_need_tokens_with_an_agents_file_unless_templates_are_public() {
+        let tokens =
+            Identity::from_yaml("agents:\n  - id: alice\n    token: alice-token\n", "test")
+                .unwrap();
+        assert!(matches!(policy_reads(&tokens, false), Reads::Tokens(_)));
+        assert!(matches!(policy_reads(&tokens, true), Reads::Public));
+        assert!(matches!(
+            policy_reads(&Identity::Open, false),
+            Reads::Public
+        ));
     }
 
     #[test]
