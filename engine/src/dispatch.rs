@@ -26,7 +26,7 @@ use crate::conversation::Conversation;
 use crate::error::EngineError;
 use crate::rules::{DeadlineChange, Effects, Origin, Scope, TimeoutInfo};
 use crate::runtime::input::{MessageFacts, hook_input};
-use crate::runtime::{HookFailure, HookRuntime, event_name};
+use crate::runtime::{CallSite, HookFailure, HookRuntime, event_name};
 use crate::step::Step;
 
 /// Longest agent id accepted.
@@ -109,7 +109,7 @@ pub fn on_start(step: &mut Step<'_>) -> Result<(), EngineError> {
         let input = || hook_input(step.conversation, HookEvent::OnStart, step.now, None, None);
         run_hook(
             step.conversation,
-            step.hooks,
+            (step.hooks, step.site),
             HookEvent::OnStart,
             input,
             &mut effects,
@@ -135,9 +135,11 @@ pub fn on_start(step: &mut Step<'_>) -> Result<(), EngineError> {
 /// `Ok(None)`: it ran, or there is none. `Ok(Some(detail))`: it failed under `fail_open`; the
 /// caller records a `hook_error` violation once it emits. `Err`: it failed under
 /// `fail_closed`; the caller has emitted nothing yet and returns the error.
+/// A call that could not finish where the step runs (`HookFailure::NeedsPool`) is
+/// `Err(HookNeedsPool)` whatever the policy: the engine runs the step again on the hook pool.
 fn run_hook<'a>(
     conversation: &Conversation,
-    hooks: Option<&HookRuntime>,
+    (hooks, site): (Option<&HookRuntime>, CallSite),
     event: HookEvent,
     input: impl FnOnce() -> HookInput<'a>,
     effects: &mut Effects,
@@ -151,10 +153,11 @@ fn run_hook<'a>(
         return Ok(None);
     };
     let result = match hooks {
-        Some(runtime) => runtime.call(template, event, &input()),
+        Some(runtime) => runtime.call_at(site, template, event, &input()),
         None => Err(HookFailure::NoRuntime),
     };
     match result {
+        Err(HookFailure::NeedsPool) => Err(EngineError::HookNeedsPool),
         Ok(output) => {
             if output.actions.is_empty() {
                 return Ok(None);
@@ -371,7 +374,7 @@ pub fn on_message(
     id: Arc<str>,
 ) -> Result<(), EngineError> {
     let template = step.conversation.template.clone();
-    let hooks = step.hooks;
+    let hooks = (step.hooks, step.site);
     let conversation = &*step.conversation;
     let now = step.now;
     let performative = template
@@ -1082,12 +1085,17 @@ pub fn fire_due(step: &mut Step<'_>) {
         };
         let run = run_hook(
             step.conversation,
-            step.hooks,
+            (step.hooks, step.site),
             HookEvent::OnTimeout,
             input,
             &mut effects,
         );
         match run {
+            Err(EngineError::HookNeedsPool) => {
+                // Dropped by the engine, which runs the step again on the hook pool.
+                step.needs_pool = true;
+                return;
+            }
             Ok(None) => {}
             Ok(Some(detail)) => hook_errors.push(detail),
             Err(error) => hook_errors.push(error.to_string()),

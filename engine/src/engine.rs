@@ -25,7 +25,7 @@ use crate::dispatch;
 use crate::error::EngineError;
 use crate::keyed::{self, ConversationMap};
 use crate::parties::{self, PartyIndex};
-use crate::runtime::HookRuntime;
+use crate::runtime::{CallSite, HookRuntime};
 use crate::sight::Sight;
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
@@ -200,19 +200,31 @@ impl Engine {
             }
         }
         let result = async {
-            let conversation = Conversation::new(template, Arc::new(started));
+            let started = Arc::new(started);
             let opening = request.message.zip(opening_id);
             let initiator: Arc<str> = Arc::from(initiator);
             let retention_ms = self.config.retention_ms;
-            let (conversation, stepped) = self
-                .run_step(&conversation.template.clone(), move |hooks| {
-                    let mut conversation = conversation;
-                    let mut step = Step::with_hooks(&mut conversation, now, hooks);
-                    let stepped = start_step(&mut step, &initiator, opening)
-                        .map(|messages| (messages, step.into_commit(retention_ms)));
-                    (conversation, stepped)
-                })
-                .await?;
+            // Tried where the request is handled first; again on the hook pool when a hook
+            // could not finish there (its module is then pooled, so twice at most).
+            let (conversation, stepped) = loop {
+                let conversation = Conversation::new(template.clone(), started.clone());
+                let (initiator, opening) = (initiator.clone(), opening.clone());
+                let (conversation, stepped, needs_pool) = self
+                    .run_step(&template, move |hooks, site| {
+                        let mut conversation = conversation;
+                        let mut step = Step::with_hooks(&mut conversation, now, hooks, site);
+                        let stepped = start_step(&mut step, &initiator, opening);
+                        let needs_pool =
+                            step.needs_pool || matches!(stepped, Err(EngineError::HookNeedsPool));
+                        let stepped =
+                            stepped.map(|messages| (messages, step.into_commit(retention_ms)));
+                        (conversation, stepped, needs_pool)
+                    })
+                    .await?;
+                if !needs_pool {
+                    break (conversation, stepped);
+                }
+            };
             let (messages, commit) = stepped?;
             // Through `Engine::commit`, so streams hear of the opening message's delivery.
             self.commit(commit).await.map_err(|error| match error {
@@ -518,8 +530,9 @@ impl Engine {
         loop {
             attempt += 1;
             match self.wake_once(id, now).await {
-                Err(EngineError::Store(StoreError::Conflict { .. }))
-                    if attempt < MAX_COMMIT_ATTEMPTS => {}
+                Err(
+                    EngineError::Store(StoreError::Conflict { .. }) | EngineError::HookNeedsPool,
+                ) if attempt < MAX_COMMIT_ATTEMPTS => {}
                 other => return other,
             }
         }
@@ -549,16 +562,21 @@ impl Engine {
             return Ok(());
         };
         let retention_ms = self.config.retention_ms;
-        let (conversation, commit) = self
-            .run_step(&template, move |hooks| {
-                let mut step = Step::with_hooks(&mut conversation, now, hooks);
+        let (conversation, commit, needs_pool) = self
+            .run_step(&template, move |hooks, site| {
+                let mut step = Step::with_hooks(&mut conversation, now, hooks, site);
                 dispatch::fire_due(&mut step);
+                let needs_pool = step.needs_pool;
                 // Even with nothing fired, the commit puts the conversation back on the
                 // deadline index: claiming took it off.
                 let commit = step.into_commit(retention_ms);
-                (conversation, commit)
+                (conversation, commit, needs_pool)
             })
             .await?;
+        if needs_pool {
+            // What it did is dropped (reloaded); `wake` runs it again on the hook pool.
+            return Err(EngineError::HookNeedsPool);
+        }
         *guard = Some(conversation);
         if let Err(error) = self.commit(commit).await {
             *guard = None;
@@ -795,11 +813,20 @@ impl Engine {
                 result,
                 emitted,
                 commit,
+                needs_pool,
             } = self
-                .run_step(&conversation.template.clone(), move |hooks| {
-                    work_on(conversation, now, hooks, retention_ms, &*work)
+                .run_step(&conversation.template.clone(), move |hooks, site| {
+                    work_on(conversation, now, (hooks, site), retention_ms, &*work)
                 })
                 .await?;
+            if needs_pool {
+                // A hook could not finish on this worker; its module is pooled now, and the
+                // work runs again there, on this copy if the work changed nothing.
+                if timers.is_none() && !emitted {
+                    *guard = Some(conversation);
+                }
+                continue;
+            }
             *guard = Some(conversation);
             if let Some(timers) = timers
                 && let Err(error) = self.commit(timers).await
@@ -848,23 +875,26 @@ impl Engine {
     }
 
     /// Runs `step`, synchronous work on a conversation it owns, where `template`'s steps
-    /// belong: for a template with a wasm hook, on the hook pool, so that its hook calls
-    /// never hold an async worker (`crate::hook_pool`); for any other, here and now.
+    /// belong, and tells it where that is. A template without a hook: here and now. One with
+    /// a hook: here too, its calls held to [`crate::runtime::INLINE_SLICE`], while its module
+    /// has never run past that; otherwise on the hook pool, so that its calls never hold an
+    /// async worker for long (`crate::hook_pool`).
     async fn run_step<T: Send + 'static>(
         &self,
         template: &CompiledTemplate,
-        step: impl FnOnce(Option<&HookRuntime>) -> T + Send + 'static,
+        step: impl FnOnce(Option<&HookRuntime>, CallSite) -> T + Send + 'static,
     ) -> Result<T, EngineError> {
         match &self.hooks {
-            Some(runtime) if template.hooks.is_some() => {
+            Some(runtime) if template.hooks.is_some() && !runtime.runs_inline(template) => {
                 let hooks = runtime.clone();
                 runtime
                     .pool()
-                    .run_for(&template.name, move || step(Some(&hooks)))
+                    .run_for(&template.name, move || step(Some(&hooks), CallSite::Owned))
                     .await
                     .map_err(EngineError::HooksBusy)
             }
-            hooks => Ok(step(hooks.as_deref())),
+            Some(runtime) if template.hooks.is_some() => Ok(step(Some(runtime), CallSite::Inline)),
+            hooks => Ok(step(hooks.as_deref(), CallSite::Owned)),
         }
     }
 
@@ -942,6 +972,9 @@ struct Worked<R> {
     /// Whether the work emitted events (its commit is empty otherwise).
     emitted: bool,
     commit: Commit,
+    /// A hook could not finish where the work ran: all of it is to be dropped and run again
+    /// on the hook pool.
+    needs_pool: bool,
 }
 
 /// Fires `conversation`'s due timers, then runs `work` on it: the synchronous half of
@@ -949,16 +982,23 @@ struct Worked<R> {
 fn work_on<R>(
     mut conversation: Conversation,
     now: u64,
-    hooks: Option<&HookRuntime>,
+    (hooks, site): (Option<&HookRuntime>, CallSite),
     retention_ms: u64,
     work: &Work<R>,
 ) -> Worked<R> {
-    let mut timers = Step::with_hooks(&mut conversation, now, hooks);
+    let mut timers = Step::with_hooks(&mut conversation, now, hooks, site);
     dispatch::fire_due(&mut timers);
+    let mut needs_pool = timers.needs_pool;
     let timers = (!timers.is_empty()).then(|| timers.into_commit(retention_ms));
     let version = conversation.version;
-    let mut step = Step::with_hooks(&mut conversation, now, hooks);
-    let result = work(&mut step);
+    let mut step = Step::with_hooks(&mut conversation, now, hooks, site);
+    // After timers that need the pool, the work would run on a copy that is dropped anyway.
+    let result = if needs_pool {
+        Err(EngineError::HookNeedsPool)
+    } else {
+        work(&mut step)
+    };
+    needs_pool |= step.needs_pool || matches!(result, Err(EngineError::HookNeedsPool));
     let emitted = !step.is_empty();
     let commit = step.into_commit(retention_ms);
     Worked {
@@ -968,6 +1008,7 @@ fn work_on<R>(
         result,
         emitted,
         commit,
+        needs_pool,
     }
 }
 

@@ -160,6 +160,10 @@ pub enum EngineError {
     /// their budgets, its queue full): nothing was recorded; retry shortly.
     #[error("{0}")]
     HooksBusy(crate::hook_pool::HookPoolBusy),
+    /// A hook call tried on an async worker ran past its slice: the engine runs the step
+    /// again on the hook pool. Never a caller's answer.
+    #[error("a hook call must run on the hook pool")]
+    HookNeedsPool,
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -172,7 +176,7 @@ impl EngineError {
             EngineError::UnknownTemplate(_)
             | EngineError::UnknownConversation(_)
             | EngineError::UnknownCommitment(_) => ErrorKind::NotFound,
-            EngineError::RevisionGone { .. } => ErrorKind::Internal,
+            EngineError::RevisionGone { .. } | EngineError::HookNeedsPool => ErrorKind::Internal,
             EngineError::DuplicateConversation(_)
             | EngineError::OutOfProtocol(_)
             | EngineError::MessageLimit { .. }
@@ -222,7 +226,7 @@ impl EngineError {
             EngineError::MessageIdTaken { .. } => "message_id_taken",
             EngineError::Store(StoreError::Unavailable(_)) => "store_unavailable",
             EngineError::HooksBusy(_) => "hooks_busy",
-            EngineError::Store(_) => "internal",
+            EngineError::Store(_) | EngineError::HookNeedsPool => "internal",
         }
     }
 

@@ -4,8 +4,10 @@
 //! A hook call is synchronous CPU work of up to its template's budget. Run on an async worker,
 //! it holds that worker for the whole call: on a two-core machine three hooks that ran to a
 //! 4 s budget at once left no worker for anything else, and every other request waited
-//! (issue 32). Here the step (the state machine, the rules and the hook call, all synchronous)
-//! runs on a pool thread while the request's task waits without holding a worker.
+//! (issue 32). A step whose hook once ran past [`crate::runtime::INLINE_SLICE`] on an async
+//! worker (the engine tries there first: usual hooks take microseconds, and the crossing
+//! costs ~45 µs) runs here instead, on a pool thread, while the request's task waits without
+//! holding a worker.
 //!
 //! The pool is bounded both ways:
 //! - [`HookPoolConfig::threads`] threads, more than the cores by default, so that a few hooks

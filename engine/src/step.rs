@@ -18,6 +18,12 @@ pub struct Step<'a> {
     pub now: u64,
     /// The hook runtime templates' wasm hooks run on (`None`: the engine has none).
     pub hooks: Option<&'a crate::runtime::HookRuntime>,
+    /// Where the step runs, which bounds its hook calls (an async worker: a short slice).
+    pub site: crate::runtime::CallSite,
+    /// Set when a hook call could not finish where the step runs
+    /// ([`crate::runtime::HookFailure::NeedsPool`]): whatever the step did is to be dropped
+    /// and the step run again on the hook pool.
+    pub needs_pool: bool,
     base_version: u64,
     events: Vec<ConversationEvent>,
     deliveries: Vec<Delivery>,
@@ -31,20 +37,24 @@ impl<'a> Step<'a> {
             conversation,
             now,
             hooks: None,
+            site: crate::runtime::CallSite::Owned,
+            needs_pool: false,
             base_version,
             events: Vec::new(),
             deliveries: Vec::new(),
         }
     }
 
-    /// Starts a step on `conversation` at time `now` whose hooks run on `hooks`.
+    /// Starts a step on `conversation` at time `now` whose hooks run on `hooks`, at `site`.
     pub fn with_hooks(
         conversation: &'a mut Conversation,
         now: u64,
         hooks: Option<&'a crate::runtime::HookRuntime>,
+        site: crate::runtime::CallSite,
     ) -> Step<'a> {
         let mut step = Step::new(conversation, now);
         step.hooks = hooks;
+        step.site = site;
         step
     }
 

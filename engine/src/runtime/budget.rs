@@ -84,6 +84,16 @@ impl CallBudget {
     /// Starts a budget for a call about to run on this thread, from `started`, an instant
     /// the caller has just read (a clock read less per call).
     pub fn start_at(budget: Duration, started: Instant) -> CallBudget {
+        CallBudget::start_with_margin(budget, started, WALL_MARGIN)
+    }
+
+    /// [`CallBudget::start_at`] with `wall_margin` instead of [`WALL_MARGIN`]: a call tried
+    /// on an async worker gets none, since the worker is what it must not hold.
+    pub fn start_with_margin(
+        budget: Duration,
+        started: Instant,
+        wall_margin: Duration,
+    ) -> CallBudget {
         let mark = MARK.with(|cell| match cell.get() {
             Some(mark) if started.saturating_duration_since(mark.at) <= MARK_MAX_AGE => mark,
             _ => {
@@ -95,16 +105,21 @@ impl CallBudget {
                 mark
             }
         });
-        CallBudget::from_mark(budget, started, mark)
+        CallBudget::from_mark(budget, started, mark, wall_margin)
     }
 
-    fn from_mark(budget: Duration, started: Instant, mark: CpuMark) -> CallBudget {
+    fn from_mark(
+        budget: Duration,
+        started: Instant,
+        mark: CpuMark,
+        wall_margin: Duration,
+    ) -> CallBudget {
         // A budget past what the clock can hold (compiled templates cap it far below) never
         // ends.
         let ends_at = started
             .checked_add(budget)
             .unwrap_or_else(|| started + Duration::from_secs(u64::from(u32::MAX)));
-        let wall_limit = ends_at.checked_add(WALL_MARGIN).unwrap_or(ends_at);
+        let wall_limit = ends_at.checked_add(wall_margin).unwrap_or(ends_at);
         CallBudget {
             budget,
             started,
@@ -193,7 +208,10 @@ mod tests {
             at: started - mark_age,
             cpu: mark_cpu,
         };
-        (CallBudget::from_mark(10 * MS, started, mark), started)
+        (
+            CallBudget::from_mark(10 * MS, started, mark, WALL_MARGIN),
+            started,
+        )
     }
 
     #[test]

@@ -64,6 +64,13 @@ pub const DEFAULT_IDLE_INSTANCES_PER_MODULE: usize = 8;
 /// runtime holds every call to it, also for templates a remote policy manager compiled.
 pub const DEFAULT_MAX_TIMEOUT: Duration =
     Duration::from_millis(colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS);
+/// How long a hook call may run when it is tried on an async worker, before the engine moves
+/// its module's calls to the hook pool for good. Crossing to a pool thread and back costs a
+/// message ~45 µs on the development VM (two thread wake-ups), ten times a usual hook call:
+/// so a call runs where its message is handled, and only a module that once ran past this
+/// slice (a runaway, a slow policy) pays the crossing. An async worker is held at most this
+/// long, once per module (`crate::hook_pool`).
+pub const INLINE_SLICE: Duration = Duration::from_millis(5);
 /// Largest linear memory any hook may have; templates ask for at most this much.
 pub const MAX_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 /// Largest output a hook may return. Far above any real answer (a few actions), small enough
@@ -167,9 +174,22 @@ pub enum HookFailure {
         /// The limit.
         max: usize,
     },
+    /// A call tried on an async worker ran past [`INLINE_SLICE`] (or its module had before):
+    /// the engine runs the step again on the hook pool. Never a caller's answer.
+    #[error("the hook ran past its slice on an async worker; it runs on the hook pool")]
+    NeedsPool,
     /// The output is not valid hook output JSON (malformed, an unknown action, ...).
     #[error("the hook returned invalid output: {0}")]
     BadOutput(String),
+}
+
+/// Where a hook call runs, which decides how long it may run there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallSite {
+    /// On a thread that may be held for the whole budget (the hook pool, a test, a tool).
+    Owned,
+    /// On an async worker: at most [`INLINE_SLICE`], or [`HookFailure::NeedsPool`].
+    Inline,
 }
 
 /// A module as loading left it: ready, or refused with the reason.
@@ -272,16 +292,48 @@ impl HookRuntime {
         Ok(())
     }
 
-    /// Calls the template's hook for `event` with `input`. Traced with the conversation id,
-    /// template revision, hook and duration.
+    /// Calls the template's hook for `event` with `input`, with its whole budget. Traced
+    /// with the conversation id, template revision, hook and duration.
     pub fn call(
         &self,
         template: &CompiledTemplate,
         event: HookEvent,
         input: &HookInput<'_>,
     ) -> Result<HookOutput, HookFailure> {
+        self.call_at(CallSite::Owned, template, event, input)
+    }
+
+    /// Whether `template`'s hook calls may be tried on an async worker: its module is loaded
+    /// (loading compiles, which takes long) and has never run past [`INLINE_SLICE`] there.
+    pub fn runs_inline(&self, template: &CompiledTemplate) -> bool {
+        let Some(source) = &template.hook_module else {
+            return true;
+        };
+        self.modules
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&source.sha256)
+            .is_some_and(|loaded| {
+                loaded
+                    .as_ref()
+                    .is_ok_and(|module| !module.pooled.load(std::sync::atomic::Ordering::Relaxed))
+            })
+    }
+
+    /// [`HookRuntime::call`] at `site`.
+    pub fn call_at(
+        &self,
+        site: CallSite,
+        template: &CompiledTemplate,
+        event: HookEvent,
+        input: &HookInput<'_>,
+    ) -> Result<HookOutput, HookFailure> {
         let started = Instant::now();
-        let result = self.call_untraced(template, event, input, started);
+        let result = self.call_untraced(site, template, event, input, started);
+        if result == Err(HookFailure::NeedsPool) {
+            tracing::debug!(template = %template.name, "hook moved to the hook pool");
+            return result;
+        }
         let elapsed = started.elapsed();
         self.latency.observe(event, result.is_ok(), elapsed);
         let duration_us = elapsed.as_micros() as u64;
@@ -321,6 +373,7 @@ impl HookRuntime {
 
     fn call_untraced(
         &self,
+        site: CallSite,
         template: &CompiledTemplate,
         event: HookEvent,
         input: &HookInput<'_>,
@@ -329,22 +382,43 @@ impl HookRuntime {
         let Some(spec) = &template.hooks else {
             return Ok(HookOutput::default());
         };
+        let full_ms = self.budget_ms(spec);
+        let slice_ms = u64::try_from(INLINE_SLICE.as_millis()).unwrap_or(u64::MAX);
+        // Inline, a call gets the slice (when its budget is longer) and no wall margin.
+        let (budget_ms, wall_margin) = match site {
+            CallSite::Owned => (full_ms, WALL_MARGIN),
+            CallSite::Inline => (full_ms.min(slice_ms), Duration::ZERO),
+        };
         // Loading runs the module's version export; the call runs the hook.
-        let budget_ms = self.budget_ms(spec);
         let _ticking = self.ticker.ticking(Duration::from_millis(budget_ms));
         let module = self.module(template)?;
         module.check_event(event)?;
-        module.call(
+        let pooled = &module.pooled;
+        if site == CallSite::Inline && pooled.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(HookFailure::NeedsPool);
+        }
+        let result = module.call(
             &self.engine,
             self.ticker.handle(),
             event,
             input,
             spec.limits.memory_bytes,
             budget_ms,
+            wall_margin,
             &input.conversation.id,
             self.config.idle_instances_per_module,
             started,
-        )
+        );
+        match result {
+            // Stopped inline, by the slice or by a wall limit with no margin (its thread was
+            // kept from a core): the pool gives it its whole budget and the margin, and only
+            // there is a timeout the hook's failure.
+            Err(HookFailure::Timeout { .. }) if site == CallSite::Inline => {
+                pooled.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(HookFailure::NeedsPool)
+            }
+            other => other,
+        }
     }
 
     /// The loaded module of a template, loading it on first use.

@@ -41,6 +41,9 @@ fn event_index(event: HookEvent) -> usize {
 
 /// A module ready to instantiate.
 pub struct LoadedModule {
+    /// Set once a call tried on an async worker ran past [`super::INLINE_SLICE`]: from then
+    /// on its calls run on the hook pool only.
+    pub(super) pooled: std::sync::atomic::AtomicBool,
     pre: InstancePre<HostState>,
     /// Which of `start`, `message`, `timeout` it exports.
     events: [bool; 3],
@@ -76,6 +79,7 @@ impl LoadedModule {
             .instantiate_pre(&module)
             .map_err(|error| HookFailure::Link(error.to_string()))?;
         let loaded = LoadedModule {
+            pooled: std::sync::atomic::AtomicBool::new(false),
             pre,
             events,
             idle: Mutex::new(Vec::new()),
@@ -131,6 +135,7 @@ impl LoadedModule {
         input: &HookInput<'_>,
         cap: u64,
         budget_ms: u64,
+        wall_margin: Duration,
         conversation: &str,
         max_idle: usize,
         started: Instant,
@@ -164,11 +169,9 @@ impl LoadedModule {
         }
         super::input::encode(input, &mut instance.input)
             .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
-        start_budget(
-            &mut instance.store,
-            Duration::from_millis(budget_ms),
-            started,
-        );
+        instance.store.data_mut().budget =
+            CallBudget::start_with_margin(Duration::from_millis(budget_ms), started, wall_margin);
+        instance.store.set_epoch_deadline(1);
         let output = instance.invoke(event).map_err(|error| match error {
             Invoke::Wasm(error) => failure(&instance.store, error, budget_ms),
             Invoke::Failure(failure) => failure,
