@@ -295,3 +295,49 @@ fn hooks_with_budgets_longer_than_the_tickers_window_are_stopped_batch_after_bat
         std::thread::sleep(ticker::IDLE_BEFORE_PARKING * 3);
     }
 }
+
+/// A call tried inline is held to the slice; one that runs past it moves its module to the
+/// pool for good, where a call gets its whole budget. A quick module stays inline.
+#[test]
+fn a_module_that_runs_past_the_inline_slice_moves_to_the_pool() {
+    let runtime = runtime(None);
+    let mut spinner = template("inline-spin", SPIN);
+    if let Some(spec) = spinner.hooks.as_mut() {
+        spec.limits.timeout_ms = 50;
+    }
+    let value = input();
+    let input: HookInput<'_> = serde_json::from_value(value).expect("input");
+    assert!(
+        !runtime.runs_inline(&spinner),
+        "not loaded yet: loading is the pool's"
+    );
+    runtime.prepare(&spinner).expect("loads");
+    assert!(runtime.runs_inline(&spinner));
+    let started = Instant::now();
+    let inline = runtime.call_at(CallSite::Inline, &spinner, HookEvent::OnMessage, &input);
+    assert_eq!(inline, Err(HookFailure::NeedsPool));
+    assert!(
+        started.elapsed() < Duration::from_millis(50),
+        "stopped at the slice, not the budget"
+    );
+    assert!(
+        !runtime.runs_inline(&spinner),
+        "its module is pooled for good"
+    );
+    assert_eq!(
+        runtime.call_at(CallSite::Inline, &spinner, HookEvent::OnMessage, &input),
+        Err(HookFailure::NeedsPool)
+    );
+    assert_eq!(
+        runtime.call_at(CallSite::Owned, &spinner, HookEvent::OnMessage, &input),
+        Err(HookFailure::Timeout { ms: 50 })
+    );
+    let quick = template("inline-quick", GOOD);
+    runtime.prepare(&quick).expect("loads");
+    for _ in 0..3 {
+        runtime
+            .call_at(CallSite::Inline, &quick, HookEvent::OnMessage, &input)
+            .expect("a quick hook answers inline");
+    }
+    assert!(runtime.runs_inline(&quick));
+}
