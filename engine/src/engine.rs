@@ -274,14 +274,13 @@ impl Engine {
         let work: Arc<Work<(Sight, Handled)>> = {
             let (id, message) = (id.clone(), message.clone());
             let sender: Arc<str> = Arc::from(sender);
-            let conversation_id: Arc<str> = Arc::from(conversation_id);
             Arc::new(move |step: &mut Step<'_>| {
                 let sight = Sight::of_sender(step.conversation, &sender);
                 if let Some(seq) = step.conversation.accepted_seq(&id) {
                     if step.conversation.role_of(&sender).is_none() {
                         return Err(EngineError::NotAParty {
                             agent: sender.to_string(),
-                            conversation: conversation_id.to_string(),
+                            conversation: step.conversation.id().to_string(),
                         });
                     }
                     return Ok((sight, Handled::Duplicate(seq)));
@@ -889,7 +888,7 @@ impl Engine {
                 let hooks = runtime.clone();
                 runtime
                     .pool()
-                    .run_for(&template.name, move || step(Some(&hooks), CallSite::Owned))
+                    .run(&template.name, move || step(Some(&hooks), CallSite::Owned))
                     .await
                     .map_err(EngineError::HooksBusy)
             }

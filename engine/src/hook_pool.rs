@@ -28,7 +28,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 /// Threads per core by default: hook calls that run to their budget are what the pool must
 /// absorb, and each of them waits on its budget, not on a core.
@@ -135,13 +135,18 @@ impl HookPool {
         &self.config
     }
 
-    /// [`HookPool::run`] for a step of `template`, once the template has fewer than its share
-    /// of steps in the pool (waiting for that counts against the pool's `max_wait`).
-    pub async fn run_for<T: Send + 'static>(
+    /// Runs `step`, a step of `template`, on a pool thread and waits for its result without
+    /// holding the caller's thread, once the template has fewer than its share of steps in
+    /// the pool. Refused unrun when its wait (for the share, then for a thread) passes the
+    /// pool's `max_wait`. The share is released when the step is done, not when the caller
+    /// stops waiting: dropping the returned future leaves the step to finish (its result is
+    /// dropped) and counted against its template meanwhile.
+    pub async fn run<T: Send + 'static>(
         &self,
         template: &Arc<str>,
         step: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, HookPoolBusy> {
+        let limit = self.config.max_wait;
         let share = self
             .shares
             .lock()
@@ -150,36 +155,14 @@ impl HookPool {
             .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_template.max(1))))
             .clone();
         let waited = Instant::now();
-        let permit = match tokio::time::timeout(self.config.max_wait, share.acquire_owned()).await {
+        let share = match tokio::time::timeout(limit, share.acquire_owned()).await {
             Ok(Ok(permit)) => permit,
             // The semaphore is never closed.
             Ok(Err(_)) => return Err(HookPoolBusy::Lost),
-            Err(_) => return Err(HookPoolBusy::Waited(self.config.max_wait)),
+            Err(_) => return Err(HookPoolBusy::Waited(limit)),
         };
-        let max_wait = self.config.max_wait.saturating_sub(waited.elapsed());
-        self.run_within(step, max_wait, Some(permit)).await
-    }
-
-    /// Runs `step` on a pool thread and waits for its result without holding the caller's
-    /// thread. Dropping the returned future leaves the step to finish and drops its result.
-    pub async fn run<T: Send + 'static>(
-        &self,
-        step: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, HookPoolBusy> {
-        self.run_within(step, self.config.max_wait, None).await
-    }
-
-    /// [`HookPool::run`], refusing the step unrun once it waited `max_wait` for a thread.
-    /// `share`, the template's permit, is released when the step is done, not when the caller
-    /// stops waiting: a caller that went away leaves its step counted against its template.
-    async fn run_within<T: Send + 'static>(
-        &self,
-        step: impl FnOnce() -> T + Send + 'static,
-        max_wait: Duration,
-        share: Option<OwnedSemaphorePermit>,
-    ) -> Result<T, HookPoolBusy> {
+        let max_wait = limit.saturating_sub(waited.elapsed());
         let (done, result) = tokio::sync::oneshot::channel();
-        let limit = self.config.max_wait;
         let job: Job = Box::new(move |queued_for| {
             let _share = share;
             let outcome = if queued_for > max_wait {
@@ -224,44 +207,26 @@ fn work(receiver: &Mutex<Receiver<Queued>>) {
 mod tests {
     use super::*;
 
-    fn pool(threads: usize, queue: usize, max_wait: Duration) -> HookPool {
-        HookPool::start(HookPoolConfig {
-            queue,
-            max_wait,
-            ..HookPoolConfig::with_threads(threads)
-        })
-        .expect("threads start")
+    fn pool(threads: usize, queue: usize, max_wait: Duration) -> Arc<HookPool> {
+        Arc::new(
+            HookPool::start(HookPoolConfig {
+                queue,
+                max_wait,
+                ..HookPoolConfig::with_threads(threads)
+            })
+            .expect("threads start"),
+        )
     }
 
-    #[tokio::test]
-    async fn a_step_runs_on_a_thread_of_the_pool() {
-        let pool = pool(2, 4, Duration::from_secs(5));
-        let name = pool
-            .run(|| std::thread::current().name().map(str::to_owned))
-            .await
-            .expect("runs");
-        assert!(name.is_some_and(|name| name.starts_with("hook-")));
+    fn key(name: &str) -> Arc<str> {
+        Arc::from(name)
     }
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_blocked_pool_leaves_the_callers_thread_free() {
-        let pool = Arc::new(pool(1, 4, Duration::from_secs(5)));
-        let (release, blocked) = std::sync::mpsc::channel::<()>();
-        let busy = tokio::spawn({
-            let pool = pool.clone();
-            async move { pool.run(move || blocked.recv().is_ok()).await }
-        });
-        // On a single-threaded runtime this task runs only if the step does not hold it.
-        tokio::task::yield_now().await;
-        let other = tokio::spawn(async { 42 }).await.expect("runs");
-        assert_eq!(other, 42);
-        release.send(()).expect("step waits");
-        assert_eq!(busy.await.expect("joins"), Ok(true));
-    }
-
-    /// Occupies the pool's one thread until the returned sender is dropped or sent to.
+    /// Runs a step of `template` that holds its thread until the returned sender is dropped
+    /// or sent to; returns once the step runs.
     async fn occupy(
         pool: &Arc<HookPool>,
+        template: &str,
     ) -> (
         std::sync::mpsc::Sender<()>,
         tokio::task::JoinHandle<Result<(), HookPoolBusy>>,
@@ -269,9 +234,9 @@ mod tests {
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let (started, running) = tokio::sync::oneshot::channel();
         let step = tokio::spawn({
-            let pool = pool.clone();
+            let (pool, template) = (pool.clone(), key(template));
             async move {
-                pool.run(move || {
+                pool.run(&template, move || {
                     let _ = started.send(());
                     let _ = blocked.recv();
                 })
@@ -283,32 +248,64 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_step_runs_on_a_thread_of_the_pool() {
+        let pool = pool(2, 4, Duration::from_secs(5));
+        let name = pool
+            .run(&key("t"), || {
+                std::thread::current().name().map(str::to_owned)
+            })
+            .await
+            .expect("runs");
+        assert!(name.is_some_and(|name| name.starts_with("hook-")));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_blocked_pool_leaves_the_callers_thread_free() {
+        let pool = pool(1, 4, Duration::from_secs(5));
+        let (release, blocking) = occupy(&pool, "t").await;
+        // On a single-threaded runtime this task runs only if the step does not hold it.
+        let other = tokio::spawn(async { 42 }).await.expect("runs");
+        assert_eq!(other, 42);
+        drop(release);
+        assert_eq!(blocking.await.expect("joins"), Ok(()));
+    }
+
+    #[tokio::test]
     async fn a_full_queue_refuses_at_once() {
-        let pool = Arc::new(pool(1, 1, Duration::from_secs(5)));
-        let (release, blocking) = occupy(&pool).await;
+        let pool = pool(1, 1, Duration::from_secs(5));
+        let (release, blocking) = occupy(&pool, "a").await;
         // The one thread is busy; fill the one place in the queue.
         let filler = Queued {
             job: Box::new(|_| ()),
             queued_at: Instant::now(),
         };
         assert!(pool.sender.try_send(filler).is_ok());
-        assert_eq!(pool.run(|| ()).await, Err(HookPoolBusy::QueueFull(1)));
+        assert_eq!(
+            pool.run(&key("b"), || ()).await,
+            Err(HookPoolBusy::QueueFull(1))
+        );
         drop(release);
         assert_eq!(blocking.await.expect("joins"), Ok(()));
-        assert_eq!(pool.run(|| 1).await, Ok(1), "the pool serves again");
+        assert_eq!(
+            pool.run(&key("b"), || 1).await,
+            Ok(1),
+            "the pool serves again"
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_step_that_waited_too_long_is_refused_unrun() {
         let max_wait = Duration::from_millis(20);
-        let pool = Arc::new(pool(1, 4, max_wait));
-        let (release, blocking) = occupy(&pool).await;
+        let pool = pool(1, 4, max_wait);
+        let (release, blocking) = occupy(&pool, "a").await;
         let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let late = tokio::spawn({
             let (pool, ran) = (pool.clone(), ran.clone());
             async move {
-                pool.run(move || ran.store(true, std::sync::atomic::Ordering::SeqCst))
-                    .await
+                pool.run(&key("b"), move || {
+                    ran.store(true, std::sync::atomic::Ordering::SeqCst)
+                })
+                .await
             }
         });
         // The late step is queued when this task first sleeps; the thread takes it only
@@ -326,101 +323,65 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_step_is_lost_and_the_thread_lives_on() {
         let pool = pool(1, 4, Duration::from_secs(5));
-        let lost = pool.run(|| -> u8 { panic!("a bug in a step") }).await;
+        let lost = pool
+            .run(&key("t"), || -> u8 { panic!("a bug in a step") })
+            .await;
         assert_eq!(lost, Err(HookPoolBusy::Lost));
-        assert_eq!(pool.run(|| 7).await, Ok(7));
+        assert_eq!(pool.run(&key("t"), || 7).await, Ok(7));
     }
-}
 
-#[cfg(test)]
-mod share_tests {
-    use super::*;
+    /// Runs steps of `template` until one is not refused for its share (at most 20 tries).
+    async fn share_back(pool: &HookPool, template: &str) -> Result<u8, HookPoolBusy> {
+        let mut back = pool.run(&key(template), || 6).await;
+        for _ in 0..20 {
+            if back.is_ok() {
+                break;
+            }
+            back = pool.run(&key(template), || 6).await;
+        }
+        back
+    }
 
     #[tokio::test]
     async fn a_template_past_its_share_waits_and_leaves_the_rest_to_others() {
-        let pool = Arc::new(
-            HookPool::start(HookPoolConfig {
-                max_wait: Duration::from_millis(500),
-                ..HookPoolConfig::with_threads(2)
-            })
-            .expect("threads start"),
-        );
+        let max_wait = Duration::from_millis(500);
+        let pool = pool(2, 4, max_wait);
         assert_eq!(pool.config().per_template, 1);
-        let hostile: Arc<str> = Arc::from("hostile");
-        let (release, blocked) = std::sync::mpsc::channel::<()>();
-        let (started, running) = tokio::sync::oneshot::channel();
-        let first = tokio::spawn({
-            let (pool, hostile) = (pool.clone(), hostile.clone());
-            async move {
-                pool.run_for(&hostile, move || {
-                    let _ = started.send(());
-                    let _ = blocked.recv();
-                })
-                .await
-            }
-        });
-        running.await.expect("the hostile step runs");
+        let (release, blocking) = occupy(&pool, "hostile").await;
         // The hostile template has its one share: its next step waits, then is refused.
         assert_eq!(
-            pool.run_for(&hostile, || ()).await,
-            Err(HookPoolBusy::Waited(Duration::from_millis(500)))
+            pool.run(&key("hostile"), || ()).await,
+            Err(HookPoolBusy::Waited(max_wait))
         );
         // Another template still gets the other thread at once.
-        assert_eq!(pool.run_for(&Arc::from("other"), || 5).await, Ok(5));
+        assert_eq!(pool.run(&key("other"), || 5).await, Ok(5));
         drop(release);
-        assert_eq!(first.await.expect("joins"), Ok(()));
+        assert_eq!(blocking.await.expect("joins"), Ok(()));
         assert_eq!(
-            pool.run_for(&hostile, || 6).await,
+            share_back(&pool, "hostile").await,
             Ok(6),
             "its share is back"
         );
     }
-}
-
-#[cfg(test)]
-mod abandoned_tests {
-    use super::*;
 
     #[tokio::test]
     async fn a_caller_that_went_away_keeps_its_share_until_its_step_is_done() {
         let max_wait = Duration::from_millis(300);
-        let pool = Arc::new(
-            HookPool::start(HookPoolConfig {
-                max_wait,
-                ..HookPoolConfig::with_threads(2)
-            })
-            .expect("threads start"),
-        );
-        let hostile: Arc<str> = Arc::from("hostile");
-        let (release, blocked) = std::sync::mpsc::channel::<()>();
-        let (started, running) = tokio::sync::oneshot::channel();
-        let caller = tokio::spawn({
-            let (pool, hostile) = (pool.clone(), hostile.clone());
-            async move {
-                pool.run_for(&hostile, move || {
-                    let _ = started.send(());
-                    let _ = blocked.recv();
-                })
-                .await
-            }
-        });
-        running.await.expect("the hostile step runs");
+        let pool = pool(2, 4, max_wait);
+        let (release, caller) = occupy(&pool, "hostile").await;
         // The caller goes away (a client that sends and disconnects); its step still runs,
         // so the template's one share stays taken.
         caller.abort();
         let _ = caller.await;
         assert_eq!(
-            pool.run_for(&hostile, || ()).await,
+            pool.run(&key("hostile"), || ()).await,
             Err(HookPoolBusy::Waited(max_wait))
         );
         drop(release);
-        let mut back = pool.run_for(&hostile, || 6).await;
-        for _ in 0..20 {
-            if back.is_ok() {
-                break;
-            }
-            back = pool.run_for(&hostile, || 6).await;
-        }
-        assert_eq!(back, Ok(6), "the share is back once the step is done");
+        assert_eq!(
+            share_back(&pool, "hostile").await,
+            Ok(6),
+            "the share is back once the step is done"
+        );
     }
 }

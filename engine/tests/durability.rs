@@ -1602,6 +1602,36 @@ fn spinner_templates(dir: &Path, budget_ms: u64) -> PathBuf {
     templates
 }
 
+/// A start of a `spinner` conversation: its `on_start` hook loops.
+fn spinner_start(id: &str) -> StartConversation {
+    StartConversation {
+        template: "spinner".to_owned(),
+        participants: vec!["bob".to_owned()],
+        conversation_id: Some(id.to_owned()),
+        ..StartConversation::default()
+    }
+}
+
+/// A `colloquy serve` over [`spinner_templates`] with hook budgets of `budget_ms`, `extra`
+/// arguments, and its data in `dir`; returned once it serves (it prints its address before
+/// its templates load).
+async fn spinner_server(dir: &Path, name: &str, budget_ms: u64, extra: &[&str]) -> Server {
+    let templates = spinner_templates(dir, budget_ms);
+    let (budget, data) = (
+        budget_ms.to_string(),
+        dir.join("data").display().to_string(),
+    );
+    let mut args = vec!["--max-hook-timeout-ms", &budget, "--data-dir", &data];
+    args.extend_from_slice(extra);
+    let server = Server::start_with(dir, &templates, "memory", name, &args);
+    server
+        .client("carol")
+        .start(&request("ready", "dave", None))
+        .await
+        .expect("the server serves");
+    server
+}
+
 /// The `p`-quantile of `durations` (sorted here).
 fn quantile(durations: &mut [Duration], p: f64) -> Duration {
     durations.sort();
@@ -1619,37 +1649,15 @@ fn quantile(durations: &mut [Duration], p: f64) -> Duration {
 async fn hooks_running_to_their_budget_hold_up_no_other_conversation() {
     timeout(TEST_TIMEOUT, async {
         let dir = scratch_dir("spinners");
-        let templates = spinner_templates(&dir, SPIN_BUDGET_MS);
-        let budget = SPIN_BUDGET_MS.to_string();
-        let data = dir.join("data").display().to_string();
-        let server = Server::start_with(
-            &dir,
-            &templates,
-            "memory",
-            "spinners",
-            &["--max-hook-timeout-ms", &budget, "--data-dir", &data],
-        );
+        let server = spinner_server(&dir, "spinners", SPIN_BUDGET_MS, &[]).await;
         let spin = |index: usize| {
             let client = server.client("alice");
             async move {
                 let started = std::time::Instant::now();
-                let result = client
-                    .start(&StartConversation {
-                        template: "spinner".to_owned(),
-                        participants: vec!["bob".to_owned()],
-                        conversation_id: Some(format!("spin-{index}")),
-                        ..StartConversation::default()
-                    })
-                    .await;
+                let result = client.start(&spinner_start(&format!("spin-{index}"))).await;
                 (result, started.elapsed())
             }
         };
-        // The server takes requests once its templates are loaded, after it prints its address.
-        server
-            .client("carol")
-            .start(&request("ready", "dave", None))
-            .await
-            .expect("the server serves");
         let spinning: Vec<_> = (0..SPINNERS).map(|i| tokio::spawn(spin(i))).collect();
         // Let the hooks start spinning, then time another client's plain conversations.
         sleep(Duration::from_millis(200)).await;
@@ -1769,43 +1777,16 @@ async fn a_busy_hook_pool_answers_503_and_serves_other_templates() {
         let dir = scratch_dir("busy-pool");
         // Longer than the 2 s a step may wait, so the second spinner cannot get the thread.
         let budget_ms = 5_000;
-        let templates = spinner_templates(&dir, budget_ms);
-        let data = dir.join("data").display().to_string();
-        let server = Server::start_with(
-            &dir,
-            &templates,
-            "memory",
-            "busy-pool",
-            &[
-                "--max-hook-timeout-ms",
-                &budget_ms.to_string(),
-                "--hook-threads",
-                "1",
-                "--data-dir",
-                &data,
-            ],
-        );
-        let spinner = |id: &str| StartConversation {
-            template: "spinner".to_owned(),
-            participants: vec!["bob".to_owned()],
-            conversation_id: Some(id.to_owned()),
-            ..StartConversation::default()
-        };
-        // The server takes requests once its templates are loaded, after it prints its address.
-        server
-            .client("carol")
-            .start(&request("ready", "dave", None))
-            .await
-            .expect("the server serves");
+        let server = spinner_server(&dir, "busy-pool", budget_ms, &["--hook-threads", "1"]).await;
         let first = tokio::spawn({
             let client = server.client("alice");
-            let start = spinner("first");
+            let start = spinner_start("first");
             async move { client.start(&start).await }
         });
         sleep(Duration::from_millis(300)).await;
         let error = server
             .client("alice")
-            .start(&spinner("second"))
+            .start(&spinner_start("second"))
             .await
             .expect_err("the pool's one thread is spinning");
         let text = error.to_string();
