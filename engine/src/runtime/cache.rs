@@ -7,17 +7,18 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use colloquy_policy::compiled::HookModule;
+use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
 
 use super::HookFailure;
 
 /// Compiles `source`, through the cache when there is one. Cache trouble (an unwritable
 /// directory, a stale file) is logged and never fails the hook: compiling works without it.
-pub fn compile(
+pub fn compile<C: Compiled>(
     engine: &Engine,
     source: &HookModule,
     cache_dir: Option<&Path>,
-) -> Result<Module, HookFailure> {
+) -> Result<C, HookFailure> {
     let Some(dir) = cache_dir else {
         return compile_now(engine, source);
     };
@@ -76,8 +77,58 @@ fn private_dir(dir: &Path) -> bool {
     }
 }
 
-fn compile_now(engine: &Engine, source: &HookModule) -> Result<Module, HookFailure> {
-    Module::new(engine, &source.bytes).map_err(|error| HookFailure::Compile(format!("{error:#}")))
+fn compile_now<C: Compiled>(engine: &Engine, source: &HookModule) -> Result<C, HookFailure> {
+    C::compile(engine, &source.bytes).map_err(|error| HookFailure::Compile(format!("{error:#}")))
+}
+
+/// What the cache holds: a core module or a component, compiled. Both share the directory:
+/// a file is named by its hook file's hash, which fixes the hook's form.
+pub trait Compiled: Sized {
+    /// Compiles wasm bytes.
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self>;
+    /// Reads a file [`Compiled::serialize`] wrote.
+    ///
+    /// # Safety
+    /// As `Module::deserialize_file`: the file must be wasmtime's own output.
+    #[allow(
+        unsafe_code,
+        reason = "wraps wasmtime's unsafe deserialisation, with its contract"
+    )]
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Self>;
+    /// The compiled form, as bytes.
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>>;
+}
+
+impl Compiled for Module {
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Module> {
+        Module::new(engine, bytes)
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Module> {
+        // SAFETY: passed on from the caller.
+        unsafe { Module::deserialize_file(engine, path) }
+    }
+
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        Module::serialize(self)
+    }
+}
+
+impl Compiled for Component {
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+        Component::new(engine, bytes)
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+        // SAFETY: passed on from the caller.
+        unsafe { Component::deserialize_file(engine, path) }
+    }
+
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        Component::serialize(self)
+    }
 }
 
 /// `<dir>/<module sha256>-<compatibility hash>.cwasm`.
@@ -91,17 +142,17 @@ fn cache_path(engine: &Engine, dir: &Path, module_sha256: &str) -> PathBuf {
 
 /// Loads a cached compiled module.
 #[allow(unsafe_code)]
-fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Module> {
+fn load<C: Compiled>(engine: &Engine, path: &Path) -> wasmtime::Result<C> {
     // SAFETY: `deserialize_file` trusts the file to be wasmtime's own output for a
     // compatible engine. Files here are written only by `store` below (to a temporary name,
     // then renamed, so a reader never sees half a file), their name carries the engine's
     // compatibility hash, and wasmtime itself re-checks the header's version and settings.
     // The directory is private to this user (`private_dir`, checked before every use).
-    unsafe { Module::deserialize_file(engine, path) }
+    unsafe { C::deserialize_file(engine, path) }
 }
 
 /// Writes a compiled module into the (private, existing) cache directory.
-fn store(module: &Module, path: &Path) -> Result<(), String> {
+fn store<C: Compiled>(module: &C, path: &Path) -> Result<(), String> {
     let bytes = module.serialize().map_err(|error| error.to_string())?;
     // Unique per process and write: two threads may compile the same module at once.
     static WRITES: AtomicU64 = AtomicU64::new(0);

@@ -26,6 +26,9 @@ pub struct HostState {
     pub memory_cap: u64,
     /// What the guest asked for when it hit the cap (reported instead of a bare trap).
     pub memory_refused: Option<u64>,
+    /// The linear memory the instance holds, all its memories together (a component may
+    /// have several: an interpreter's, an adapter's); the cap applies to this sum.
+    pub memory_bytes: u64,
     /// The conversation the current call is about (for `log`).
     pub conversation: Arc<str>,
     /// Lines logged in the current call.
@@ -40,6 +43,7 @@ impl HostState {
         HostState {
             memory_cap,
             memory_refused: None,
+            memory_bytes: 0,
             conversation: Arc::from(""),
             lines_logged: 0,
             budget: CallBudget::start(Duration::ZERO),
@@ -62,11 +66,16 @@ pub struct MemoryCapExceeded {
 impl ResourceLimiter for HostState {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let requested = desired as u64;
+        // Memories are created at their initial size by a call from 0, so the sum counts
+        // every memory of the instance.
+        let requested = self
+            .memory_bytes
+            .saturating_sub(current as u64)
+            .saturating_add(desired as u64);
         if requested > self.memory_cap {
             self.memory_refused = Some(requested);
             return Err(wasmtime::Error::new(MemoryCapExceeded {
@@ -74,6 +83,7 @@ impl ResourceLimiter for HostState {
                 cap: self.memory_cap,
             }));
         }
+        self.memory_bytes = requested;
         Ok(true)
     }
 
@@ -87,18 +97,51 @@ impl ResourceLimiter for HostState {
     }
 }
 
-/// The linker with the host functions; shared by every module.
-pub fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
+/// The linker of core modules, with the host functions; shared by every module.
+pub fn core_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     linker.func_wrap(HOST_MODULE, "log", log)?;
     linker.func_wrap(HOST_MODULE, "now-ms", |_: Caller<'_, HostState>| -> i64 {
-        // Wall-clock time, like the `now` of the event. Before 1970 reads as 0.
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|elapsed| elapsed.as_millis() as i64)
-            .unwrap_or(0)
+        now_ms() as i64
     })?;
     Ok(linker)
+}
+
+/// The linker of components: the same functions as the `colloquy:hooks/host@1.0.0`
+/// instance, lifted by wasmtime (a `log-level` enum and a string; a `u64`).
+pub fn component_linker(
+    engine: &Engine,
+) -> wasmtime::Result<wasmtime::component::Linker<HostState>> {
+    use wasmtime::component::Val;
+    let mut linker = wasmtime::component::Linker::new(engine);
+    let mut host = linker.instance(HOST_MODULE)?;
+    host.func_new("log", |mut store, _ty, params: &[Val], _results| {
+        let level = match params.first() {
+            Some(Val::Enum(level)) => match level.as_str() {
+                "debug" => 0,
+                "warn" => 2,
+                "error" => 3,
+                _ => 1,
+            },
+            _ => 1,
+        };
+        let line = match params.get(1) {
+            Some(Val::String(line)) => line.as_str(),
+            _ => "",
+        };
+        log_line(store.data_mut(), level, line.as_bytes());
+        Ok(())
+    })?;
+    host.func_wrap("now-ms", |_store, (): ()| Ok((now_ms(),)))?;
+    Ok(linker)
+}
+
+/// Wall-clock time, like the `now` of the event. Before 1970 reads as 0.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// `log(level, ptr, len)`: a UTF-8 line from guest memory into tracing, with the
@@ -116,15 +159,22 @@ fn log(mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32) -> was
         .checked_add(len)
         .and_then(|end| data.get(start..end))
         .ok_or_else(|| wasmtime::Error::msg("`log` line is outside the module's memory"))?;
-    let shown = &bytes[..len.min(MAX_LOG_LINE_BYTES)];
-    let line = String::from_utf8_lossy(shown).into_owned();
-    let state = caller.data_mut();
+    let line = bytes[..len.min(MAX_LOG_LINE_BYTES)].to_vec();
+    log_line(caller.data_mut(), level, &line);
+    Ok(())
+}
+
+/// Logs one line of a hook (cut at [`MAX_LOG_LINE_BYTES`]), up to
+/// [`MAX_LOG_LINES_PER_CALL`] a call.
+fn log_line(state: &mut HostState, level: i32, bytes: &[u8]) {
+    let shown = &bytes[..bytes.len().min(MAX_LOG_LINE_BYTES)];
+    let line = String::from_utf8_lossy(shown);
     state.lines_logged += 1;
     if state.lines_logged > MAX_LOG_LINES_PER_CALL {
         if state.lines_logged == MAX_LOG_LINES_PER_CALL + 1 {
             tracing::warn!(conversation = %state.conversation, "hook logs too much; further lines of this call dropped");
         }
-        return Ok(());
+        return;
     }
     let conversation = &state.conversation;
     let line = OneLine(&line);
@@ -134,5 +184,4 @@ fn log(mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32) -> was
         3 => tracing::error!(target: "colloquy::hook", conversation = %conversation, "{line}"),
         _ => tracing::info!(target: "colloquy::hook", conversation = %conversation, "{line}"),
     }
-    Ok(())
 }

@@ -29,6 +29,8 @@
 
 mod budget;
 mod cache;
+mod component;
+mod core;
 mod engine_ext;
 mod host;
 pub(crate) mod input;
@@ -47,7 +49,8 @@ use colloquy_policy::CompiledTemplate;
 use colloquy_protocol::hook::{HookInput, HookOutput};
 use colloquy_protocol::template::{HookEvent, HookSpec};
 
-use self::module::LoadedModule;
+pub use self::module::BinaryForm;
+use self::module::{Linkers, LoadedModule};
 use crate::hook_pool::{HookPool, HookPoolConfig};
 
 pub use budget::WALL_MARGIN;
@@ -78,6 +81,23 @@ pub const MAX_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// Most table elements a hook may grow its tables to.
 pub const MAX_TABLE_ELEMENTS: usize = 10_000;
+/// Core instances, memories and tables one hook instance may hold. A core module holds one
+/// of each; a component holds one core instance per module it is made of and per adapter
+/// shim: a Python component (componentize-py 0.25) holds 38 core instances and 3 memories,
+/// a JavaScript one (componentize-qjs 0.4) 8 and 2. wasmtime's default of 32 core instances
+/// a component would refuse the Python interpreter.
+pub const MAX_CORE_INSTANCES_PER_HOOK: u32 = 64;
+/// See [`MAX_CORE_INSTANCES_PER_HOOK`].
+pub const MAX_MEMORIES_PER_HOOK: u32 = 4;
+/// See [`MAX_CORE_INSTANCES_PER_HOOK`].
+pub const MAX_TABLES_PER_HOOK: u32 = 8;
+/// The pooling allocator's slots per hook instance ([`HookRuntimeConfig::max_instances`]):
+/// enough for a mix of components and core modules without reserving every component's
+/// maximum. Slots reserve address space, not memory (a memory slot reserves 4 GiB plus
+/// guard pages of it), so they are cheap but not free.
+const CORE_INSTANCES_PER_SLOT: u32 = 16;
+const MEMORIES_PER_SLOT: u32 = 2;
+const TABLES_PER_SLOT: u32 = 4;
 
 /// Set (to anything) in the environment, the runtime writes `/tmp/perf-PID.map`, so `perf
 /// report` names the functions of the hooks it compiled.
@@ -129,6 +149,10 @@ pub enum HookFailure {
     /// The module does not fit ABI v1 (an export missing or mistyped, a foreign import).
     #[error("the module does not fit hook ABI v1: {0}")]
     Link(String),
+    /// The component does not fit the hooks world (a foreign import such as WASI, an
+    /// export of the wrong type, none of the event exports).
+    #[error("the component does not fit the `colloquy:hooks@1.0.0` world: {0}")]
+    World(String),
     /// `hooks_abi_version` returned a version this engine does not speak.
     #[error("the module speaks hook ABI version {found}; this engine speaks {supported}")]
     AbiVersion {
@@ -198,7 +222,7 @@ type Loaded = Result<Arc<LoadedModule>, HookFailure>;
 /// Runs hook modules. Cheap to share (`Arc`); see the module docs for what it keeps.
 pub struct HookRuntime {
     engine: wasmtime::Engine,
-    linker: wasmtime::Linker<host::HostState>,
+    linkers: Linkers,
     /// Loaded modules by SHA-256; a module that failed to load keeps its failure, so a bad
     /// module is compiled once, not at every message. Looked up at every call, so hashed with
     /// the engine's fast keyed hasher.
@@ -226,9 +250,13 @@ impl HookRuntime {
     /// A runtime with its own wasmtime engine and epoch ticker thread.
     pub fn new(config: HookRuntimeConfig) -> Result<HookRuntime, RuntimeError> {
         let mut pool = wasmtime::PoolingAllocationConfig::new();
-        pool.total_core_instances(config.max_instances)
-            .total_memories(config.max_instances)
-            .total_tables(config.max_instances)
+        pool.total_component_instances(config.max_instances)
+            .total_core_instances(config.max_instances.saturating_mul(CORE_INSTANCES_PER_SLOT))
+            .total_memories(config.max_instances.saturating_mul(MEMORIES_PER_SLOT))
+            .total_tables(config.max_instances.saturating_mul(TABLES_PER_SLOT))
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_HOOK)
+            .max_memories_per_component(MAX_MEMORIES_PER_HOOK)
+            .max_tables_per_component(MAX_TABLES_PER_HOOK)
             .max_memory_size(MAX_MEMORY_BYTES as usize)
             .table_elements(MAX_TABLE_ELEMENTS);
         let mut wasm = wasmtime::Config::new();
@@ -237,10 +265,15 @@ impl HookRuntime {
             wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         wasm.epoch_interruption(true)
+            .wasm_component_model(true)
             .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
         let engine =
             wasmtime::Engine::new(&wasm).map_err(|error| RuntimeError(error.to_string()))?;
-        let linker = host::linker(&engine).map_err(|error| RuntimeError(error.to_string()))?;
+        let linkers = Linkers {
+            core: host::core_linker(&engine).map_err(|error| RuntimeError(error.to_string()))?,
+            component: host::component_linker(&engine)
+                .map_err(|error| RuntimeError(error.to_string()))?,
+        };
         let ticker = ticker::EpochTicker::start(engine.clone())
             .map_err(|error| RuntimeError(error.to_string()))?;
         let pool = HookPool::start(config.pool.clone())
@@ -248,7 +281,7 @@ impl HookRuntime {
         Ok(HookRuntime {
             pool,
             engine,
-            linker,
+            linkers,
             modules: RwLock::new(HashMap::default()),
             config,
             ticker,
@@ -438,14 +471,14 @@ impl HookRuntime {
         let loaded = LoadedModule::load(
             &self.engine,
             self.ticker.handle(),
-            &self.linker,
+            &self.linkers,
             source,
             self.config.cache_dir.as_deref(),
         )
         .map(Arc::new);
         match &loaded {
-            Ok(_) => {
-                tracing::info!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, "hook module loaded");
+            Ok(loaded) => {
+                tracing::info!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, form = loaded.form().name(), "hook module loaded");
             }
             Err(failure) => {
                 tracing::warn!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, %failure, "hook module refused");
@@ -483,3 +516,6 @@ pub fn event_name(event: HookEvent) -> &'static str {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod component_tests;

@@ -1,37 +1,37 @@
-//! One hook module: compiled, link-checked, pre-instantiated, with its idle instances; and
-//! the ABI v1 calling convention (the canonical ABI lowering of `func(string) -> string`).
+//! One hook: compiled, checked, pre-instantiated, with its idle instances. A hook file is a
+//! core module (ABI v1, `core`) or a component of the hooks world (`component`); the header
+//! tells them apart, and both are called, budgeted, capped and reused the same way here.
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use colloquy_policy::compiled::HookModule;
-use colloquy_protocol::hook::{
-    HOOKS_ABI_VERSION, HOST_MODULE, HookInput, HookOutput, SUPPORTED_ABI_VERSIONS,
-};
+use colloquy_protocol::hook::{HookInput, HookOutput};
 use colloquy_protocol::template::HookEvent;
-use wasmtime::{
-    Engine, ExternType, InstancePre, Linker, Memory, Module, Store, Trap, TypedFunc, ValType,
-};
+use wasmtime::{Engine, InstancePre, Linker, Store, Trap};
 
 use super::budget::CallBudget;
-use super::host::{HOST_FUNCTIONS, HostState, MemoryCapExceeded};
+use super::component::{ComponentExports, ExportIndices};
+use super::core::CoreExports;
+use super::host::{HostState, MemoryCapExceeded};
 use super::ticker::{self, TickerHandle};
-use super::{HookFailure, MAX_OUTPUT_BYTES, cache, event_name};
+use super::{HookFailure, cache, event_name};
 
 /// Budget of the `hooks_abi_version` call made at load time (it returns a constant), and of
-/// instantiation (start function and data initialisers).
+/// instantiation (start functions, data initialisers; a component's own set-up, which for a
+/// Python interpreter restored from its snapshot is a few milliseconds).
 pub(super) const VERSION_CALL_BUDGET: Duration = Duration::from_millis(100);
 /// An instance keeps the buffer its events are encoded in between calls, unless an event
 /// made it grow past this.
 const KEEP_INPUT_CAPACITY: usize = 64 * 1024;
 
-/// The three event exports, in [`event_index`] order.
-const EVENT_EXPORTS: [&str; 3] = ["start", "message", "timeout"];
-/// Their post-return exports.
-const POST_EXPORTS: [&str; 3] = ["cabi_post_start", "cabi_post_message", "cabi_post_timeout"];
+/// The three event exports, in [`event_index`] order (the world's names, which ABI v1's
+/// core exports share).
+pub(super) const EVENT_EXPORTS: [&str; 3] = ["start", "message", "timeout"];
 
-fn event_index(event: HookEvent) -> usize {
+pub(super) fn event_index(event: HookEvent) -> usize {
     match event {
         HookEvent::OnStart => 0,
         HookEvent::OnMessage => 1,
@@ -39,67 +39,138 @@ fn event_index(event: HookEvent) -> usize {
     }
 }
 
-/// A module ready to instantiate.
+/// What a hook file holds, by its first 8 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryForm {
+    /// `\0asm`, version 1: a core module (ABI v1).
+    Core,
+    /// `\0asm`, version 0x0d, layer 1: a component.
+    Component,
+}
+
+impl BinaryForm {
+    /// The form of `bytes`, or a sentence saying why they are neither.
+    pub fn of(bytes: &[u8]) -> Result<BinaryForm, HookFailure> {
+        match bytes.get(..8) {
+            Some([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]) => Ok(BinaryForm::Core),
+            Some([0x00, 0x61, 0x73, 0x6d, _, _, 0x01, 0x00]) => Ok(BinaryForm::Component),
+            Some([0x00, 0x61, 0x73, 0x6d, ..]) => Err(HookFailure::Compile(
+                "an unknown wasm binary version (neither a core module nor a component)".into(),
+            )),
+            _ => Err(HookFailure::Compile(
+                "the file does not start with the wasm magic bytes `\\0asm`".into(),
+            )),
+        }
+    }
+
+    /// "core module" or "component", for logs and status.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryForm::Core => "core module",
+            BinaryForm::Component => "component",
+        }
+    }
+}
+
+/// A hook ready to instantiate.
 pub struct LoadedModule {
     /// Set once a call tried on an async worker ran past [`super::INLINE_SLICE`]: from then
     /// on its calls run on the hook pool only.
-    pub(super) pooled: std::sync::atomic::AtomicBool,
-    pre: InstancePre<HostState>,
+    pub(super) pooled: AtomicBool,
+    form: Form,
     /// Which of `start`, `message`, `timeout` it exports.
     events: [bool; 3],
     /// Instances waiting for the next call.
     idle: Mutex<Vec<Instance>>,
 }
 
-/// A live instance and its typed exports.
+/// The pre-instantiated hook, in its binary form.
+enum Form {
+    Core(InstancePre<HostState>),
+    Component {
+        pre: wasmtime::component::InstancePre<HostState>,
+        exports: ExportIndices,
+    },
+}
+
+/// A live instance.
 pub(super) struct Instance {
     store: Store<HostState>,
-    memory: Memory,
-    realloc: TypedFunc<(i32, i32, i32, i32), i32>,
-    version: TypedFunc<(), i32>,
-    events: [Option<TypedFunc<(i32, i32), i32>>; 3],
-    posts: [Option<TypedFunc<i32, ()>>; 3],
+    exports: Exports,
     /// The JSON of the event being passed, reused from call to call.
     input: Vec<u8>,
 }
 
+/// A live instance's exports, in its binary form.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "instances are few and long-lived; a box would add a pointer chase to every core call"
+)]
+enum Exports {
+    Core(CoreExports),
+    Component(ComponentExports),
+}
+
+/// The linkers hooks are instantiated with: one per binary form.
+pub(super) struct Linkers {
+    pub core: Linker<HostState>,
+    pub component: wasmtime::component::Linker<HostState>,
+}
+
 impl LoadedModule {
-    /// Compiles (or reads from the AOT cache), checks the module's shape against ABI v1, and
-    /// asks it its ABI version.
+    /// Compiles (or reads from the AOT cache), checks the hook's imports and exports (a
+    /// core module against ABI v1, a component against the hooks world), instantiates it
+    /// once, and asks a core module its ABI version.
     pub fn load(
         engine: &Engine,
         ticker: &TickerHandle,
-        linker: &Linker<HostState>,
+        linkers: &Linkers,
         source: &HookModule,
         cache_dir: Option<&Path>,
     ) -> Result<LoadedModule, HookFailure> {
-        let module = cache::compile(engine, source, cache_dir)?;
-        let events = check_shape(&module)?;
-        let pre = linker
-            .instantiate_pre(&module)
-            .map_err(|error| HookFailure::Link(error.to_string()))?;
+        let link = |error: wasmtime::Error| HookFailure::Link(format!("{error:#}"));
+        let (form, events) = match BinaryForm::of(&source.bytes)? {
+            BinaryForm::Core => {
+                let module: wasmtime::Module = cache::compile(engine, source, cache_dir)?;
+                let events = super::core::check_shape(&module)?;
+                let pre = linkers.core.instantiate_pre(&module).map_err(link)?;
+                (Form::Core(pre), events)
+            }
+            BinaryForm::Component => {
+                let component: wasmtime::component::Component =
+                    cache::compile(engine, source, cache_dir)?;
+                let exports = super::component::check_world(engine, &component)?;
+                let pre = linkers
+                    .component
+                    .instantiate_pre(&component)
+                    .map_err(|error| HookFailure::World(format!("{error:#}")))?;
+                let events = exports.map(|index| index.is_some());
+                (Form::Component { pre, exports }, events)
+            }
+        };
         let loaded = LoadedModule {
-            pooled: std::sync::atomic::AtomicBool::new(false),
-            pre,
+            pooled: AtomicBool::new(false),
+            form,
             events,
             idle: Mutex::new(Vec::new()),
         };
         let mut probe = loaded.instantiate(engine, ticker, super::MAX_MEMORY_BYTES)?;
-        start_budget(&mut probe.store, VERSION_CALL_BUDGET, Instant::now());
-        let version = probe.version.call(&mut probe.store, ()).map_err(|error| {
-            failure(&probe.store, error, VERSION_CALL_BUDGET.as_millis() as u64)
-        })?;
-        if !SUPPORTED_ABI_VERSIONS.contains(&(version as u32)) || version < 0 {
-            return Err(HookFailure::AbiVersion {
-                found: i64::from(version),
-                supported: SUPPORTED_ABI_VERSIONS
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
+        if let Exports::Core(exports) = &probe.exports {
+            start_budget(&mut probe.store, VERSION_CALL_BUDGET, Instant::now());
+            let version = exports.version(&mut probe.store).map_err(|error| {
+                failure(&probe.store, error, VERSION_CALL_BUDGET.as_millis() as u64)
+            })?;
+            super::core::check_version(version)?;
         }
         Ok(loaded)
+    }
+
+    /// Core module or component.
+    pub fn form(&self) -> BinaryForm {
+        match self.form {
+            Form::Core(_) => BinaryForm::Core,
+            Form::Component { .. } => BinaryForm::Component,
+        }
     }
 
     /// How many instances wait for a call.
@@ -108,7 +179,7 @@ impl LoadedModule {
         self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
     }
 
-    /// Fails when the module lacks the export for `event`.
+    /// Fails when the hook lacks the export for `event`.
     pub fn check_event(&self, event: HookEvent) -> Result<(), HookFailure> {
         if self.events[event_index(event)] {
             Ok(())
@@ -148,9 +219,7 @@ impl LoadedModule {
         let (mut instance, started) = match reused {
             // An instance grown under a larger cap (another template, same module) is over
             // this one's: start afresh rather than let it keep memory it may not have.
-            Some(instance) if (instance.memory.data_size(&instance.store) as u64) <= cap => {
-                (instance, started)
-            }
+            Some(instance) if instance.store.data().memory_bytes <= cap => (instance, started),
             // The call's budget starts after the instantiation (which has its own).
             _ => (self.instantiate(engine, ticker, cap)?, Instant::now()),
         };
@@ -199,24 +268,40 @@ impl LoadedModule {
         store.epoch_deadline_callback(move |store| {
             Ok(ticker::on_epoch(&ticker, &store.data().budget))
         });
-        // Instantiation runs the start function and data initialisers: give it a budget too.
+        // Instantiation runs start functions and initialisers: give it a budget too.
         start_budget(&mut store, VERSION_CALL_BUDGET, Instant::now());
-        let instance = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|error| match error.downcast_ref::<MemoryCapExceeded>() {
+        let instantiated = match &self.form {
+            Form::Core(pre) => pre.instantiate(&mut store).map(|instance| {
+                CoreExports::new(&mut store, &instance, self.events).map(Exports::Core)
+            }),
+            Form::Component { pre, exports } => pre.instantiate(&mut store).map(|instance| {
+                ComponentExports::new(&mut store, &instance, exports).map(Exports::Component)
+            }),
+        };
+        let exports =
+            instantiated.map_err(|error| match error.downcast_ref::<MemoryCapExceeded>() {
                 Some(exceeded) => HookFailure::OutOfMemory {
                     requested: exceeded.requested,
                     cap: exceeded.cap,
                 },
-                None => HookFailure::Instantiate(error.to_string()),
-            })?;
-        Instance::new(store, &instance, self.events)
+                None => match error.downcast_ref::<Trap>() {
+                    Some(Trap::Interrupt) => HookFailure::Instantiate(format!(
+                        "its set-up ran longer than {} ms",
+                        VERSION_CALL_BUDGET.as_millis()
+                    )),
+                    _ => HookFailure::Instantiate(format!("{error:#}")),
+                },
+            })??;
+        Ok(Instance {
+            store,
+            exports,
+            input: Vec::new(),
+        })
     }
 }
 
-/// What went wrong inside [`Instance::invoke`].
-enum Invoke {
+/// What went wrong inside a call.
+pub(super) enum Invoke {
     /// An error from wasm (a trap, an interrupt, the limiter).
     Wasm(wasmtime::Error),
     /// The guest broke the calling convention.
@@ -230,50 +315,22 @@ impl From<wasmtime::Error> for Invoke {
 }
 
 impl Instance {
-    /// An instance's typed exports, for the event exports `events` says the module has
-    /// (as [`check_shape`] found them).
-    pub(super) fn new(
+    /// A core instance for [`super::operators`], whose engine counts fuel instead of time.
+    pub(super) fn core(
         mut store: Store<HostState>,
         instance: &wasmtime::Instance,
         events: [bool; 3],
     ) -> Result<Instance, HookFailure> {
-        let link = |error: wasmtime::Error| HookFailure::Link(error.to_string());
-        let memory = instance
-            .get_memory(&mut store, "memory")
-            .ok_or_else(|| HookFailure::Link("no `memory` export".to_owned()))?;
-        let realloc = instance
-            .get_typed_func(&mut store, "cabi_realloc")
-            .map_err(link)?;
-        let version = instance
-            .get_typed_func(&mut store, "hooks_abi_version")
-            .map_err(link)?;
-        let mut exports = [None, None, None];
-        let mut posts = [None, None, None];
-        for index in 0..3 {
-            if events[index] {
-                exports[index] = Some(
-                    instance
-                        .get_typed_func(&mut store, EVENT_EXPORTS[index])
-                        .map_err(link)?,
-                );
-                posts[index] = instance
-                    .get_typed_func(&mut store, POST_EXPORTS[index])
-                    .ok();
-            }
-        }
+        let exports = CoreExports::new(&mut store, instance, events)?;
         Ok(Instance {
             store,
-            memory,
-            realloc,
-            version,
-            events: exports,
-            posts,
+            exports: Exports::Core(exports),
             input: Vec::new(),
         })
     }
 
     /// One call on `input` (the event's JSON), as [`LoadedModule::call`] makes it but without
-    /// budget or reuse: for [`super::operators`], whose engine counts fuel instead.
+    /// budget or reuse: for [`super::operators`].
     pub(super) fn call_once(
         &mut self,
         event: HookEvent,
@@ -293,69 +350,14 @@ impl Instance {
         &mut self.store
     }
 
-    /// The canonical ABI dance: allocate the input (`self.input`) in guest memory (the guest
-    /// owns it from then on), call the export, read `[ptr, len]` at the returned pointer,
-    /// parse the output where it lies, then let the guest free it with `cabi_post_<name>`.
-    /// The outer error is the instance's (it is discarded); the inner one, bad output, is the
-    /// hook's answer's (the instance is fine).
+    /// Calls the event's export on `self.input`. The outer error is the instance's (it is
+    /// discarded); the inner one, bad output, is the hook's answer's (the instance is fine).
     fn invoke(&mut self, event: HookEvent) -> Result<Result<HookOutput, HookFailure>, Invoke> {
-        let index = event_index(event);
-        // Fields borrowed one by one: the typed functions are used in place, not cloned
-        // (a clone bumps reference counts in wasmtime's type registry).
-        let Instance {
-            store,
-            memory,
-            realloc,
-            events,
-            posts,
-            input,
-            ..
-        } = self;
-        let func = events[index].as_ref().ok_or_else(|| {
-            Invoke::Failure(HookFailure::MissingEvent {
-                event: event_name(event),
-                export: EVENT_EXPORTS[index],
-            })
-        })?;
-        let len = i32::try_from(input.len())
-            .map_err(|_| Invoke::Failure(HookFailure::BadOutput("input over 2 GiB".into())))?;
-        let ptr = realloc.call(&mut *store, (0, 0, 1, len))?;
-        memory
-            .write(&mut *store, ptr as u32 as usize, input)
-            .map_err(|_| bad_pointer("cabi_realloc returned a pointer outside memory"))?;
-        let retptr = func.call(&mut *store, (ptr, len))?;
-        let mut pair = [0u8; 8];
-        memory
-            .read(&*store, retptr as u32 as usize, &mut pair)
-            .map_err(|_| bad_pointer("the return pointer is outside memory"))?;
-        let out_ptr = u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]) as usize;
-        let out_len = u32::from_le_bytes([pair[4], pair[5], pair[6], pair[7]]) as usize;
-        if out_len > MAX_OUTPUT_BYTES {
-            return Err(Invoke::Failure(HookFailure::OutputTooLarge {
-                len: out_len as u64,
-                max: MAX_OUTPUT_BYTES,
-            }));
+        match &self.exports {
+            Exports::Core(exports) => exports.invoke(&mut self.store, event, &self.input),
+            Exports::Component(exports) => exports.invoke(&mut self.store, event, &self.input),
         }
-        // Parsed in guest memory (no copy): the output is owned data, and the guest may
-        // reuse the block only after `cabi_post_*`.
-        let answer = out_ptr
-            .checked_add(out_len)
-            .and_then(|end| memory.data(&*store).get(out_ptr..end))
-            .ok_or_else(|| bad_pointer("the output is outside memory"))?;
-        let Some(post) = &posts[index] else {
-            return Ok(super::output::parse(answer));
-        };
-        // Reading the answer is the host's time, not the hook's (see `budget`).
-        let parsing = Instant::now();
-        let output = super::output::parse(answer);
-        store.data_mut().budget.exclude(parsing.elapsed());
-        post.call(&mut *store, retptr)?;
-        Ok(output)
     }
-}
-
-fn bad_pointer(what: &str) -> Invoke {
-    Invoke::Failure(HookFailure::BadOutput(what.to_owned()))
 }
 
 /// Classifies an error from wasm by its type (never by its text): the limiter's
@@ -385,87 +387,4 @@ fn failure(store: &Store<HostState>, error: wasmtime::Error, timeout_ms: u64) ->
 fn start_budget(store: &mut Store<HostState>, budget: Duration, started: Instant) {
     store.data_mut().budget = CallBudget::start_at(budget, started);
     store.set_epoch_deadline(1);
-}
-
-/// Checks exports and imports against ABI v1; returns which event exports exist.
-pub(super) fn check_shape(module: &Module) -> Result<[bool; 3], HookFailure> {
-    let i32_ = || ValType::I32;
-    let expect_func = |name: &str, params: &[ValType], results: &[ValType]| {
-        let Some(ty) = module.get_export(name) else {
-            return Err(HookFailure::Link(format!("no `{name}` export")));
-        };
-        let ExternType::Func(func) = ty else {
-            return Err(HookFailure::Link(format!("`{name}` is not a function")));
-        };
-        let fits = func.params().len() == params.len()
-            && func.results().len() == results.len()
-            && func.params().zip(params).all(|(a, b)| ValType::eq(&a, b))
-            && func.results().zip(results).all(|(a, b)| ValType::eq(&a, b));
-        if fits {
-            Ok(())
-        } else {
-            Err(HookFailure::Link(format!(
-                "`{name}` has type {func}, expected {}",
-                signature(params, results)
-            )))
-        }
-    };
-    match module.get_export("memory") {
-        Some(ExternType::Memory(memory)) if !memory.is_64() => {}
-        Some(ExternType::Memory(_)) => {
-            return Err(HookFailure::Link(
-                "`memory` is a 64-bit memory; ABI v1 uses a 32-bit one".into(),
-            ));
-        }
-        _ => return Err(HookFailure::Link("no `memory` export".into())),
-    }
-    expect_func("hooks_abi_version", &[], &[i32_()]).map_err(|failure| match failure {
-        HookFailure::Link(detail) => HookFailure::Link(format!(
-            "{detail} (a hook module exports `hooks_abi_version: () -> i32` returning \
-             {HOOKS_ABI_VERSION})"
-        )),
-        other => other,
-    })?;
-    expect_func("cabi_realloc", &[i32_(), i32_(), i32_(), i32_()], &[i32_()])?;
-    let mut events = [false; 3];
-    for (index, name) in EVENT_EXPORTS.iter().enumerate() {
-        if module.get_export(name).is_some() {
-            expect_func(name, &[i32_(), i32_()], &[i32_()])?;
-            events[index] = true;
-            if module.get_export(POST_EXPORTS[index]).is_some() {
-                expect_func(POST_EXPORTS[index], &[i32_()], &[])?;
-            }
-        }
-    }
-    if events == [false; 3] {
-        return Err(HookFailure::Link(
-            "it exports none of `start`, `message`, `timeout`".into(),
-        ));
-    }
-    for import in module.imports() {
-        if import.module() != HOST_MODULE || !HOST_FUNCTIONS.contains(&import.name()) {
-            return Err(HookFailure::Link(format!(
-                "it imports `{}::{}`; hooks may import only {} from `{HOST_MODULE}`",
-                import.module(),
-                import.name(),
-                HOST_FUNCTIONS
-                    .iter()
-                    .map(|name| format!("`{name}`"))
-                    .collect::<Vec<_>>()
-                    .join(" and ")
-            )));
-        }
-    }
-    Ok(events)
-}
-
-fn signature(params: &[ValType], results: &[ValType]) -> String {
-    let list = |types: &[ValType]| {
-        types
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!("({}) -> ({})", list(params), list(results))
 }

@@ -9,8 +9,9 @@ use colloquy_protocol::hook::HookInput;
 use colloquy_protocol::template::HookEvent;
 use wasmtime::{Config, Engine, Module, Store};
 
+use super::core::check_shape;
 use super::host::{self, HostState};
-use super::module::{Instance, check_shape};
+use super::module::Instance;
 use super::{HookFailure, MAX_MEMORY_BYTES};
 
 /// Fuel for one call: far more than any hook under a real budget executes, and finite, so
@@ -33,14 +34,14 @@ pub fn per_call(
     let module =
         Module::new(&engine, wasm).map_err(|error| HookFailure::Compile(error.to_string()))?;
     let events = check_shape(&module)?;
-    let linker = host::linker(&engine).map_err(wasm_error)?;
+    let linker = host::core_linker(&engine).map_err(wasm_error)?;
     let mut store = Store::new(&engine, HostState::new(MAX_MEMORY_BYTES));
     store.limiter(|state| state);
     store.set_fuel(FUEL).map_err(wasm_error)?;
     let instance = linker
         .instantiate(&mut store, &module)
         .map_err(|error| HookFailure::Instantiate(error.to_string()))?;
-    let mut hook = Instance::new(store, &instance, events)?;
+    let mut hook = Instance::core(store, &instance, events)?;
     let mut bytes = Vec::new();
     super::input::encode(input, &mut bytes)
         .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;

@@ -24,7 +24,7 @@ spec:
   hooks: { module: hook.wasm, events: [on_message] }
 "#;
 
-fn scratch(name: &str) -> PathBuf {
+pub(super) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "colloquy-runtime-unit-{}-{name}",
         std::process::id()
@@ -35,8 +35,13 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn template(name: &str, wat: &str) -> CompiledTemplate {
+    template_from_bytes(name, &wat::parse_str(wat).expect("WAT"))
+}
+
+/// The unit template with `bytes` as its hook.
+pub(super) fn template_from_bytes(name: &str, bytes: &[u8]) -> CompiledTemplate {
     let dir = scratch(name);
-    std::fs::write(dir.join("hook.wasm"), wat::parse_str(wat).expect("WAT")).expect("module");
+    std::fs::write(dir.join("hook.wasm"), bytes).expect("module");
     std::fs::write(dir.join("unit.yaml"), TEMPLATE).expect("template");
     TemplateCompiler::new()
         .compile_file(&dir.join("unit.yaml"))
@@ -54,7 +59,7 @@ const GOOD: &str = r#"(module
     (i32.store (i32.const 2052) (i32.const 24))
     (i32.const 2048)))"#;
 
-fn runtime(cache_dir: Option<PathBuf>) -> HookRuntime {
+pub(super) fn runtime(cache_dir: Option<PathBuf>) -> HookRuntime {
     HookRuntime::new(HookRuntimeConfig {
         cache_dir,
         max_instances: 16,
@@ -74,7 +79,10 @@ fn input() -> serde_json::Value {
     })
 }
 
-fn call(runtime: &HookRuntime, template: &CompiledTemplate) -> Result<HookOutput, HookFailure> {
+pub(super) fn call(
+    runtime: &HookRuntime,
+    template: &CompiledTemplate,
+) -> Result<HookOutput, HookFailure> {
     let value = input();
     let input: HookInput<'_> = serde_json::from_value(value).expect("input");
     runtime.call(template, HookEvent::OnMessage, &input)

@@ -38,9 +38,20 @@ const MAX_HOOK_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 /// Largest hook module file. Far above any real hook (the examples are 1-200 KiB), low
 /// enough that a wrong path (a disk image, a log) fails fast instead of filling memory.
 const MAX_HOOK_MODULE_BYTES: u64 = 64 * 1024 * 1024;
-/// The first 8 bytes of a core wasm module: `\0asm` and binary format version 1. A component
-/// starts with the same magic and a different version/layer word.
-const CORE_MODULE_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+/// The first 4 bytes of any wasm binary.
+const WASM_MAGIC: [u8; 4] = [0x00, 0x61, 0x73, 0x6d];
+
+/// Whether `bytes` start as a core module (version 1, layer 0) or a component (layer 1):
+/// the two forms a hook may take. The engine compiles and checks the rest.
+fn is_hook_binary(bytes: &[u8]) -> bool {
+    matches!(
+        bytes.get(..8),
+        Some(
+            [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]
+                | [0x00, 0x61, 0x73, 0x6d, _, _, 0x01, 0x00]
+        )
+    )
+}
 /// Longest hook time budget per call the format allows, whatever the operator's ceiling
 /// ([`super::DEFAULT_MAX_HOOK_TIMEOUT_MS`] by default, lower). Hooks run inside message
 /// handling, so a minute is already far beyond anything a caller waits for.
@@ -952,7 +963,9 @@ impl Resolver<'_> {
             self.error(
                 "spec.hooks.module",
                 format!("hook module `{}` is not a .wasm file", hooks.module),
-                Some("point `module` at a core wasm module (`*.wasm`)".into()),
+                Some(
+                    "point `module` at a hook: a core wasm module or a component (`*.wasm`)".into(),
+                ),
             );
         }
         let inside = module_path_inside(&hooks.module);
@@ -1059,16 +1072,16 @@ impl Resolver<'_> {
                 return None;
             }
         };
-        if !bytes.starts_with(&CORE_MODULE_HEADER) {
-            let hint = if bytes.starts_with(&CORE_MODULE_HEADER[..4]) {
-                "this is a wasm component or a newer binary format; hook ABI v1 takes a core \
-                 module (see docs/hook-abi.md)"
+        if !is_hook_binary(&bytes) {
+            let hint = if bytes.starts_with(&WASM_MAGIC) {
+                "an unknown wasm binary version: a hook is a core module (ABI v1) or a \
+                 component of the `colloquy:hooks@1.0.0` world (see docs/hook-abi.md)"
             } else {
                 "the file does not start with the wasm magic bytes `\\0asm`"
             };
             self.error(
                 path,
-                format!("hook module `{written}` is not a core wasm module"),
+                format!("hook module `{written}` is not a wasm module or component"),
                 Some(hint.into()),
             );
             return None;

@@ -8,13 +8,15 @@
 //! - `colloquy templates check DIR`: compile a template directory and list it, or print the
 //!   compiler's diagnostics.
 //! - `colloquy templates schema`: the JSON Schema of the template format, for editors.
+//! - `colloquy hooks call TEMPLATE EVENT`: run a template's hook once on an event.
 //!
 //! Layout: `serve` (the service), `policy_manager` (the policy manager and the template
 //! set-up of `serve`), `demo` (the scenarios), `transcript` (sequence diagrams
-//! of a conversation's event log), `templates` (the `templates` subcommands).
+//! of a conversation's event log), `templates` and `hooks` (their subcommands).
 
 mod a2a_agent;
 mod demo;
+mod hooks;
 mod policy_manager;
 mod serve;
 mod templates;
@@ -80,6 +82,27 @@ enum Command {
     Templates {
         #[command(subcommand)]
         command: TemplatesCommand,
+    },
+    /// Run hooks outside a server.
+    Hooks {
+        #[command(subcommand)]
+        command: HooksCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum HooksCommand {
+    /// Load a template's hook and call it on an event: prints the answer as JSON, or the
+    /// failure, and how long loading and the calls took.
+    Call {
+        /// The template file (*.yaml) naming the hook.
+        template: PathBuf,
+        /// A JSON file holding the hook's input (docs/hook-input.schema.json); its `hook`
+        /// field says which event.
+        event: PathBuf,
+        /// Calls to make (on reused instances, as the engine makes them).
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        repeat: u32,
     },
 }
 
@@ -155,6 +178,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Templates {
             command: TemplatesCommand::Check { dir },
         } => templates::check(&dir, &mut out, &mut io::stderr().lock()),
+        Command::Hooks {
+            command:
+                HooksCommand::Call {
+                    template,
+                    event,
+                    repeat,
+                },
+        } => hooks::call(
+            &template,
+            &event,
+            repeat,
+            &mut out,
+            &mut io::stderr().lock(),
+        ),
         Command::Templates {
             command: TemplatesCommand::Schema,
         } => {
