@@ -84,8 +84,8 @@ pub const MAX_TABLE_ELEMENTS: usize = 10_000;
 /// Core instances, memories and tables one hook instance may hold. A core module holds one
 /// of each; a component holds one core instance per module it is made of and per adapter
 /// shim: a Python component (componentize-py 0.25) holds 38 core instances, 1 memory and 2
-/// tables; a JavaScript one (componentize-qjs 0.4) 13 core instances and 3 memories. wasmtime's default of 32 core instances
-/// a component would refuse the Python interpreter.
+/// tables; a JavaScript one (componentize-qjs 0.4) 13 core instances and 3 memories.
+/// wasmtime's default of 32 core instances a component would refuse the Python interpreter.
 pub const MAX_CORE_INSTANCES_PER_HOOK: u32 = 64;
 /// See [`MAX_CORE_INSTANCES_PER_HOOK`].
 pub const MAX_MEMORIES_PER_HOOK: u32 = 4;
