@@ -31,8 +31,32 @@ use crate::{a2a_agent, transcript};
 /// How long the contract-net contractors have to propose. Long enough for the proposals
 /// over loopback HTTP, short enough that the demo finishes well within two seconds.
 const CFP_WINDOW_MS: u64 = 300;
-/// The hook example the demo plays when its module is built, relative to the templates dir.
-const CREDIT_TEMPLATE: &str = "examples/credit-assessment/credit-assessment.yaml";
+/// The credit-assessment example, played once per build of its hook when that build exists:
+/// the template (relative to the templates dir), its name, the language of its hook and
+/// the hook's form. The transcripts say which language decided.
+const CREDIT_BUILDS: [CreditBuild; 2] = [
+    CreditBuild {
+        file: "examples/credit-assessment/credit-assessment.yaml",
+        name: "credit-assessment",
+        language: "Rust",
+        form: "a core wasm module",
+    },
+    CreditBuild {
+        file: "examples/credit-assessment/credit-assessment-js.yaml",
+        name: "credit-assessment-js",
+        language: "TypeScript",
+        form: "a wasm component",
+    },
+];
+
+/// One build of the credit-assessment hook (see [`CREDIT_BUILDS`]).
+#[derive(Clone, Copy)]
+struct CreditBuild {
+    file: &'static str,
+    name: &'static str,
+    language: &'static str,
+    form: &'static str,
+}
 /// How late initech proposes: past the reply-by plus a few scheduler periods, so the engine
 /// has surely closed its thread.
 const LATE_BY_MS: u64 = 200;
@@ -93,22 +117,26 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
         .iter()
         .map(|t| (t.name.to_string(), t.revision.to_string()))
         .collect();
-    // The credit-assessment example runs a Rust wasm hook; it plays when its module has
+    // The credit-assessment example runs wasm hooks; each build plays when its hook has
     // been built from source (templates/examples/build.sh).
-    let credit_yaml = templates.join(CREDIT_TEMPLATE);
-    let credit = match TemplateCompiler::new().compile_file(&credit_yaml) {
-        Ok(template) => Some(template),
-        Err(diagnostics) => {
-            tracing::info!(%diagnostics, "credit-assessment example not loaded");
-            writeln!(
-                out,
-                "note: the credit-assessment hook example is not built; run \
-                 templates/examples/build.sh"
-            )?;
-            None
+    let mut credit = Vec::new();
+    let mut builds = Vec::new();
+    for build in CREDIT_BUILDS {
+        match TemplateCompiler::new().compile_file(&templates.join(build.file)) {
+            Ok(template) => {
+                credit.push(template);
+                builds.push(build);
+            }
+            Err(diagnostics) => {
+                tracing::info!(%diagnostics, template = build.name, "hook example not loaded");
+                writeln!(
+                    out,
+                    "note: the {} hook of {} is not built; run templates/examples/build.sh",
+                    build.language, build.name
+                )?;
+            }
         }
-    };
-    let with_credit = credit.is_some();
+    }
     let mut names = names;
     names.extend(
         credit
@@ -137,7 +165,7 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
     writeln!(out)?;
 
     let participants = Participants::start(&service).await?;
-    let result = play_all(&service, width, with_credit, out).await;
+    let result = play_all(&service, width, &builds, out).await;
     participants.stop();
     translator.abort();
     // Streams end and requests drain; a failure here changes nothing the demo showed.
@@ -150,12 +178,23 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
 async fn play_all(
     service: &RunningService,
     width: usize,
-    with_credit: bool,
+    credit: &[CreditBuild],
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let url = service.url();
     let mut played = Vec::new();
-    for (scenario, intro) in [
+    let credit = credit.iter().map(|build| {
+        (
+            Scenario::Credit(*build),
+            format!(
+                "loan-desk asks risk-desk to assess a loan for crypto mining rigs; the hook, \
+                 written in {} and built into {}, marks it pending and routes it to \
+                 special-risk-assessment.",
+                build.language, build.form
+            ),
+        )
+    });
+    let scenarios = [
         (
             Scenario::Request,
             "alice asks bob to book a room; bob agrees, then informs.",
@@ -174,23 +213,19 @@ async fn play_all(
             "emma asks translator, a remote agent that speaks A2A, to translate; the engine \
              sends it an A2A message/send and records its completed task as its inform.",
         ),
-        (
-            Scenario::Credit,
-            "loan-desk asks risk-desk to assess a loan for crypto mining rigs; the Rust wasm \
-             hook marks it pending and routes it to special-risk-assessment.",
-        ),
-    ] {
+    ]
+    .map(|(scenario, intro)| (scenario, intro.to_owned()));
+    for (scenario, intro) in scenarios.into_iter().chain(credit) {
         let play = match scenario {
             Scenario::Request => request(&url).await,
             Scenario::Query => query(&url).await,
             Scenario::ContractNet => contract_net(&url).await,
             Scenario::A2a => a2a_request(&url).await,
-            Scenario::Credit if !with_credit => continue,
-            Scenario::Credit => credit(&url).await,
+            Scenario::Credit(build) => credit_assessment(&url, build.name).await,
         };
         let play = play.with_context(|| format!("playing {}", scenario.template()))?;
         let number = format!("{}. ", played.len() + 1);
-        for (i, line) in transcript::wrap(intro, width.saturating_sub(number.len()))
+        for (i, line) in transcript::wrap(&intro, width.saturating_sub(number.len()))
             .iter()
             .enumerate()
         {
@@ -240,7 +275,7 @@ enum Scenario {
     Query,
     ContractNet,
     A2a,
-    Credit,
+    Credit(CreditBuild),
 }
 
 impl Scenario {
@@ -250,7 +285,7 @@ impl Scenario {
             Scenario::Query => "fipa-query",
             Scenario::ContractNet => "fipa-contract-net",
             Scenario::A2a => "fipa-request",
-            Scenario::Credit => "credit-assessment",
+            Scenario::Credit(build) => build.name,
         }
     }
 }
@@ -282,11 +317,15 @@ impl Participants {
         // risk-desk assesses loans (the hook decides who else sees them).
         spawn(
             connect(&url, "risk-desk").await?,
-            Handlers::new().on("credit-assessment", "request", |msg| async move {
-                msg.inform(json!({"score": 640, "decision": "refer"}))
-                    .await?;
-                Ok(())
-            }),
+            CREDIT_BUILDS
+                .iter()
+                .fold(Handlers::new(), |handlers, build| {
+                    handlers.on(build.name, "request", |msg| async move {
+                        msg.inform(json!({"score": 640, "decision": "refer"}))
+                            .await?;
+                        Ok(())
+                    })
+                }),
         );
         // dave answers price queries at once.
         spawn(
@@ -419,14 +458,12 @@ async fn a2a_request(url: &str) -> anyhow::Result<Played> {
     })
 }
 
-/// The credit-assessment example: the Rust hook stamps the application pending, lets the
-/// amount through (under the template's limit) and routes the crypto purpose to
-/// `special-risk-assessment`.
-async fn credit(url: &str) -> anyhow::Result<Played> {
+/// The credit-assessment example on the template `name`: the hook stamps the application
+/// pending, lets the amount through (under the template's limit) and routes the crypto
+/// purpose to `special-risk-assessment`.
+async fn credit_assessment(url: &str, name: &'static str) -> anyhow::Result<Played> {
     let desk = connect(url, "loan-desk").await?;
-    let mut options = AskOptions::default()
-        .timeout(STEP_TIMEOUT)
-        .template("credit-assessment");
+    let mut options = AskOptions::default().timeout(STEP_TIMEOUT).template(name);
     options.parameters = json!({"applicant_id": "A-1042", "income_source": "salary"});
     let answer = desk
         .request(
@@ -455,7 +492,7 @@ async fn credit(url: &str) -> anyhow::Result<Played> {
         }
     }
     Ok(Played {
-        title: "credit-assessment",
+        title: name,
         expected: Outcome::Success,
         view,
         events,
@@ -649,12 +686,19 @@ mod tests {
             "a2a-request",
         ];
         // Built by templates/examples/build.sh, which the test command runs first.
-        if templates()
-            .join(CREDIT_TEMPLATE)
-            .with_file_name("credit_assessment.wasm")
-            .is_file()
+        for (build, hook) in CREDIT_BUILDS
+            .iter()
+            .zip(["credit_assessment.wasm", "credit_assessment_js.wasm"])
         {
-            titles.push("credit-assessment");
+            if templates().join(build.file).with_file_name(hook).is_file() {
+                titles.push(build.name);
+                let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+                let said = format!(
+                    "written in {} and built into {}",
+                    build.language, build.form
+                );
+                assert!(words.contains(&said), "{out}");
+            }
         }
         for title in titles {
             assert!(
