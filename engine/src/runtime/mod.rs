@@ -1,6 +1,6 @@
-//! The wasm hook runtime: runs a template's hook module (ABI v1, `docs/hook-abi.md`) at
-//! `on_start`, `on_message` and `on_timeout`. The only module of the workspace that names
-//! wasmtime.
+//! The wasm hook runtime: runs a template's hook at `on_start`, `on_message` and
+//! `on_timeout`; the hook is a core module (ABI v1) or a component of the hooks world
+//! (`docs/hook-abi.md`). The only module of the workspace that names wasmtime.
 //!
 //! One [`HookRuntime`] serves every template of an engine:
 //! - one shared `wasmtime::Engine` with epoch interruption, advanced by a ticker thread
@@ -17,15 +17,17 @@
 //! - instances reused across calls (a small idle stack per module, one instance per
 //!   concurrently running call) and discarded after any failure, so a trap never leaks state
 //!   into the next call;
-//! - a memory cap per store from the template's `limits.memory_bytes`;
+//! - a memory cap per store from the template's `limits.memory_bytes` (all of an instance's
+//!   memories together: a component may have several);
 //! - an on-disk AOT cache of compiled modules, keyed by module hash and
 //!   `Engine::precompile_compatibility_hash()` (`cache`).
 //!
 //! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
-//! (loading, link checks, the calling convention), `cache` (AOT files), `input` (building
-//! the JSON event from a conversation), `output` (reading the answer), [`operators`]
-//! (wasm operators per call, for benchmarks), `ticker` (the epoch ticker), `engine_ext`
-//! ([`crate::Engine::with_hooks`]), [`latency`] (call durations for `/metrics`).
+//! (loading, instances, calls, for both forms), `core` (ABI v1's shape check and calling
+//! convention), `component` (the world check and the component call), `cache` (AOT files),
+//! `input` (building the JSON event from a conversation), `output` (reading the answer),
+//! [`operators`] (wasm operators per call, for benchmarks), `ticker` (the epoch ticker),
+//! `engine_ext` ([`crate::Engine::with_hooks`]), [`latency`] (call durations for `/metrics`).
 
 mod budget;
 mod cache;

@@ -1,12 +1,14 @@
-//! WebAssembly hooks end to end: the example policies in four languages (built from source
-//! by `templates/examples/build.sh`) driving real conversations, and hostile modules (built
-//! from WAT here) failing under their template's policy while other conversations flow.
+//! WebAssembly hooks end to end: the example policies in six languages (built from source
+//! by `templates/examples/build.sh`; Python and TypeScript as components) driving real
+//! conversations, and hostile modules (built from WAT here) and components (built from
+//! Python and JavaScript fixtures) failing under their template's policy while other
+//! conversations flow.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use colloquy_engine::listing::ConversationFilter;
-use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
+use colloquy_engine::runtime::{HookFailure, HookRuntime, HookRuntimeConfig};
 use colloquy_engine::store::MemoryStore;
 use colloquy_engine::{Engine, EngineConfig, ErrorKind, ManualClock};
 use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
@@ -73,15 +75,30 @@ fn example(dir: &str, file: &str, module: &str) -> CompiledTemplate {
 
 #[tokio::test]
 async fn rust_credit_assessment_marks_pending_refuses_routes_and_escalates() {
+    credit_assessment_scenario("credit-assessment", "credit_assessment.wasm").await;
+}
+
+#[tokio::test]
+async fn python_credit_assessment_behaves_as_the_rust_one() {
+    credit_assessment_scenario("credit-assessment-py", "credit_assessment_py.wasm").await;
+}
+
+#[tokio::test]
+async fn typescript_credit_assessment_behaves_as_the_rust_one() {
+    credit_assessment_scenario("credit-assessment-js", "credit_assessment_js.wasm").await;
+}
+
+/// The credit policy's scenario, run against each build of it (Rust, Python, TypeScript):
+/// the template `name` (in `credit-assessment/<name>.yaml`) differs from the Rust one only
+/// in its name and hook file.
+pub(crate) async fn credit_assessment_scenario(name: &str, module: &str) {
     let h = harness(vec![example(
         "credit-assessment",
-        "credit-assessment.yaml",
-        "credit_assessment.wasm",
+        &format!("{name}.yaml"),
+        module,
     )]);
     let params = json!({"applicant_id": "A-17", "income_source": "salary"});
-    let view = h
-        .start("credit-assessment", "desk", &["risk"], params)
-        .await;
+    let view = h.start(name, "desk", &["risk"], params).await;
     assert_eq!(view.vars["status"], "pending");
     assert_eq!(view.vars["started_at"], T0);
 
@@ -528,6 +545,167 @@ async fn hostile_hooks_fail_open_with_a_hook_error_violation() {
             errors[0].message_id,
             view.messages.last().map(|m| m.id.clone())
         );
+    }
+}
+
+// --- hostile components (Python and JavaScript) ------------------------------------------
+
+/// The languages with hostile component fixtures: the directory under `target/hooks/` their
+/// builds are in (guest-sdk/<language>/build-examples.sh), what their exception behaviour
+/// is called, and a memory cap the interpreter starts under with room to spare.
+const COMPONENT_LANGUAGES: [(&str, &str, &str); 2] = [
+    (
+        "python",
+        "raise",
+        "{ memory_bytes: 67108864, timeout_ms: 50 }",
+    ),
+    ("js", "throw", "{ memory_bytes: 33554432, timeout_ms: 50 }"),
+];
+
+/// A fixture component built from source (tests/fixtures/hooks/<language>/).
+fn built_fixture(language: &str, file: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/hooks")
+        .join(language)
+        .join(file);
+    std::fs::read(&path).unwrap_or_else(|error| {
+        panic!(
+            "{}: {error}: run templates/examples/build.sh (scripts/test.sh does) to build the \
+             fixtures from source",
+            path.display()
+        )
+    })
+}
+
+/// Each hostile behaviour of a fixture (picked by `hooks.config.behaviour`) with the words
+/// its failure must carry.
+fn component_behaviours(raise: &'static str) -> [(&'static str, &'static str); 5] {
+    [
+        ("loop", "longer than its 50 ms budget"),
+        ("memory_bomb", "bytes of memory, over its cap of"),
+        (raise, "the hook trapped"),
+        ("not_json", "invalid output"),
+        ("too_big", "over the 1048576-byte output limit"),
+    ]
+}
+
+/// A template running the `language` fixture's `hostile` component with `behaviour`.
+fn hostile_component(
+    language: &str,
+    behaviour: &str,
+    policy: &str,
+    limits: &str,
+) -> CompiledTemplate {
+    let name = format!("hostile-{language}-{}", behaviour.replace('_', "-"));
+    hooked(
+        &name,
+        &built_fixture(language, "hostile.wasm"),
+        &format!(
+            "failure_policy: {policy}\n    limits: {limits}\n    config: {{ behaviour: {behaviour} }}"
+        ),
+    )
+    .unwrap_or_else(|diagnostics| panic!("{name} does not compile:\n{diagnostics}"))
+}
+
+#[tokio::test]
+async fn hostile_python_and_javascript_hooks_are_contained_and_others_keep_flowing() {
+    for (language, raise, limits) in COMPONENT_LANGUAGES {
+        let behaviours = component_behaviours(raise);
+        let templates = behaviours
+            .iter()
+            .map(|(behaviour, _)| hostile_component(language, behaviour, "fail_closed", limits))
+            .chain([hostile_component(language, "ok", "fail_closed", limits)])
+            .collect();
+        let h = harness(templates);
+        let healthy = h.start("fipa-request", "alice", &["bob"], json!({})).await;
+        let calm = format!("hostile-{language}-ok");
+        for (behaviour, cause) in behaviours {
+            let name = format!("hostile-{language}-{}", behaviour.replace('_', "-"));
+            let view = h.start(&name, "alice", &["bob"], json!({})).await;
+            let error = expect_error(
+                h.send(&view.id, "alice", msg("request", json!({"n": 1})))
+                    .await,
+                "hook_failed",
+                ErrorKind::Unprocessable,
+            );
+            let text = error.to_string();
+            assert!(text.contains(cause), "{language} {behaviour}: {text}");
+            assert_unchanged(&h, &view).await;
+            // The engine, and the very module on a fresh instance, carry on.
+            h.ok(
+                &healthy.id,
+                "alice",
+                msg("query-if", json!({"alive": behaviour})),
+            )
+            .await;
+            let calm = h.start(&calm, "alice", &["bob"], json!({})).await;
+            h.ok(&calm.id, "alice", msg("request", json!({"n": 2})))
+                .await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failing_python_or_javascript_hook_fails_open_with_a_violation() {
+    for (language, raise, limits) in COMPONENT_LANGUAGES {
+        let behaviours = component_behaviours(raise);
+        let templates = behaviours
+            .iter()
+            .map(|(behaviour, _)| hostile_component(language, behaviour, "fail_open", limits))
+            .collect();
+        let h = harness(templates);
+        for (behaviour, cause) in behaviours {
+            let name = format!("hostile-{language}-{}", behaviour.replace('_', "-"));
+            let view = h.start(&name, "alice", &["bob"], json!({})).await;
+            let receipt = h
+                .ok(&view.id, "alice", msg("request", json!({"n": 1})))
+                .await;
+            assert_eq!(receipt.transitions.len(), 1, "{language} {behaviour}");
+            let view = h.view(&view.id).await;
+            let errors = violations_of(&view, ViolationKind::HookError);
+            assert_eq!(
+                errors.len(),
+                1,
+                "{language} {behaviour}: {:?}",
+                view.violations
+            );
+            assert!(
+                errors[0].detail.contains(cause),
+                "{language} {behaviour}: {}",
+                errors[0].detail
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn components_importing_wasi_are_refused_with_the_flag_that_drops_it() {
+    for (language, _, limits) in COMPONENT_LANGUAGES {
+        let name = format!("wasi-{language}");
+        let template = hooked(
+            &name,
+            &built_fixture(language, "wasi.wasm"),
+            &format!("failure_policy: fail_closed\n    limits: {limits}"),
+        )
+        .unwrap_or_else(|diagnostics| panic!("{name}: {diagnostics}"));
+        assert!(
+            matches!(runtime().prepare(&template), Err(HookFailure::World(_))),
+            "{language}: refused at load"
+        );
+        let h = harness(vec![template]);
+        let view = h.start(&name, "alice", &["bob"], json!({})).await;
+        let error = expect_error(
+            h.send(&view.id, "alice", msg("request", json!({"n": 1})))
+                .await,
+            "hook_failed",
+            ErrorKind::Unprocessable,
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("imports `wasi:") && text.contains("--stub-wasi"),
+            "{language}: {text}"
+        );
+        assert_unchanged(&h, &view).await;
     }
 }
 
