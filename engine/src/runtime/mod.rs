@@ -74,7 +74,8 @@ pub const DEFAULT_MAX_TIMEOUT: Duration =
 /// message ~45 µs on the development VM (two thread wake-ups), ten times a usual hook call:
 /// so a call runs where its message is handled, and only a module that once ran past this
 /// slice (a runaway, a slow policy) pays the crossing. An async worker is held at most this
-/// long, once per module (`crate::hook_pool`).
+/// long, a few times per module: once on a reused instance, or a few first calls of fresh
+/// instances, which may be slow once (`module::FRESH_OVERRUNS`; `crate::hook_pool`).
 pub const INLINE_SLICE: Duration = Duration::from_millis(5);
 /// Largest linear memory any hook may have; templates ask for at most this much.
 pub const MAX_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
@@ -432,7 +433,7 @@ impl HookRuntime {
         if site == CallSite::Inline && pooled.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(HookFailure::NeedsPool);
         }
-        let result = module.call(
+        let (result, fresh) = module.call(
             &self.engine,
             self.ticker.handle(),
             event,
@@ -449,7 +450,7 @@ impl HookRuntime {
             // kept from a core): the pool gives it its whole budget and the margin, and only
             // there is a timeout the hook's failure.
             Err(HookFailure::Timeout { .. }) if site == CallSite::Inline => {
-                pooled.store(true, std::sync::atomic::Ordering::Relaxed);
+                module.overran_inline(fresh);
                 Err(HookFailure::NeedsPool)
             }
             other => other,

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use colloquy_policy::compiled::HookModule;
@@ -23,6 +23,10 @@ use super::{HookFailure, cache, event_name};
 /// instantiation (start functions, data initialisers; a component's own set-up, which for a
 /// Python interpreter restored from its snapshot is a few milliseconds).
 pub(super) const VERSION_CALL_BUDGET: Duration = Duration::from_millis(100);
+/// First calls of fresh instances that may run past the inline slice before the module's
+/// calls move to the hook pool for good (a reused instance's call moves them at once). A
+/// hook that loops holds an async worker for this many slices at most.
+pub(super) const FRESH_OVERRUNS: u32 = 3;
 /// An instance keeps the buffer its events are encoded in between calls, unless an event
 /// made it grow past this.
 const KEEP_INPUT_CAPACITY: usize = 64 * 1024;
@@ -74,9 +78,11 @@ impl BinaryForm {
 
 /// A hook ready to instantiate.
 pub struct LoadedModule {
-    /// Set once a call tried on an async worker ran past [`super::INLINE_SLICE`]: from then
-    /// on its calls run on the hook pool only.
+    /// Set once a call tried on an async worker ran past [`super::INLINE_SLICE`] (see
+    /// [`LoadedModule::overran_inline`]): from then on its calls run on the hook pool only.
     pub(super) pooled: AtomicBool,
+    /// First calls of fresh instances that ran past the slice.
+    fresh_overruns: AtomicU32,
     form: Form,
     /// Which of `start`, `message`, `timeout` it exports.
     events: [bool; 3],
@@ -150,6 +156,7 @@ impl LoadedModule {
         };
         let loaded = LoadedModule {
             pooled: AtomicBool::new(false),
+            fresh_overruns: AtomicU32::new(0),
             form,
             events,
             idle: Mutex::new(Vec::new()),
@@ -163,6 +170,18 @@ impl LoadedModule {
             super::core::check_version(version)?;
         }
         Ok(loaded)
+    }
+
+    /// A call tried on an async worker ran past the slice: moves the module's calls to the
+    /// hook pool for good, unless it was the first call of a fresh instance and fewer than
+    /// [`FRESH_OVERRUNS`] such calls overran before. A fresh instance's first call touches
+    /// its memory for the first time: a component's interpreter heap is megabytes of
+    /// copy-on-write pages, whose faults alone can take milliseconds once; that says nothing
+    /// of the calls after it.
+    pub(super) fn overran_inline(&self, fresh: bool) {
+        if !fresh || self.fresh_overruns.fetch_add(1, Ordering::Relaxed) + 1 >= FRESH_OVERRUNS {
+            self.pooled.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Core module or component.
@@ -191,9 +210,10 @@ impl LoadedModule {
         }
     }
 
-    /// One call: input in, output out, on an idle instance (or a new one). The instance goes
-    /// back to the idle stack only when the call succeeded. `started` is when the caller
-    /// began the call; a reused instance's budget counts from it.
+    /// One call: input in, output out, on an idle instance (or a new one), and whether the
+    /// instance was new. The instance goes back to the idle stack only when the call
+    /// succeeded. `started` is when the caller began the call; a reused instance's budget
+    /// counts from it.
     #[allow(
         clippy::too_many_arguments,
         reason = "the runtime's parts a call uses, each once"
@@ -210,19 +230,53 @@ impl LoadedModule {
         conversation: &str,
         max_idle: usize,
         started: Instant,
-    ) -> Result<HookOutput, HookFailure> {
+    ) -> (Result<HookOutput, HookFailure>, bool) {
         let reused = self
             .idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .pop();
-        let (mut instance, started) = match reused {
+        let (instance, started, fresh) = match reused {
             // An instance grown under a larger cap (another template, same module) is over
             // this one's: start afresh rather than let it keep memory it may not have.
-            Some(instance) if instance.store.data().memory_bytes <= cap => (instance, started),
+            Some(instance) if instance.store.data().memory_bytes <= cap => {
+                (instance, started, false)
+            }
             // The call's budget starts after the instantiation (which has its own).
-            _ => (self.instantiate(engine, ticker, cap)?, Instant::now()),
+            _ => match self.instantiate(engine, ticker, cap) {
+                Ok(instance) => (instance, Instant::now(), true),
+                Err(failure) => return (Err(failure), true),
+            },
         };
+        let called = self.call_on(
+            instance,
+            event,
+            input,
+            cap,
+            CallBudget::start_with_margin(Duration::from_millis(budget_ms), started, wall_margin),
+            budget_ms,
+            conversation,
+            max_idle,
+        );
+        (called, fresh)
+    }
+
+    /// [`LoadedModule::call`] on `instance`, with `budget`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the runtime's parts a call uses, each once"
+    )]
+    fn call_on(
+        &self,
+        mut instance: Instance,
+        event: HookEvent,
+        input: &HookInput<'_>,
+        cap: u64,
+        budget: CallBudget,
+        budget_ms: u64,
+        conversation: &str,
+        max_idle: usize,
+    ) -> Result<HookOutput, HookFailure> {
         let state = instance.store.data_mut();
         state.memory_cap = cap;
         state.memory_refused = None;
@@ -238,8 +292,7 @@ impl LoadedModule {
         }
         super::input::encode(input, &mut instance.input)
             .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
-        instance.store.data_mut().budget =
-            CallBudget::start_with_margin(Duration::from_millis(budget_ms), started, wall_margin);
+        instance.store.data_mut().budget = budget;
         instance.store.set_epoch_deadline(1);
         let output = instance.invoke(event).map_err(|error| match error {
             Invoke::Wasm(error) => failure(&instance.store, error, budget_ms),
