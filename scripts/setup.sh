@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building the example hooks needs, once: Debian's clang/lld (C), Debian's
-# Rust 1.63 with the wasm32 std and the serde crates (Rust guests, offline), wabt (WAT), and
-# Zig from PyPI. Idempotent: a tool already present is not installed again.
+# Rust 1.63 with the wasm32 std and the serde crates (Rust guests, offline), wabt (WAT), Zig
+# from PyPI, and the pinned component toolchains outside the clone (guest-sdk/python/setup.sh:
+# componentize-py in a virtualenv; guest-sdk/js/setup.sh: Debian's Node and npm if missing,
+# then componentize-qjs, esbuild and TypeScript from npm). Idempotent: a tool already present
+# is not installed again.
 set -euo pipefail
 
 packages=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc cargo libstd-rust-dev-wasm32
@@ -25,3 +28,6 @@ if [ "$(python3 -m ziglang version 2>/dev/null)" != "$ZIG_VERSION" ]; then
     echo "== pip install ziglang==$ZIG_VERSION"
     python3 -m pip install --quiet "ziglang==$ZIG_VERSION"
 fi
+
+# Components: JavaScript/TypeScript hooks.
+bash "$(dirname "$0")/../guest-sdk/js/setup.sh"

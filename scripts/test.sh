@@ -8,4 +8,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 bash scripts/setup.sh
 bash templates/examples/build.sh
+# The guest kits' own tests (no wasm needed), then the workspace's.
+node --test guest-sdk/js/test/
 cargo test --workspace

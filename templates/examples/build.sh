@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds every example hook from source into the .wasm file its template names (git-ignored).
 # Needs the toolchains scripts/setup.sh installs: Debian's clang/lld (C), Debian's rustc and
-# cargo with the wasm32 std and serde crates (Rust, offline), wabt (WAT), ziglang (Zig).
+# cargo with the wasm32 std and serde crates (Rust, offline), wabt (WAT), ziglang (Zig), and
+# the component toolchains (guest-sdk/python, guest-sdk/js), whose outputs are cached by
+# content outside the clone.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -64,5 +66,8 @@ python3 -m ziglang build-exe "$here/lowest-price/lowest_price.zig" -target wasm3
     -fno-entry -rdynamic -O ReleaseSmall --cache-dir "$out/zig-cache" \
     --global-cache-dir "$out/zig-global-cache" \
     -femit-bin="$here/lowest-price/lowest_price.wasm"
+
+# --- Components: TypeScript (the credit policy again), JavaScript fixtures.
+bash "$root/guest-sdk/js/build-examples.sh"
 
 echo "example hooks built"
