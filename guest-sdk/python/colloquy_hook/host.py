@@ -12,6 +12,10 @@ filesystem to import anything from later, so an import first run inside a hook c
 
 from __future__ import annotations
 
+import io
+import sys
+from typing import TextIO
+
 from .actions import LOG_LEVELS, LogLevel
 
 try:
@@ -44,6 +48,55 @@ def now_ms() -> int:
     """The host's wall clock (Unix milliseconds). Decide with the event's ``now`` instead:
     it is the engine clock the conversation's deadlines use."""
     return _mock_now_ms if _wit_host is None else _wit_host.now_ms()
+
+
+class LogStream(io.TextIOBase):
+    """A text stream whose lines go to `log` at one level: ``sys.stdout`` and ``sys.stderr``
+    during a call in a component (see `prints_to_log`)."""
+
+    def __init__(self, level: LogLevel) -> None:
+        super().__init__()
+        self._level: LogLevel = level
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            log(self._level, line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            line, self._pending = self._pending, ""
+            log(self._level, line)
+
+
+def prints_to_log() -> tuple[TextIO, TextIO] | None:
+    """In a component, points ``sys.stdout`` at the log (``info``) and ``sys.stderr`` too
+    (``warn``) until `restore_prints`, and returns what they were; elsewhere does nothing.
+
+    A component built with ``--stub-wasi`` has no stdout: a ``print`` would reach a WASI stub
+    and trap the hook with nothing in the log but "unreachable". `handle` calls this around
+    every call, so a ``print`` while debugging a hook lands in the engine log instead.
+    """
+    if _wit_host is None:
+        return None
+    saved = (sys.stdout, sys.stderr)
+    sys.stdout, sys.stderr = LogStream("info"), LogStream("warn")
+    return saved
+
+
+def restore_prints(saved: tuple[TextIO, TextIO] | None) -> None:
+    """Writes out what the call printed without a final newline, and puts back the streams
+    `prints_to_log` replaced."""
+    if saved is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.stdout, sys.stderr = saved
 
 
 def take_logs() -> list[tuple[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import unittest
 
 import support
@@ -33,6 +34,18 @@ class Broken(Hook):
 
     def on_timeout(self, event: Event) -> list[Action]:
         return [{"reject": {"reason": "a dict, not an Action"}}]  # type: ignore[list-item]
+
+
+class Printer(Hook):
+    def on_message(self, event: Event) -> list[Action]:
+        print("first line\nsecond line")
+        print("no newline", end="")
+        print("careful", file=sys.stderr)
+        return []
+
+    def on_start(self, event: Event) -> list[Action]:
+        print("before the fall")
+        raise RuntimeError("fell")
 
 
 class Handle(unittest.TestCase):
@@ -68,6 +81,24 @@ class Handle(unittest.TestCase):
     def test_an_action_not_built_by_the_kit_fails(self) -> None:
         with self.assertRaisesRegex(TypeError, "a dict among its actions"):
             handle(Broken(), "on_timeout", event("on_timeout"))
+
+    def test_prints_go_to_the_log_during_a_call(self) -> None:
+        stdout, stderr = sys.stdout, sys.stderr
+        self.assertEqual(handle(Printer(), "on_message", event("on_message")), "{}")
+        info, warn = FakeHost.LogLevel.INFO, FakeHost.LogLevel.WARN
+        self.assertEqual(FakeHost.take(), [(info, "first line"), (info, "second line"),
+                                           (warn, "careful"), (info, "no newline")])
+        self.assertIs(sys.stdout, stdout)
+        self.assertIs(sys.stderr, stderr)
+
+    def test_prints_before_an_exception_are_kept_and_the_streams_put_back(self) -> None:
+        stdout = sys.stdout
+        with self.assertRaises(RuntimeError):
+            handle(Printer(), "on_start", event("on_start"))
+        lines = [line for _, line in FakeHost.take()]
+        self.assertEqual(lines[0], "before the fall")
+        self.assertIn("on_start raised RuntimeError: fell", lines[1])
+        self.assertIs(sys.stdout, stdout)
 
     def test_a_value_that_is_not_json_fails(self) -> None:
         with self.assertRaises(ValueError):
