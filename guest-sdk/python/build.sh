@@ -60,7 +60,9 @@ version="$(basename "$(compgen -G "$venv/lib/python3*/site-packages/componentize
     .dist-info)"
 
 stage="$(mktemp -d "${TMPDIR:-/tmp}/colloquy-python-hook.XXXXXX")"
-trap 'rm -rf "$stage"' EXIT
+partial=""
+# The scratch folder, and a component half written when the build failed or was stopped.
+trap 'rm -rf "$stage"; [ -z "$partial" ] || rm -f "$partial"' EXIT
 mkdir -p "$stage/app" "$stage/kit/colloquy_hook" "$stage/wit"
 app_dir="$(cd "$(dirname "$app")" && pwd)"
 (cd "$app_dir" && find . -name '*.py' -not -path '*/.*' -not -path '*/__pycache__/*' -print0 |
@@ -90,12 +92,13 @@ stub_wasi=(--stub-wasi)
 started=$SECONDS
 partial="$(mktemp "$cache/.partial.XXXXXX")"
 # The build's CPython writes __pycache__ next to what it imports: here, inside the stage.
-# VIRTUAL_ENV unset: componentize-py would add another environment's site-packages.
-if ! (cd "$stage" && env -u VIRTUAL_ENV "$venv/bin/componentize-py" --quiet \
+# VIRTUAL_ENV unset: componentize-py would add another environment's site-packages. No Rust
+# backtrace: the Python error above it says what is wrong.
+if ! (cd "$stage" && env -u VIRTUAL_ENV RUST_BACKTRACE=0 RUST_LIB_BACKTRACE=0 \
+    "$venv/bin/componentize-py" --quiet \
     --wit-path "$stage/wit/hooks.wit" --world hooks \
     componentize "${stub_wasi[@]}" "$module" \
     --python-path "$stage/app" --python-path "$stage/kit" --output "$partial"); then
-    rm -f "$partial"
     die "componentize-py could not build $app"
 fi
 chmod 0644 "$partial"  # mktemp made it private
