@@ -29,5 +29,6 @@ if [ "$(python3 -m ziglang version 2>/dev/null)" != "$ZIG_VERSION" ]; then
     python3 -m pip install --quiet "ziglang==$ZIG_VERSION"
 fi
 
-# Components: JavaScript/TypeScript hooks.
+# Components: Python and JavaScript/TypeScript hooks.
+bash "$(dirname "$0")/../guest-sdk/python/setup.sh"
 bash "$(dirname "$0")/../guest-sdk/js/setup.sh"

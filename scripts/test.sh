@@ -9,5 +9,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 bash scripts/setup.sh
 bash templates/examples/build.sh
 # The guest kits' own tests (no wasm needed), then the workspace's.
+python3 -m unittest discover -s guest-sdk/python/tests
 node --test guest-sdk/js/test/
 cargo test --workspace

@@ -67,7 +67,9 @@ python3 -m ziglang build-exe "$here/lowest-price/lowest_price.zig" -target wasm3
     --global-cache-dir "$out/zig-global-cache" \
     -femit-bin="$here/lowest-price/lowest_price.wasm"
 
-# --- Components: TypeScript (the credit policy again), JavaScript fixtures.
+# --- Components: the credit policy again in Python and TypeScript, the quick starts, the
+# hostile fixtures.
+bash "$root/guest-sdk/python/build-examples.sh"
 bash "$root/guest-sdk/js/build-examples.sh"
 
 echo "example hooks built"

@@ -548,6 +548,79 @@ async fn hostile_hooks_fail_open_with_a_hook_error_violation() {
     }
 }
 
+// --- the quick starts of docs/hooks-python.md and docs/hooks-js.md -----------------------
+
+/// The quick start's template (`guest-sdk/<kit>/examples/quickstart/<file>`) beside its hook
+/// as the doc builds it (`my_hook.wasm`; templates/examples/build.sh builds it to
+/// `target/hooks/<language>/quickstart.wasm`), in a scratch directory.
+fn quick_start(kit: &str, language: &str, file: &str) -> CompiledTemplate {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../guest-sdk")
+        .join(kit)
+        .join("examples/quickstart");
+    let dir = scratch_root().join(format!("{}-quick-start-{language}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    std::fs::copy(source.join(file), dir.join(file)).expect("the quick start's template");
+    std::fs::write(
+        dir.join("my_hook.wasm"),
+        built_fixture(language, "quickstart.wasm"),
+    )
+    .expect("the quick start's hook");
+    TemplateCompiler::new()
+        .compile_file(&dir.join(file))
+        .unwrap_or_else(|diagnostics| panic!("{file} does not compile:\n{diagnostics}"))
+}
+
+#[tokio::test]
+async fn the_python_quick_start_runs_as_its_doc_says() {
+    let h = harness(vec![quick_start("python", "python", "triage.yaml")]);
+    let view = h.start("triage", "alice", &["support"], json!({})).await;
+    let error = expect_error(
+        h.send(&view.id, "alice", msg("request", json!({"urgent": true})))
+            .await,
+        "rejected",
+        ErrorKind::Unprocessable,
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("a request needs a ticket number"),
+        "{error}"
+    );
+    let receipt = h
+        .ok(
+            &view.id,
+            "alice",
+            msg("request", json!({"ticket": "T-1", "urgent": true})),
+        )
+        .await;
+    let receivers: Vec<&str> = receipt.receivers.iter().map(|r| &**r).collect();
+    assert_eq!(receivers, ["support", "on-call"]);
+    assert_eq!(h.view(&view.id).await.vars["priority"], "high");
+}
+
+#[tokio::test]
+async fn the_typescript_quick_start_runs_as_its_doc_says() {
+    let h = harness(vec![quick_start("js", "js", "my-hook.yaml")]);
+    let view = h.start("my-hook", "alice", &["bob"], json!({})).await;
+    assert_eq!(view.vars["opened_at"], T0);
+    let error = expect_error(
+        h.send(&view.id, "alice", msg("request", json!({"amount": 5000})))
+            .await,
+        "rejected",
+        ErrorKind::Unprocessable,
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("amount 5000 is over the limit of 1000"),
+        "{error}"
+    );
+    h.ok(&view.id, "alice", msg("request", json!({"amount": 10})))
+        .await;
+    assert_eq!(h.view(&view.id).await.vars["last_amount"], 10);
+}
+
 // --- hostile components (Python and JavaScript) ------------------------------------------
 
 /// The languages with hostile component fixtures: the directory under `target/hooks/` their
