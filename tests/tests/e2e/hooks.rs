@@ -20,13 +20,18 @@ use serde_json::{Value, json};
 use crate::support::{assert_unchanged, expect_error, performatives, state, violations_of};
 
 /// One runtime for every test of the binary: compiling a module once, one pooling
-/// allocator's reservation, and the AOT cache shared through `target/`.
+/// allocator's reservation, and an AOT cache kept between runs.
 fn runtime() -> Arc<HookRuntime> {
     static RUNTIME: OnceLock<Arc<HookRuntime>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
+            // Under the build directory when cargo was told one (CI keeps it between runs
+            // of fresh clones), so the Python components compile once, not once a run.
+            let cache_dir = std::env::var_os("CARGO_TARGET_DIR")
+                .map(|dir| PathBuf::from(dir).join("e2e-hook-cache"))
+                .unwrap_or_else(|| scratch_root().join("aot-cache"));
             let config = HookRuntimeConfig {
-                cache_dir: Some(scratch_root().join("aot-cache")),
+                cache_dir: Some(cache_dir),
                 ..HookRuntimeConfig::default()
             };
             Arc::new(HookRuntime::new(config).expect("hook runtime"))
