@@ -10,7 +10,8 @@
 //!   compiled once).
 //! - [`catalog`]: compiled templates by name and revision.
 //! - [`live`]: [`LiveCatalog`], the catalog of a template directory, recompiled whole and
-//!   swapped atomically on every reload (all-or-nothing), with uploads and deletions.
+//!   swapped atomically on every reload (all-or-nothing, except that a revision whose hook
+//!   module compiles in the background waits outside), with uploads and deletions.
 //! - [`watcher`]: reloads a live catalog when its directory changes (notify, debounced).
 //! - [`client`]: [`PolicyClient`], the HTTP client of a policy manager's API.
 //! - [`follower`]: how a remote engine mirrors a policy manager through its change feed.

@@ -8,6 +8,15 @@
 //! reload changes nothing that serves: the last good snapshot stays, and the failure is kept
 //! for `/v1/status` and logged until the next successful reload clears it.
 //!
+//! Compiling: the check may answer that a revision's hook module is still compiling
+//! ([`Checked::Compiling`]; a big component takes seconds). Such a revision is left out of
+//! the snapshot, the template's previous revision (if any) serving meanwhile, while every
+//! other template's new revision swaps in at once: one slow hook never holds up the rest,
+//! nor the reload lock. It is listed by [`LiveCatalog::compiling`] (`/v1/status`) until the
+//! check's owner calls the [`CompileListener`] it was given; the catalog then reloads, and
+//! the revision serves, or its failure is reported like any refused check (the previous
+//! revision keeps serving).
+//!
 //! Pinning: new conversations take [`Catalog::latest`]; running ones look their revision up
 //! with [`LiveCatalog::revision`]. A snapshot's catalog holds the current revisions only. A
 //! revision edited away or deleted is *retired*: its compiled form stays in memory only while
@@ -27,11 +36,13 @@ use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use colloquy_protocol::policy::{DiagnosticBody, ReloadFailure, TemplateSummary};
+use colloquy_protocol::policy::{
+    CompilingRevision, DiagnosticBody, ReloadFailure, TemplateSummary,
+};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
@@ -49,8 +60,27 @@ pub const MAX_RETIRED_SOURCES: usize = 32;
 pub const MAX_TEMPLATE_NAME_LEN: usize = 128;
 
 /// An extra check every newly loaded revision must pass before a reload may swap it in,
-/// e.g. the engine linking its hook module. `Err` carries a sentence for the diagnostic.
-pub type TemplateCheck = dyn Fn(&CompiledTemplate) -> Result<(), String> + Send + Sync;
+/// e.g. the engine compiling and linking its hook module. It must not block on long work:
+/// it answers [`Checked::Compiling`] instead, and calls the [`CompileListener`] it is given
+/// once that work ends.
+pub type TemplateCheck = dyn Fn(&CompiledTemplate, &CompileListener) -> Checked + Send + Sync;
+
+/// Told the SHA-256 (lowercase hex) of a hook module whose background compile ended,
+/// whichever way it ended; the catalog then reloads. One catalog hands its check the same
+/// `Arc` every time, so a check can keep one per catalog (`Arc::ptr_eq`).
+pub type CompileListener = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// What a [`TemplateCheck`] says of a newly loaded revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// It may serve.
+    Ready,
+    /// Its hook module is compiling in the background: the revision waits outside the
+    /// snapshot until the check calls the [`CompileListener`] with the module's hash.
+    Compiling,
+    /// It may not serve; a sentence for the diagnostic.
+    Refused(String),
+}
 
 /// One immutable state of the live catalog.
 #[derive(Debug)]
@@ -171,11 +201,30 @@ pub enum ChangeError {
     Io(#[from] io::Error),
 }
 
+/// What an accepted upload did.
+#[derive(Debug)]
+pub struct Upload {
+    /// The snapshot serving after it.
+    pub snapshot: Arc<Snapshot>,
+    /// Whether the template (or the module file) is new.
+    pub created: bool,
+    /// The revisions it made that wait for their hook module to compile: not served yet,
+    /// listed by [`LiveCatalog::compiling`] until their compile ends.
+    pub compiling: Vec<CompilingRevision>,
+}
+
 /// A template's name and one of its revisions.
 type RevisionKey = (Arc<str>, Arc<str>);
 
 /// The live catalog of a template directory.
 pub struct LiveCatalog {
+    /// In an `Arc` so that the [`CompileListener`] can reload the catalog from the thread a
+    /// compile ends on, through a weak reference (a catalog dropped meanwhile stays dropped).
+    shared: Arc<Shared>,
+}
+
+/// The live catalog's state (see [`LiveCatalog`]).
+struct Shared {
     dir: PathBuf,
     /// Where the templates come from, for `/v1/status`: the directory, or the URL of the
     /// policy manager a remote engine mirrors into `dir`.
@@ -192,13 +241,21 @@ pub struct LiveCatalog {
     /// the one before it and a rolled-back upload is never seen half-way.
     changing: Mutex<()>,
     changes: watch::Sender<Arc<Snapshot>>,
+    /// New revisions left out of the snapshot while their hook module compiles, oldest
+    /// first: what the last reload that ran the checks found, less the modules done since.
+    compiling: Mutex<Vec<CompilingRevision>>,
+    /// Signalled whenever `compiling` shrinks.
+    compiles_ended: Condvar,
+    /// Given to the check; made at the first reload with a check, since it holds a weak
+    /// reference to this state.
+    listener: OnceLock<CompileListener>,
 }
 
 impl std::fmt::Debug for LiveCatalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LiveCatalog")
-            .field("dir", &self.dir)
-            .field("revision", &self.current.load().revision)
+            .field("dir", &self.shared.dir)
+            .field("revision", &self.shared.current.load().revision)
             .finish_non_exhaustive()
     }
 }
@@ -210,15 +267,20 @@ impl LiveCatalog {
         let origin = dir.display().to_string();
         let empty = Arc::new(Snapshot::empty());
         LiveCatalog {
-            dir,
-            origin,
-            compiler: TemplateCompiler::new(),
-            current: ArcSwap::new(empty.clone()),
-            last_error: ArcSwapOption::empty(),
-            check: None,
-            retired: Mutex::new(HashMap::new()),
-            changing: Mutex::new(()),
-            changes: watch::channel(empty).0,
+            shared: Arc::new(Shared {
+                dir,
+                origin,
+                compiler: TemplateCompiler::new(),
+                current: ArcSwap::new(empty.clone()),
+                last_error: ArcSwapOption::empty(),
+                check: None,
+                retired: Mutex::new(HashMap::new()),
+                changing: Mutex::new(()),
+                changes: watch::channel(empty).0,
+                compiling: Mutex::new(Vec::new()),
+                compiles_ended: Condvar::new(),
+                listener: OnceLock::new(),
+            }),
         }
     }
 
@@ -231,46 +293,157 @@ impl LiveCatalog {
     }
 
     /// Runs `check` on every newly loaded revision before a reload swaps it in.
+    ///
+    /// # Panics
+    /// If the catalog already reloaded with a check: configure a catalog before loading it.
     pub fn with_check(mut self, check: Box<TemplateCheck>) -> LiveCatalog {
-        self.check = Some(check);
+        self.configure().check = Some(check);
         self
     }
 
     /// Compiles with `compiler` (e.g. one with the operator's ceiling on hook budgets).
+    ///
+    /// # Panics
+    /// As [`LiveCatalog::with_check`].
     pub fn with_compiler(mut self, compiler: TemplateCompiler) -> LiveCatalog {
-        self.compiler = compiler;
+        self.configure().compiler = compiler;
         self
     }
 
     /// Reports `origin` (e.g. a policy manager's URL) as where the templates come from.
+    ///
+    /// # Panics
+    /// As [`LiveCatalog::with_check`].
     pub fn with_origin(mut self, origin: impl Into<String>) -> LiveCatalog {
-        self.origin = origin.into();
+        self.configure().origin = origin.into();
         self
+    }
+
+    fn configure(&mut self) -> &mut Shared {
+        // Besides `self`, only the compile listener refers to the state (weakly), and it is
+        // made at the first reload that runs a check: the builders above come before.
+        Arc::get_mut(&mut self.shared)
+            .expect("a live catalog is configured before it reloads with a check")
+    }
+
+    /// The state, with its compile listener made first when it has a check.
+    fn prepared(&self) -> &Shared {
+        if self.shared.check.is_some() {
+            self.shared.listener.get_or_init(|| {
+                let shared = Arc::downgrade(&self.shared);
+                Arc::new(move |hook_sha256: &str| {
+                    if let Some(shared) = shared.upgrade() {
+                        shared.compile_ended(hook_sha256);
+                    }
+                })
+            });
+        }
+        &self.shared
     }
 
     /// The template directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.shared.dir
     }
 
     /// Where the templates come from.
     pub fn origin(&self) -> &str {
-        &self.origin
+        &self.shared.origin
     }
 
     /// The snapshot serving now. Lock-free; the hot path of every conversation start.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.current.load_full()
+        self.shared.current.load_full()
     }
 
     /// The newest revision of `name`.
     pub fn latest(&self, name: &str) -> Option<Arc<CompiledTemplate>> {
-        self.current.load().catalog.latest(name)
+        self.shared.current.load().catalog.latest(name)
     }
 
     /// A specific revision of `name`: a current one, a retired one still held, or a retired
     /// one compiled again from its kept text (see the module docs). Blocking when it compiles.
     pub fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>> {
+        self.shared.revision(name, revision)
+    }
+
+    /// Why the last reload failed, until one succeeds.
+    pub fn last_error(&self) -> Option<Arc<ReloadFailure>> {
+        self.shared.last_error.load_full()
+    }
+
+    /// New revisions waiting for their hook module to compile, oldest first: not served
+    /// yet (see the module docs).
+    pub fn compiling(&self) -> Vec<CompilingRevision> {
+        lock(&self.shared.compiling).clone()
+    }
+
+    /// Snapshots as they are swapped in (starting with the current one).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.shared.changes.subscribe()
+    }
+
+    /// Compiles the whole directory and swaps the result in; on failure keeps the serving
+    /// snapshot and records the diagnostics (see the module docs). Blocking: file I/O and
+    /// compilation, but not the background compiles of hook modules: a revision waiting for
+    /// one is left out (see [`LiveCatalog::compiling`]) and swapped in by a later reload.
+    pub fn reload(&self) -> Result<Reloaded, Diagnostics> {
+        let shared = self.prepared();
+        let guard = shared.lock();
+        shared.reload_locked(&guard)
+    }
+
+    /// Reloads, then waits for every hook compile the reload started and reloads again,
+    /// until no revision is compiling: for start-up, where there is no earlier catalog to
+    /// serve meanwhile and a refused hook should stop the start. Blocking for as long as
+    /// the compiles take (a check that answers [`Checked::Compiling`] must call its
+    /// listener eventually).
+    pub fn reload_settled(&self) -> Result<Reloaded, Diagnostics> {
+        loop {
+            let reloaded = self.reload()?;
+            let compiling = lock(&self.shared.compiling);
+            if compiling.is_empty() {
+                return Ok(reloaded);
+            }
+            let compiling = self
+                .shared
+                .compiles_ended
+                .wait_while(compiling, |compiling| !compiling.is_empty())
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            drop(compiling);
+        }
+    }
+
+    /// Uploads `yaml` as template `name`: compiled first (a broken one is refused with its
+    /// diagnostics and nothing is written), then written into the directory atomically
+    /// (temporary file + rename) and the directory reloaded; if the directory as a whole
+    /// then fails (e.g. a name clash), the previous file is put back. A revision whose hook
+    /// module is still compiling is accepted but not served yet ([`Upload::compiling`]); if
+    /// its compile fails, that shows in [`LiveCatalog::last_error`] and its file stays.
+    /// Blocking, but not for the hook's compile.
+    pub fn put(&self, name: &str, yaml: &str) -> Result<Upload, ChangeError> {
+        self.prepared().put(name, yaml)
+    }
+
+    /// Uploads a hook module as `file` in the template directory: checked to be a wasm
+    /// module, written atomically, and the directory reloaded, so every template that names
+    /// the file gets a new revision (its hash covers its module): served at once if the
+    /// module is compiled already, else once it is ([`Upload::compiling`]). If the directory
+    /// then fails (a template's hook check refuses the new module), the previous file is
+    /// put back. Blocking, but not for the module's compile.
+    pub fn put_module(&self, file: &str, bytes: &[u8]) -> Result<Upload, ChangeError> {
+        self.prepared().put_module(file, bytes)
+    }
+
+    /// Deletes template `name`: removes its file and reloads. New conversations of it are
+    /// refused from then on; running ones finish on their revision. Blocking.
+    pub fn delete(&self, name: &str) -> Result<Arc<Snapshot>, ChangeError> {
+        self.prepared().delete(name)
+    }
+}
+
+impl Shared {
+    fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>> {
         let snapshot = self.current.load_full();
         if let Some(current) = snapshot.catalog.revision(name, revision) {
             return Some(current);
@@ -313,30 +486,62 @@ impl LiveCatalog {
             .and_then(Weak::upgrade)
     }
 
-    /// Why the last reload failed, until one succeeds.
-    pub fn last_error(&self) -> Option<Arc<ReloadFailure>> {
-        self.last_error.load_full()
-    }
-
-    /// Snapshots as they are swapped in (starting with the current one).
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
-        self.changes.subscribe()
-    }
-
-    /// Compiles the whole directory and swaps the result in; on failure keeps the serving
-    /// snapshot and records the diagnostics (see the module docs). Blocking: file I/O and
-    /// compilation.
-    pub fn reload(&self) -> Result<Reloaded, Diagnostics> {
-        let guard = self.lock();
-        self.reload_locked(&guard)
-    }
-
     fn lock(&self) -> MutexGuard<'_, ()> {
         lock(&self.changing)
     }
 
+    /// The compile listener handed to the check (a no-op if the catalog made none).
+    fn listener(&self) -> CompileListener {
+        self.listener
+            .get()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(|_: &str| {}))
+    }
+
+    /// A hook module's background compile ended: reloads, so the revisions waiting for it
+    /// serve (or are refused), then stops listing them as compiling. Runs on the thread the
+    /// compile ended on.
+    fn compile_ended(&self, hook_sha256: &str) {
+        let guard = self.lock();
+        if !lock(&self.compiling)
+            .iter()
+            .any(|waiting| waiting.hook_sha256 == hook_sha256)
+        {
+            // Nothing waits for it any more (edited away meanwhile).
+            return;
+        }
+        // The outcome is logged and kept for `/v1/status` by the reload itself.
+        let _ = self.reload_locked(&guard);
+        lock(&self.compiling).retain(|waiting| waiting.hook_sha256 != hook_sha256);
+        self.compiles_ended.notify_all();
+    }
+
+    /// Records what a reload's checks found compiling: entries already listed keep their
+    /// `since`.
+    fn set_compiling(&self, mut found: Vec<CompilingRevision>) {
+        let mut compiling = lock(&self.compiling);
+        for entry in &mut found {
+            match compiling
+                .iter()
+                .find(|c| c.template == entry.template && c.revision == entry.revision)
+            {
+                Some(known) => entry.since = known.since,
+                None => tracing::info!(
+                    template = %entry.template,
+                    revision = %entry.revision,
+                    hook_sha256 = %entry.hook_sha256,
+                    "new revision waits for its hook module to compile; the previous one serves meanwhile"
+                ),
+            }
+        }
+        found.sort_by_key(|entry| entry.since);
+        *compiling = found;
+        self.compiles_ended.notify_all();
+    }
+
     fn reload_locked(&self, _guard: &MutexGuard<'_, ()>) -> Result<Reloaded, Diagnostics> {
-        match self.build_next() {
+        let mut compiling = None;
+        let result = match self.build_next(&mut compiling) {
             Ok(reloaded) => {
                 if self.last_error.swap(None).is_some() {
                     tracing::info!(dir = %self.dir.display(), "templates compile again; reload error cleared");
@@ -361,12 +566,25 @@ impl LiveCatalog {
                 })));
                 Err(diagnostics)
             }
+        };
+        // Last: a revision leaves the list only once it serves or is reported refused, so
+        // whoever watches `/v1/status` always finds it in one of the three places.
+        if let Some(compiling) = compiling {
+            self.set_compiling(compiling);
         }
+        result
     }
 
-    fn build_next(&self) -> Result<Reloaded, Diagnostics> {
+    /// Builds the next snapshot and swaps it in. Once the checks ran, `compiling` holds
+    /// the revisions they left out to compile.
+    fn build_next(
+        &self,
+        compiling: &mut Option<Vec<CompilingRevision>>,
+    ) -> Result<Reloaded, Diagnostics> {
         let compiled = self.compiler.compile_dir_with_sources(&self.dir)?;
         let previous = self.current.load_full();
+        let listener = self.check.as_ref().map(|_| self.listener());
+        let waiting = compiling.insert(Vec::new());
         let mut problems = Vec::new();
         let mut templates = Vec::with_capacity(compiled.len());
         let mut new_sources = Vec::new();
@@ -381,18 +599,38 @@ impl LiveCatalog {
                 templates.push(known);
                 continue;
             }
-            if let Some(check) = &self.check
-                && let Err(message) = check(&template)
-            {
-                problems.push(Diagnostic {
-                    file: template.source_path.clone(),
-                    line: None,
-                    column: None,
-                    path: "spec.hooks.module".to_owned(),
-                    message,
-                    hint: None,
-                });
-                continue;
+            if let (Some(check), Some(listener)) = (&self.check, &listener) {
+                match check(&template, listener) {
+                    Checked::Ready => {}
+                    Checked::Compiling => {
+                        waiting.push(CompilingRevision {
+                            template: template.name.to_string(),
+                            revision: template.revision.to_string(),
+                            hook_sha256: template
+                                .hook_module
+                                .as_ref()
+                                .map(|module| module.sha256.to_string())
+                                .unwrap_or_default(),
+                            since: now_ms(),
+                        });
+                        // The revision serving now, if any, serves on meanwhile.
+                        if let Some(serving) = previous.catalog.latest(&template.name) {
+                            templates.push(serving);
+                        }
+                        continue;
+                    }
+                    Checked::Refused(message) => {
+                        problems.push(Diagnostic {
+                            file: template.source_path.clone(),
+                            line: None,
+                            column: None,
+                            path: "spec.hooks.module".to_owned(),
+                            message,
+                            hint: None,
+                        });
+                        continue;
+                    }
+                }
             }
             new_sources.push((
                 template.name.clone(),
@@ -514,12 +752,7 @@ impl LiveCatalog {
         }
     }
 
-    /// Uploads `yaml` as template `name`: compiled first (a broken one is refused with its
-    /// diagnostics and nothing is written), then written into the directory atomically
-    /// (temporary file + rename) and the directory reloaded; if the directory as a whole
-    /// then fails (e.g. a name clash), the previous file is put back. Returns the serving
-    /// snapshot and whether the template is new. Blocking.
-    pub fn put(&self, name: &str, yaml: &str) -> Result<(Arc<Snapshot>, bool), ChangeError> {
+    fn put(&self, name: &str, yaml: &str) -> Result<Upload, ChangeError> {
         check_name(name)?;
         let guard = self.lock();
         let current = self.current.load_full();
@@ -563,19 +796,27 @@ impl LiveCatalog {
         let previous = read_if_exists(&path)?;
         write_atomically(&path, yaml.as_bytes())?;
         let snapshot = self.reload_or_restore(&guard, &path, previous)?;
-        Ok((snapshot, existing.is_none()))
+        let compiling = self.compiling_where(|waiting| waiting.template == name);
+        Ok(Upload {
+            snapshot,
+            created: existing.is_none(),
+            compiling,
+        })
     }
 
-    /// Uploads a hook module as `file` in the template directory: checked to be a wasm
-    /// module, written atomically, and the directory reloaded, so every template that names
-    /// the file gets a new revision (its hash covers its module). If the directory then fails
-    /// (a template's hook check refuses the new module), the previous file is put back.
-    /// Returns the serving snapshot and whether the file is new. Blocking.
-    pub fn put_module(
+    /// The revisions compiling that match `wanted`.
+    fn compiling_where(
         &self,
-        file: &str,
-        bytes: &[u8],
-    ) -> Result<(Arc<Snapshot>, bool), ChangeError> {
+        wanted: impl Fn(&CompilingRevision) -> bool,
+    ) -> Vec<CompilingRevision> {
+        lock(&self.compiling)
+            .iter()
+            .filter(|waiting| wanted(waiting))
+            .cloned()
+            .collect()
+    }
+
+    fn put_module(&self, file: &str, bytes: &[u8]) -> Result<Upload, ChangeError> {
         check_module_name(file)?;
         if !bytes.starts_with(WASM_MAGIC) {
             return Err(ChangeError::InvalidModule(format!(
@@ -588,12 +829,19 @@ impl LiveCatalog {
         let created = previous.is_none();
         write_atomically(&path, bytes)?;
         let snapshot = self.reload_or_restore(&guard, &path, previous)?;
-        Ok((snapshot, created))
+        let sha256: String = Sha256::digest(bytes)
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        let compiling = self.compiling_where(|waiting| waiting.hook_sha256 == sha256);
+        Ok(Upload {
+            snapshot,
+            created,
+            compiling,
+        })
     }
 
-    /// Deletes template `name`: removes its file and reloads. New conversations of it are
-    /// refused from then on; running ones finish on their revision. Blocking.
-    pub fn delete(&self, name: &str) -> Result<Arc<Snapshot>, ChangeError> {
+    fn delete(&self, name: &str) -> Result<Arc<Snapshot>, ChangeError> {
         check_name(name)?;
         let guard = self.lock();
         let current = self.current.load_full();

@@ -126,6 +126,46 @@ pub struct PolicyStatus {
     /// The last reload's failure; `None` once a reload succeeds again.
     #[serde(default)]
     pub last_error: Option<ReloadFailure>,
+    /// New revisions waiting for their hook module to compile, oldest first: not served yet
+    /// (the template's previous revision, if any, serves meanwhile). Each leaves the list
+    /// when its compile ends: it then serves, or its failure is `last_error`.
+    #[serde(default)]
+    pub compiling: Vec<CompilingRevision>,
+}
+
+/// A template revision waiting for its hook module to compile before it can serve.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompilingRevision {
+    /// The template's name.
+    pub template: String,
+    /// The revision that serves once its hook is compiled.
+    pub revision: String,
+    /// SHA-256 of the hook module being compiled, lowercase hex.
+    pub hook_sha256: String,
+    /// When a reload first found it compiling (milliseconds since the Unix epoch).
+    pub since: u64,
+}
+
+/// Answer to `PUT /v1/templates/{name}`: `200`/`201` when the revision serves at once,
+/// `202` when it waits for its hook module to compile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateUploaded {
+    /// `metadata.name`.
+    pub name: String,
+    /// The uploaded revision.
+    pub revision: String,
+    /// With `202`: the revision and its hook module compiling. It serves once `GET
+    /// /v1/status` no longer lists it and shows no `last_error` for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiling: Option<CompilingRevision>,
+}
+
+/// Answer to `PUT /v1/modules/{file}` with `202`: templates naming the module got new
+/// revisions that wait for it to compile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleUploaded {
+    /// The revisions waiting (also listed by `GET /v1/status` until their compile ends).
+    pub compiling: Vec<CompilingRevision>,
 }
 
 /// One entry of the change feed (`GET /v1/watch`, SSE event `catalog`): the whole catalog

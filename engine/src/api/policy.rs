@@ -14,7 +14,8 @@
 //! - `PUT` / `DELETE /v1/templates/{name}` with `Authorization: Bearer <admin token>`.
 //! - `GET /v1/watch`: server-sent events, one `catalog` entry per swap (the first is the
 //!   catalog at connection time).
-//! - `GET /v1/status`: the catalog revision, when it loaded, the last reload error.
+//! - `GET /v1/status`: the catalog revision, when it loaded, the last reload error, the new
+//!   revisions waiting for their hook module to compile.
 //!
 //! Reads follow [`Reads`]: with an agents file, a token is needed (the admin's for sources
 //! and module bytes) unless the operator made templates public.
@@ -36,8 +37,9 @@ use colloquy_policy::live::{ChangeError, diagnostic_bodies};
 use colloquy_policy::{Diagnostics, LiveCatalog, Snapshot};
 use colloquy_protocol::ErrorDetail;
 use colloquy_protocol::policy::{
-    CATALOG_EVENT, CatalogChange, ModuleRef, PolicyStatus, RevisionInfo, RevisionList,
-    TemplateDocument, TemplateList, TemplateRejected, TemplateSummary, YAML_MEDIA_TYPE,
+    CATALOG_EVENT, CatalogChange, ModuleRef, ModuleUploaded, PolicyStatus, RevisionInfo,
+    RevisionList, TemplateDocument, TemplateList, TemplateRejected, TemplateSummary,
+    TemplateUploaded, YAML_MEDIA_TYPE,
 };
 use futures_util::Stream;
 use tokio::net::TcpListener;
@@ -423,7 +425,9 @@ fn same_secret(a: &str, b: &str) -> bool {
 }
 
 /// `PUT /v1/templates/{name}`: body = the template's YAML. `201` for a new template, `200`
-/// for a new revision of an existing one; `422` with diagnostics when it does not compile.
+/// for a new revision of an existing one; `202` when the revision waits for its hook module
+/// to compile (it serves once `GET /v1/status` no longer lists it under `compiling`, unless
+/// `last_error` then names it); `422` with diagnostics when it does not compile.
 async fn upload(
     State(state): State<PolicyState>,
     PathParams(name): PathParams<String>,
@@ -439,29 +443,41 @@ async fn upload(
     })?;
     let live = state.0.live.clone();
     let uploaded = name.clone();
-    let (snapshot, created) = blocking(move || live.put(&uploaded, &yaml)).await?;
-    let revision = snapshot
-        .catalog
-        .latest(&name)
-        .map(|t| t.revision.to_string())
-        .unwrap_or_default();
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
+    let upload = blocking(move || live.put(&uploaded, &yaml)).await?;
+    let compiling = upload.compiling.into_iter().next();
+    let (status, revision) = match &compiling {
+        Some(waiting) => (StatusCode::ACCEPTED, waiting.revision.clone()),
+        None => (
+            if upload.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            },
+            upload
+                .snapshot
+                .catalog
+                .latest(&name)
+                .map(|t| t.revision.to_string())
+                .unwrap_or_default(),
+        ),
     };
-    Ok((
-        status,
-        [(header::ETAG, etag(&revision))],
-        JsonResponse(TemplateSummary { name, revision }),
-    )
-        .into_response())
+    let body = JsonResponse(TemplateUploaded {
+        name,
+        revision: revision.clone(),
+        compiling,
+    });
+    if status == StatusCode::ACCEPTED {
+        // No `ETag`: the revision is not what `GET /v1/templates/{name}` serves yet.
+        return Ok((status, body).into_response());
+    }
+    Ok((status, [(header::ETAG, etag(&revision))], body).into_response())
 }
 
 /// `PUT /v1/modules/{file}`: body = a wasm hook module, stored as `file` in the template
 /// directory for templates to name in `spec.hooks.module`. `201` for a new file, `200` for a
-/// replacement (every template naming it gets a new revision); `400` when it is not a wasm
-/// module; `422` with diagnostics when a template using it no longer passes.
+/// replacement (every template naming it gets a new revision); `202` with the revisions
+/// waiting for it to compile (`{"compiling": [...]}`, as in `GET /v1/status`); `400` when it
+/// is not a wasm module; `422` with diagnostics when a template using it no longer passes.
 async fn upload_module(
     State(state): State<PolicyState>,
     PathParams(file): PathParams<String>,
@@ -471,8 +487,14 @@ async fn upload_module(
     authorize(&state, &headers)?;
     let body = body.map_err(|error| unreadable(error, MAX_MODULE_BYTES))?;
     let live = state.0.live.clone();
-    let (_, created) = blocking(move || live.put_module(&file, &body)).await?;
-    Ok(if created {
+    let upload = blocking(move || live.put_module(&file, &body)).await?;
+    if !upload.compiling.is_empty() {
+        let body = ModuleUploaded {
+            compiling: upload.compiling,
+        };
+        return Ok((StatusCode::ACCEPTED, JsonResponse(body)).into_response());
+    }
+    Ok(if upload.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -518,6 +540,7 @@ async fn status(
         templates: snapshot.catalog.names().len(),
         source: live.origin().to_owned(),
         last_error: live.last_error().map(|failure| (*failure).clone()),
+        compiling: live.compiling(),
     }))
 }
 
@@ -670,6 +693,7 @@ pub fn launch(
 mod tests {
     use axum::body::Body;
     use axum::http::Request;
+    use colloquy_policy::live::{Checked, CompileListener};
     use colloquy_protocol::ErrorBody;
     use http_body_util::BodyExt as _;
     use tower::ServiceExt as _;
@@ -858,5 +882,112 @@ mod tests {
             .revision
             .clone();
         assert_ne!(before, after, "the template's revision covers its module");
+    }
+
+    /// A hook check standing in for the runtime's: a module compiles until the test says
+    /// it is done.
+    #[derive(Clone, Default)]
+    struct FakeCompiles {
+        done: Arc<std::sync::Mutex<Vec<String>>>,
+        running: Arc<std::sync::Mutex<Vec<(String, CompileListener)>>>,
+    }
+
+    impl FakeCompiles {
+        fn check(&self) -> Box<colloquy_policy::live::TemplateCheck> {
+            let compiles = self.clone();
+            Box::new(move |template, listener| {
+                let Some(module) = &template.hook_module else {
+                    return Checked::Ready;
+                };
+                let sha256 = module.sha256.to_string();
+                if compiles.done.lock().expect("lock").contains(&sha256) {
+                    return Checked::Ready;
+                }
+                compiles
+                    .running
+                    .lock()
+                    .expect("lock")
+                    .push((sha256, listener.clone()));
+                Checked::Compiling
+            })
+        }
+
+        /// Ends every compile running, as the runtime's compile thread does.
+        fn finish(&self) {
+            let running = std::mem::take(&mut *self.running.lock().expect("lock"));
+            for (sha256, listener) in running {
+                self.done.lock().expect("lock").push(sha256.clone());
+                listener(&sha256);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_upload_whose_hook_compiles_answers_202_and_serves_once_compiled() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("ping.yaml"), TEMPLATE).expect("fixture");
+        let compiles = FakeCompiles::default();
+        let live = Arc::new(LiveCatalog::new(dir.path()).with_check(compiles.check()));
+        live.reload().expect("compiles");
+        let (_, closing) = watch::channel(false);
+        let app = router(PolicyState::new(
+            live.clone(),
+            Writes::AdminToken("root".into()),
+            Reads::Public,
+            closing,
+        ));
+        let put = |uri: &str, body: Vec<u8>| {
+            Request::put(uri)
+                .header("authorization", "Bearer root")
+                .body(Body::from(body))
+                .expect("request")
+        };
+        let served = || live.latest("ping").expect("ping").revision.to_string();
+        let first = served();
+
+        let module = wat::parse_str("(module (memory (export \"memory\") 1))").expect("wat");
+        let (status, _, _) = call(&app, put("/v1/modules/ping.wasm", module)).await;
+        assert_eq!(status, StatusCode::CREATED, "no template names it yet");
+        let hooked =
+            format!("{TEMPLATE}  hooks:\n    module: ping.wasm\n    events: [on_message]\n");
+        let (status, headers, body) =
+            call(&app, put("/v1/templates/ping", hooked.into_bytes())).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert!(headers.get(header::ETAG).is_none());
+        let uploaded: TemplateUploaded = serde_json::from_slice(&body).expect("body");
+        let compiling = uploaded.compiling.expect("compiling");
+        assert_eq!(compiling.revision, uploaded.revision);
+        assert_eq!(served(), first, "the previous revision serves meanwhile");
+        let (_, _, body) = call(
+            &app,
+            Request::get("/v1/status")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        let status: PolicyStatus = serde_json::from_slice(&body).expect("status");
+        assert_eq!(status.compiling, vec![compiling]);
+
+        compiles.finish();
+        assert_eq!(served(), uploaded.revision, "serves once compiled");
+        let (_, _, body) = call(
+            &app,
+            Request::get("/v1/status")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        let status: PolicyStatus = serde_json::from_slice(&body).expect("status");
+        assert!(status.compiling.is_empty());
+
+        let rebuilt = wat::parse_str("(module (memory (export \"memory\") 2))").expect("wat");
+        let (status, _, body) = call(&app, put("/v1/modules/ping.wasm", rebuilt)).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let accepted: ModuleUploaded = serde_json::from_slice(&body).expect("body");
+        assert_eq!(accepted.compiling.len(), 1);
+        assert_eq!(accepted.compiling[0].template, "ping");
+        assert_eq!(served(), uploaded.revision);
+        compiles.finish();
+        assert_eq!(served(), accepted.compiling[0].revision);
     }
 }

@@ -12,8 +12,10 @@
 //! - the pooling instance allocator, sized by [`HookRuntimeConfig`];
 //! - one `InstancePre` per module (keyed by the module's SHA-256, so a template revision
 //!   with a rebuilt module gets its own, and running conversations keep the old one: that is
-//!   the hot swap), linked and checked when a template first calls it (or eagerly through
-//!   [`HookRuntime::prepare`]);
+//!   the hot swap), linked and checked when a template first calls it, or eagerly: blocking
+//!   through [`HookRuntime::prepare`], or on a background compile thread through
+//!   [`HookRuntime::prepare_in_background`] (what the live catalog's reload uses, so a big
+//!   component compiling for seconds holds up neither the reload nor conversations);
 //! - instances reused across calls (a small idle stack per module, one instance per
 //!   concurrently running call) and discarded after any failure, so a trap never leaks state
 //!   into the next call;
@@ -42,12 +44,14 @@ pub mod operators;
 mod output;
 mod ticker;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use colloquy_policy::CompiledTemplate;
+use colloquy_policy::compiled::HookModule;
 use colloquy_protocol::hook::{HookInput, HookOutput};
 use colloquy_protocol::template::{HookEvent, HookSpec};
 
@@ -101,6 +105,13 @@ pub const MAX_TABLES_PER_HOOK: u32 = 8;
 const CORE_INSTANCES_PER_SLOT: u32 = 16;
 const MEMORIES_PER_SLOT: u32 = 2;
 const TABLES_PER_SLOT: u32 = 4;
+
+/// Threads compiling hook modules in the background at once
+/// ([`HookRuntime::prepare_in_background`]). wasmtime is built without parallel compilation,
+/// so a compile holds one core for its whole length (seconds for a Python component): one
+/// at a time leaves the other cores to conversations, and further modules wait their turn
+/// in the order they were asked for.
+pub const BACKGROUND_COMPILE_THREADS: usize = 1;
 
 /// Set (to anything) in the environment, the runtime writes `/tmp/perf-PID.map`, so `perf
 /// report` names the functions of the hooks it compiled.
@@ -222,6 +233,33 @@ pub enum CallSite {
 /// A module as loading left it: ready, or refused with the reason.
 type Loaded = Result<Arc<LoadedModule>, HookFailure>;
 
+/// Told a module's SHA-256 (lowercase hex) when its background compile ends, whichever way.
+pub type CompileListener = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// What [`HookRuntime::prepare_in_background`] says of a template's hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Preparation {
+    /// Loaded, and it exports every event the template lists (or the template has no hook).
+    Ready,
+    /// Compiling on a background thread (or waiting for one).
+    Compiling,
+    /// Refused: it does not compile, link or fit the template.
+    Refused(HookFailure),
+}
+
+/// The background compiles ([`HookRuntime::prepare_in_background`]).
+#[derive(Default)]
+struct CompileQueue {
+    /// Modules waiting for a compile thread, in the order they were asked for, each with
+    /// the template that asked first (for logs).
+    waiting: VecDeque<(Arc<HookModule>, Arc<str>)>,
+    /// Every module waiting or compiling, by SHA-256, with who to tell when it ends (each
+    /// listener once).
+    listeners: HashMap<Arc<str>, Vec<CompileListener>>,
+    /// Compile threads running.
+    threads: usize,
+}
+
 /// Runs hook modules. Cheap to share (`Arc`); see the module docs for what it keeps.
 pub struct HookRuntime {
     engine: wasmtime::Engine,
@@ -230,6 +268,8 @@ pub struct HookRuntime {
     /// module is compiled once, not at every message. Looked up at every call, so hashed with
     /// the engine's fast keyed hasher.
     modules: RwLock<HashMap<Arc<str>, Loaded, crate::keyed::Hasher>>,
+    /// Modules compiling in the background; locked before `modules` when both are.
+    compiles: Mutex<CompileQueue>,
     config: HookRuntimeConfig,
     ticker: ticker::EpochTicker,
     latency: latency::HookLatency,
@@ -286,6 +326,7 @@ impl HookRuntime {
             engine,
             linkers,
             modules: RwLock::new(HashMap::default()),
+            compiles: Mutex::new(CompileQueue::default()),
             config,
             ticker,
             latency: latency::HookLatency::default(),
@@ -326,6 +367,133 @@ impl HookRuntime {
             module.check_event(*event)?;
         }
         Ok(())
+    }
+
+    /// [`HookRuntime::prepare`] without waiting for a compile: a module loaded (or refused)
+    /// already answers at once; any other starts compiling on a background thread (at most
+    /// [`BACKGROUND_COMPILE_THREADS`], one compile per module however often it is asked
+    /// for) and answers [`Preparation::Compiling`]; `listener` is told the module's hash
+    /// when the compile ends, and asking again then answers ready or refused.
+    pub fn prepare_in_background(
+        self: &Arc<Self>,
+        template: &CompiledTemplate,
+        listener: &CompileListener,
+    ) -> Preparation {
+        let Some(spec) = &template.hooks else {
+            return Preparation::Ready;
+        };
+        let Some(source) = &template.hook_module else {
+            return Preparation::Refused(HookFailure::NoModule);
+        };
+        let fit = |loaded: Loaded| {
+            let checked = loaded.and_then(|module| {
+                spec.events
+                    .iter()
+                    .try_for_each(|event| module.check_event(*event))
+            });
+            match checked {
+                Ok(()) => Preparation::Ready,
+                Err(failure) => Preparation::Refused(failure),
+            }
+        };
+        if let Some(loaded) = self.loaded(&source.sha256) {
+            return fit(loaded);
+        }
+        let mut queue = self
+            .compiles
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // A compile may have ended since the look-up; it stores its module before it leaves
+        // the queue, so under the queue's lock one of the two has it.
+        if let Some(loaded) = self.loaded(&source.sha256) {
+            return fit(loaded);
+        }
+        let queue = &mut *queue;
+        let asked_before = queue.listeners.contains_key(&source.sha256);
+        let listeners = queue.listeners.entry(source.sha256.clone()).or_default();
+        if !listeners.iter().any(|known| Arc::ptr_eq(known, listener)) {
+            listeners.push(listener.clone());
+        }
+        if asked_before {
+            return Preparation::Compiling;
+        }
+        queue
+            .waiting
+            .push_back((source.clone(), template.name.clone()));
+        tracing::info!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, "hook module compiling in the background");
+        if queue.threads < BACKGROUND_COMPILE_THREADS {
+            let runtime = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("hook-compile".to_owned())
+                .spawn(move || runtime.compile_in_background());
+            match spawned {
+                Ok(_) => queue.threads += 1,
+                Err(error) => {
+                    queue.waiting.pop_back();
+                    queue.listeners.remove(&source.sha256);
+                    return Preparation::Refused(HookFailure::Compile(format!(
+                        "cannot start a compile thread: {error}"
+                    )));
+                }
+            }
+        }
+        Preparation::Compiling
+    }
+
+    /// A compile thread: compiles the waiting modules one after the other, tells each one's
+    /// listeners, and ends when none is left.
+    fn compile_in_background(&self) {
+        loop {
+            let (source, template) = {
+                let mut queue = self
+                    .compiles
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                match queue.waiting.pop_front() {
+                    Some(next) => next,
+                    None => {
+                        queue.threads -= 1;
+                        return;
+                    }
+                }
+            };
+            // Loading runs the module's version export.
+            let ticking = self.ticker.ticking(module::VERSION_CALL_BUDGET);
+            // A panic in the compiler refuses the module rather than ending this thread with
+            // the module still listed as compiling.
+            let loaded =
+                std::panic::catch_unwind(AssertUnwindSafe(|| self.load(&source, &template)));
+            drop(ticking);
+            if loaded.is_err() {
+                // Kept for the listeners, who ask again.
+                let _ = self.store(
+                    &source,
+                    Err(HookFailure::Compile("the compiler panicked".to_owned())),
+                );
+            }
+            let listeners = self
+                .compiles
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .listeners
+                .remove(&source.sha256)
+                .unwrap_or_default();
+            for listener in listeners {
+                if std::panic::catch_unwind(AssertUnwindSafe(|| listener(&source.sha256))).is_err()
+                {
+                    tracing::error!(sha256 = %source.sha256, "a compile listener panicked");
+                }
+            }
+        }
+    }
+
+    /// The module with this hash, if it was loaded (or refused) already.
+    fn loaded(&self, sha256: &str) -> Option<Loaded> {
+        self.modules
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(sha256)
+            .cloned()
     }
 
     /// Calls the template's hook for `event` with `input`, with its whole budget. Traced
@@ -462,15 +630,15 @@ impl HookRuntime {
         let source = template.hook_module.as_ref().ok_or(HookFailure::NoModule)?;
         // A poisoned lock only means another call panicked while holding it; the map itself
         // is always whole (entries are inserted in one operation).
-        let cached = self
-            .modules
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&source.sha256)
-            .cloned();
-        if let Some(loaded) = cached {
+        if let Some(loaded) = self.loaded(&source.sha256) {
             return loaded;
         }
+        self.load(source, &template.name)
+    }
+
+    /// Loads `source` (for `template`, in logs) and keeps the outcome; if another thread
+    /// loaded it meanwhile, that one's outcome is kept and returned.
+    fn load(&self, source: &HookModule, template: &str) -> Loaded {
         let loaded = LoadedModule::load(
             &self.engine,
             self.ticker.handle(),
@@ -481,17 +649,23 @@ impl HookRuntime {
         .map(Arc::new);
         match &loaded {
             Ok(loaded) => {
-                tracing::info!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, form = loaded.form().name(), "hook module loaded");
+                tracing::info!(template, module = %source.path.display(), sha256 = %source.sha256, form = loaded.form().name(), "hook module loaded");
             }
             Err(failure) => {
-                tracing::warn!(template = %template.name, module = %source.path.display(), sha256 = %source.sha256, %failure, "hook module refused");
+                tracing::warn!(template, module = %source.path.display(), sha256 = %source.sha256, %failure, "hook module refused");
             }
         }
+        self.store(source, loaded)
+    }
+
+    /// Keeps `loaded` as the outcome of `source`, unless one is kept already; returns the
+    /// one kept.
+    fn store(&self, source: &HookModule, loaded: Loaded) -> Loaded {
         self.modules
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .entry(source.sha256.clone())
-            .or_insert_with(|| loaded.clone())
+            .or_insert(loaded)
             .clone()
     }
 }

@@ -118,6 +118,81 @@ fn prepare_reports_an_event_the_module_lacks() {
 }
 
 #[test]
+fn a_background_prepare_answers_compiling_then_tells_its_listener() {
+    let runtime = Arc::new(runtime(None));
+    let good = template("background", GOOD);
+    let foreign = template(
+        "background-foreign",
+        &GOOD.replacen("(module", r#"(module (import "env" "abort" (func))"#, 1),
+    );
+    let (told, heard) = std::sync::mpsc::channel::<String>();
+    let listener: CompileListener = Arc::new(move |sha256: &str| {
+        // The test may have given up waiting: nobody to tell.
+        let _ = told.send(sha256.to_owned());
+    });
+    assert_eq!(
+        runtime.prepare_in_background(&good, &listener),
+        Preparation::Compiling
+    );
+    // Queued behind the first (one compile thread); asked for again while it waits or
+    // compiles, it is not compiled twice.
+    assert_eq!(
+        runtime.prepare_in_background(&foreign, &listener),
+        Preparation::Compiling
+    );
+    let again = runtime.prepare_in_background(&foreign, &listener);
+    assert!(
+        matches!(
+            again,
+            Preparation::Compiling | Preparation::Refused(HookFailure::Link(_))
+        ),
+        "{again:?}"
+    );
+    let wait = Duration::from_secs(60);
+    let mut ended = vec![
+        heard.recv_timeout(wait).expect("first compile ended"),
+        heard.recv_timeout(wait).expect("second compile ended"),
+    ];
+    ended.sort();
+    let mut expected = vec![
+        good.hook_module
+            .as_ref()
+            .expect("module")
+            .sha256
+            .to_string(),
+        foreign
+            .hook_module
+            .as_ref()
+            .expect("module")
+            .sha256
+            .to_string(),
+    ];
+    expected.sort();
+    assert_eq!(ended, expected);
+
+    assert_eq!(
+        runtime.prepare_in_background(&good, &listener),
+        Preparation::Ready
+    );
+    assert!(matches!(
+        runtime.prepare_in_background(&foreign, &listener),
+        Preparation::Refused(HookFailure::Link(_))
+    ));
+    // Whether the module fits is the template's business: the same module, one more event.
+    let mut lacking = template("background-lacks", GOOD);
+    if let Some(spec) = lacking.hooks.as_mut() {
+        spec.events.push(HookEvent::OnTimeout);
+    }
+    assert_eq!(
+        runtime.prepare_in_background(&lacking, &listener),
+        Preparation::Refused(HookFailure::MissingEvent {
+            event: "on_timeout",
+            export: "timeout"
+        })
+    );
+}
+
+#[test]
 fn foreign_imports_and_missing_memory_are_refused_at_load() {
     let runtime = runtime(None);
     let foreign = template(

@@ -88,7 +88,12 @@ fn uploads_compile_first_and_roll_back_when_the_set_breaks() {
     let dir = dir_with(&[("a.yaml", template("a", "done"))]);
     let live = LiveCatalog::open(dir.path()).expect("compiles");
 
-    let (snapshot, created) = live.put("b", &template("b", "done")).expect("valid upload");
+    let Upload {
+        snapshot,
+        created,
+        compiling,
+    } = live.put("b", &template("b", "done")).expect("valid upload");
+    assert!(compiling.is_empty(), "no check, nothing compiles");
     assert!(created);
     assert!(snapshot.catalog.latest("b").is_some());
     assert!(dir.path().join("b.yaml").is_file());
@@ -227,19 +232,31 @@ fn at_most_the_newest_retired_texts_are_kept_per_template() {
     );
 }
 
+/// A wasm module's framing with a custom section holding `marker`, so modules differ.
+fn module(marker: u8) -> Vec<u8> {
+    let mut bytes = b"\0asm\x01\0\0\0".to_vec();
+    bytes.extend([0, 3, 1, b'x', marker]);
+    bytes
+}
+
+/// `template(name, done)` with `hook.wasm` as its hook module.
+fn hooked(name: &str, done: &str) -> String {
+    format!(
+        "{}  hooks:\n    module: hook.wasm\n    events: [on_message]\n",
+        template(name, done)
+    )
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 #[test]
 fn a_retired_revision_compiles_again_with_the_module_it_was_compiled_with() {
-    let module = |marker: u8| {
-        let mut bytes = b"\0asm\x01\0\0\0".to_vec();
-        // A custom section, so two modules differ.
-        bytes.extend([0, 3, 1, b'x', marker]);
-        bytes
-    };
-    let hooked = format!(
-        "{}  hooks:\n    module: hook.wasm\n    events: [on_message]\n",
-        template("a", "done")
-    );
-    let dir = dir_with(&[("a.yaml", hooked)]);
+    let dir = dir_with(&[("a.yaml", hooked("a", "done"))]);
     fs::write(dir.path().join("hook.wasm"), module(1)).expect("module");
     let live = LiveCatalog::open(dir.path()).expect("compiles");
     let old = live.latest("a").expect("a").revision.clone();
@@ -254,4 +271,205 @@ fn a_retired_revision_compiles_again_with_the_module_it_was_compiled_with() {
         Some(&1),
         "the module of that revision, not the file's"
     );
+}
+
+/// A check standing in for the engine's hook compiler: a module compiles in the background
+/// until the test ends its compile, as ready or refused.
+#[derive(Clone, Default)]
+struct FakeCompiler(Arc<Mutex<FakeCompiles>>);
+
+#[derive(Default)]
+struct FakeCompiles {
+    /// Compiles ended, by module hash.
+    ended: HashMap<String, Result<(), String>>,
+    /// Compiles running, with the listener to tell when they end.
+    running: HashMap<String, CompileListener>,
+    /// How many compiles were started.
+    started: usize,
+}
+
+impl FakeCompiler {
+    fn check(&self) -> Box<TemplateCheck> {
+        let compiles = self.0.clone();
+        Box::new(
+            move |template: &CompiledTemplate, listener: &CompileListener| {
+                let Some(module) = &template.hook_module else {
+                    return Checked::Ready;
+                };
+                let mut compiles = lock(&compiles);
+                match compiles.ended.get(&*module.sha256) {
+                    Some(Ok(())) => Checked::Ready,
+                    Some(Err(message)) => Checked::Refused(message.clone()),
+                    None => {
+                        if !compiles.running.contains_key(&*module.sha256) {
+                            compiles.started += 1;
+                        }
+                        compiles
+                            .running
+                            .insert(module.sha256.to_string(), listener.clone());
+                        Checked::Compiling
+                    }
+                }
+            },
+        )
+    }
+
+    /// Marks `bytes` compiled before anything asks for them.
+    fn compiled(&self, bytes: &[u8]) {
+        lock(&self.0).ended.insert(sha256_hex(bytes), Ok(()));
+    }
+
+    /// Ends the compile of `bytes` with `outcome` and tells the catalog, as the engine's
+    /// hook runtime does from its compile thread.
+    fn end(&self, bytes: &[u8], outcome: Result<(), String>) {
+        let sha256 = sha256_hex(bytes);
+        let listener = {
+            let mut compiles = lock(&self.0);
+            compiles.ended.insert(sha256.clone(), outcome);
+            compiles.running.remove(&sha256)
+        };
+        listener.expect("the catalog asked for this compile")(&sha256);
+    }
+
+    fn started(&self) -> usize {
+        lock(&self.0).started
+    }
+}
+
+#[test]
+fn a_revision_whose_hook_compiles_waits_while_the_other_templates_swap_in() {
+    let dir = dir_with(&[
+        ("a.yaml", hooked("a", "done")),
+        ("b.yaml", template("b", "done")),
+    ]);
+    fs::write(dir.path().join("hook.wasm"), module(1)).expect("module");
+    let compiler = FakeCompiler::default();
+    compiler.compiled(&module(1));
+    let live = LiveCatalog::new(dir.path()).with_check(compiler.check());
+    live.reload().expect("compiles");
+    let first_a = live.latest("a").expect("a").revision.clone();
+    let first_b = live.latest("b").expect("b").revision.clone();
+
+    // A new module for a (still compiling) and an edit of b: b swaps in at once.
+    fs::write(dir.path().join("hook.wasm"), module(2)).expect("new module");
+    fs::write(dir.path().join("b.yaml"), template("b", "finished")).expect("edit b");
+    assert!(matches!(live.reload(), Ok(Reloaded::Swapped(_))));
+    assert_ne!(
+        live.latest("b").expect("b").revision,
+        first_b,
+        "b swapped in"
+    );
+    assert_eq!(
+        live.latest("a").expect("a").revision,
+        first_a,
+        "the previous a serves while its new hook compiles"
+    );
+    assert!(live.last_error().is_none());
+    let compiling = live.compiling();
+    assert_eq!(compiling.len(), 1);
+    assert_eq!(compiling[0].template, "a");
+    assert_ne!(compiling[0].revision, *first_a);
+    assert_eq!(compiling[0].hook_sha256, sha256_hex(&module(2)));
+    assert!(compiling[0].since > 0);
+
+    // Reloads meanwhile keep it waiting, and start no second compile.
+    assert!(matches!(live.reload(), Ok(Reloaded::Unchanged(_))));
+    assert_eq!(live.compiling(), compiling, "still listed, since unchanged");
+    assert_eq!(compiler.started(), 1);
+
+    // The compile ends: the catalog reloads by itself and the new a serves.
+    compiler.end(&module(2), Ok(()));
+    let second_a = live.latest("a").expect("a").revision.clone();
+    assert_eq!(*second_a, compiling[0].revision);
+    assert!(live.compiling().is_empty());
+    assert!(
+        live.revision("a", &first_a).is_some(),
+        "the old a is retired"
+    );
+
+    // Another module fails to compile: reported like a refused check, the previous a serves.
+    fs::write(dir.path().join("hook.wasm"), module(3)).expect("broken module");
+    live.reload().expect("waits for the compile");
+    assert_eq!(live.compiling().len(), 1);
+    compiler.end(
+        &module(3),
+        Err("hook module refused: it does not link".to_owned()),
+    );
+    assert!(live.compiling().is_empty());
+    assert_eq!(live.latest("a").expect("a").revision, second_a);
+    let error = live.last_error().expect("the failed compile is reported");
+    assert_eq!(error.diagnostics.len(), 1);
+    assert_eq!(error.diagnostics[0].path, "spec.hooks.module");
+    assert_eq!(
+        error.diagnostics[0].message,
+        "hook module refused: it does not link"
+    );
+    assert!(
+        error.diagnostics[0]
+            .file
+            .as_deref()
+            .is_some_and(|file| file.ends_with("a.yaml"))
+    );
+}
+
+#[test]
+fn a_new_template_whose_hook_compiles_is_absent_until_it_is_compiled() {
+    let dir = dir_with(&[("b.yaml", template("b", "done"))]);
+    fs::write(dir.path().join("hook.wasm"), module(1)).expect("module");
+    let compiler = FakeCompiler::default();
+    let live = LiveCatalog::new(dir.path()).with_check(compiler.check());
+    live.reload().expect("compiles");
+
+    // An upload answers at once: accepted, compiling.
+    let upload = live.put("a", &hooked("a", "done")).expect("accepted");
+    assert!(upload.created);
+    assert!(upload.snapshot.catalog.latest("a").is_none());
+    assert_eq!(upload.compiling.len(), 1);
+    assert_eq!(upload.compiling[0].template, "a");
+    assert_eq!(live.compiling(), upload.compiling);
+    assert!(live.latest("a").is_none(), "not served while compiling");
+    assert!(dir.path().join("a.yaml").is_file(), "written");
+
+    // A module upload whose compile is running says so too.
+    let replaced = live.put_module("hook.wasm", &module(2)).expect("accepted");
+    assert_eq!(replaced.compiling.len(), 1);
+    assert_eq!(replaced.compiling[0].hook_sha256, sha256_hex(&module(2)));
+    assert_eq!(
+        live.compiling(),
+        replaced.compiling,
+        "module 1 is no longer waited for"
+    );
+
+    // The first module's compile ending changes nothing any more; the second's serves a.
+    compiler.end(&module(1), Ok(()));
+    assert!(live.latest("a").is_none());
+    compiler.end(&module(2), Ok(()));
+    assert_eq!(
+        *live.latest("a").expect("served").revision,
+        replaced.compiling[0].revision
+    );
+    assert!(live.compiling().is_empty());
+}
+
+#[test]
+fn a_settled_reload_waits_for_the_compiles_it_started() {
+    let dir = dir_with(&[("a.yaml", hooked("a", "done"))]);
+    fs::write(dir.path().join("hook.wasm"), module(1)).expect("module");
+    let compiler = FakeCompiler::default();
+    let live = Arc::new(LiveCatalog::new(dir.path()).with_check(compiler.check()));
+    let ender = {
+        let compiler = compiler.clone();
+        let live = live.clone();
+        std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(10);
+            while live.compiling().is_empty() {
+                assert!(Instant::now() < until, "the reload never started a compile");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            compiler.end(&module(1), Ok(()));
+        })
+    };
+    live.reload_settled().expect("compiles");
+    assert!(live.latest("a").is_some(), "served once its hook compiled");
+    ender.join().expect("ender");
 }

@@ -172,7 +172,9 @@ pub fn serve_templates(
         None => {
             let dir = dir.unwrap_or_else(crate::default_templates_dir);
             let live = checked(LiveCatalog::new(&dir));
-            live.reload()
+            // At start-up nothing serves yet: wait for the hooks to compile, so the service
+            // starts with every template (and a refused hook stops it, as a broken file does).
+            live.reload_settled()
                 .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
                 .with_context(|| format!("compiling the templates in {}", dir.display()))?;
             let live = Arc::new(live);
@@ -200,9 +202,10 @@ pub fn serve_templates(
             std::fs::create_dir_all(&mirror)
                 .with_context(|| format!("creating the template mirror {}", mirror.display()))?;
             let live = checked(LiveCatalog::new(&mirror)).with_origin(url.clone());
-            // The mirror of an earlier run serves until the manager answers; a broken one
-            // is reported in /v1/status and replaced at the first sync.
-            let _ = live.reload();
+            // The mirror of an earlier run serves until the manager answers (once its hooks
+            // compiled); a broken one is reported in /v1/status and replaced at the first
+            // sync.
+            let _ = live.reload_settled();
             let live = Arc::new(live);
             list(
                 out,
