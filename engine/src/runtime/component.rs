@@ -44,15 +44,7 @@ pub(super) fn check_world(
                 _ => false,
             };
         if !allowed {
-            let hint = if name.starts_with("wasi:") {
-                format!("; {NO_WASI_HINT}")
-            } else {
-                String::new()
-            };
-            return Err(HookFailure::World(format!(
-                "it imports `{name}`; hook components import only \
-                 `{HOST_MODULE}` (`log`, `now-ms`){hint}"
-            )));
+            return Err(foreign_import(name));
         }
     }
     let mut indices = [None, None, None];
@@ -72,13 +64,70 @@ pub(super) fn check_world(
         indices[index] = component.get_export_index(None, name);
     }
     if indices.iter().all(Option::is_none) {
-        return Err(HookFailure::World(
-            "it exports none of `start`, `message`, `timeout`: is it built for another \
-             world? (the hooks world is guest-sdk/wit/hooks.wit)"
-                .into(),
-        ));
+        return Err(no_event_export());
     }
     Ok(indices)
+}
+
+/// The component imports `name`, which the hooks world does not offer.
+fn foreign_import(name: &str) -> HookFailure {
+    let hint = if name.starts_with("wasi:") {
+        format!("; {NO_WASI_HINT}")
+    } else {
+        String::new()
+    };
+    HookFailure::World(format!(
+        "it imports `{name}`; hook components import only `{HOST_MODULE}` (`log`, `now-ms`){hint}"
+    ))
+}
+
+/// The component exports none of the world's functions.
+fn no_event_export() -> HookFailure {
+    HookFailure::World(
+        "it exports none of `start`, `message`, `timeout`: is it built for another world? \
+         (the hooks world is guest-sdk/wit/hooks.wit)"
+            .into(),
+    )
+}
+/// Reads a component's top-level imports and exports without compiling it, and refuses the
+/// shapes [`check_world`] would refuse after compiling: a foreign import (WASI), none of the
+/// event exports, bytes that do not parse (a truncated file). Milliseconds, against seconds
+/// of compiling a Python component: the usual mistakes are answered at once (a reload or an
+/// upload reports them synchronously), and nothing is compiled for a file that cannot load.
+pub(super) fn precheck(bytes: &[u8]) -> Result<(), HookFailure> {
+    use wasmparser::{Parser, Payload};
+    let malformed = |error: wasmparser::BinaryReaderError| HookFailure::Compile(format!("{error}"));
+    let mut events = [false; 3];
+    // Nested modules and components start with their own `Version` and end with `End`; only
+    // the outermost component's imports and exports are the world's.
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(malformed)? {
+            Payload::Version { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(imports) if depth == 1 => {
+                for import in imports {
+                    let name = import.map_err(malformed)?.name.name;
+                    if name != HOST_MODULE {
+                        return Err(foreign_import(name));
+                    }
+                }
+            }
+            Payload::ComponentExportSection(exports) if depth == 1 => {
+                for export in exports {
+                    let name = export.map_err(malformed)?.name.name;
+                    if let Some(index) = EVENT_EXPORTS.iter().position(|event| *event == name) {
+                        events[index] = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if events == [false; 3] {
+        return Err(no_event_export());
+    }
+    Ok(())
 }
 
 fn takes_and_returns_a_string(func: &ComponentFunc) -> bool {

@@ -124,3 +124,42 @@ fn a_compiled_component_is_read_back_from_the_aot_cache() {
     assert_eq!(files.len(), 1);
     call(&runtime(Some(dir)), &template).expect("from the cache");
 }
+
+#[test]
+fn a_component_that_cannot_load_is_refused_before_it_compiles() {
+    let parse = |wat: &str| wat::parse_str(wat).expect("component WAT");
+    assert_eq!(
+        module::precheck(&parse(&component("", "message", ""))),
+        Ok(())
+    );
+    let wasi = r#"(import "wasi:cli/environment@0.2.0" (instance
+        (export "get-arguments" (func (result (list string))))))"#;
+    match module::precheck(&parse(&component(wasi, "message", ""))) {
+        Err(HookFailure::World(detail)) => {
+            assert!(detail.contains("`wasi:cli/environment@0.2.0`"), "{detail}");
+            assert!(detail.contains("--stub-wasi"), "{detail}");
+        }
+        other => panic!("expected a world failure, got {other:?}"),
+    }
+    assert!(matches!(
+        module::precheck(&parse(&component("", "run", ""))),
+        Err(HookFailure::World(_))
+    ));
+    let bytes = parse(&component("", "message", ""));
+    assert!(matches!(
+        module::precheck(&bytes[..bytes.len() / 2]),
+        Err(HookFailure::Compile(_))
+    ));
+    // The same words as the check after compiling.
+    let engine = wasmtime::Engine::default();
+    for bytes in [
+        parse(&component(wasi, "message", "")),
+        parse(&component("", "run", "")),
+    ] {
+        let compiled = wasmtime::component::Component::new(&engine, &bytes).expect("compiles");
+        assert_eq!(
+            component::check_world(&engine, &compiled).map(|_| ()),
+            module::precheck(&bytes)
+        );
+    }
+}

@@ -399,6 +399,10 @@ impl HookRuntime {
         if let Some(loaded) = self.loaded(&source.sha256) {
             return fit(loaded);
         }
+        // What can be refused without compiling is refused now, not after the compile.
+        if let Err(failure) = module::precheck(&source.bytes) {
+            return Preparation::Refused(failure);
+        }
         let mut queue = self
             .compiles
             .lock()

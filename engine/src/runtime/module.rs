@@ -43,6 +43,15 @@ pub(super) fn event_index(event: HookEvent) -> usize {
     }
 }
 
+/// Refuses, without compiling, a file that cannot load: not wasm, or a component whose
+/// imports or exports do not fit the hooks world (`component::precheck`).
+pub(super) fn precheck(bytes: &[u8]) -> Result<(), HookFailure> {
+    match BinaryForm::of(bytes)? {
+        BinaryForm::Core => Ok(()),
+        BinaryForm::Component => super::component::precheck(bytes),
+    }
+}
+
 /// What a hook file holds, by its first 8 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryForm {
@@ -143,6 +152,7 @@ impl LoadedModule {
                 (Form::Core(pre), events)
             }
             BinaryForm::Component => {
+                super::component::precheck(&source.bytes)?;
                 let component: wasmtime::component::Component =
                     cache::compile(engine, source, cache_dir)?;
                 let exports = super::component::check_world(engine, &component)?;
