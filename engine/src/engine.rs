@@ -205,12 +205,13 @@ impl Engine {
             let initiator: Arc<str> = Arc::from(initiator);
             let retention_ms = self.config.retention_ms;
             // Tried where the request is handled first; again on the hook pool when a hook
-            // could not finish there (its module is then pooled, so twice at most).
+            // could not finish there (so twice at most).
+            let mut on_pool = false;
             let (conversation, stepped) = loop {
                 let conversation = Conversation::new(template.clone(), started.clone());
                 let (initiator, opening) = (initiator.clone(), opening.clone());
                 let (conversation, stepped, needs_pool) = self
-                    .run_step(&template, move |hooks, site| {
+                    .run_step(&template, on_pool, move |hooks, site| {
                         let mut conversation = conversation;
                         let mut step = Step::with_hooks(&mut conversation, now, hooks, site);
                         let stepped = start_step(&mut step, &initiator, opening);
@@ -221,9 +222,10 @@ impl Engine {
                         (conversation, stepped, needs_pool)
                     })
                     .await?;
-                if !needs_pool {
+                if !needs_pool || on_pool {
                     break (conversation, stepped);
                 }
+                on_pool = true;
             };
             let (messages, commit) = stepped?;
             // Through `Engine::commit`, so streams hear of the opening message's delivery.
@@ -526,18 +528,21 @@ impl Engine {
     /// retried from a fresh load: the claim is this node's only chance to fire it soon.
     async fn wake(&self, id: &str, now: u64) -> Result<(), EngineError> {
         let mut attempt = 0;
+        let mut on_pool = false;
         loop {
             attempt += 1;
-            match self.wake_once(id, now).await {
-                Err(
-                    EngineError::Store(StoreError::Conflict { .. }) | EngineError::HookNeedsPool,
-                ) if attempt < MAX_COMMIT_ATTEMPTS => {}
+            match self.wake_once(id, now, on_pool).await {
+                Err(EngineError::HookNeedsPool) if !on_pool => on_pool = true,
+                Err(EngineError::Store(StoreError::Conflict { .. }))
+                    if attempt < MAX_COMMIT_ATTEMPTS => {}
                 other => return other,
             }
         }
     }
 
-    async fn wake_once(&self, id: &str, now: u64) -> Result<(), EngineError> {
+    /// One try at firing a wake-up, on the hook pool when `on_pool` (or when its template's
+    /// hook must run there).
+    async fn wake_once(&self, id: &str, now: u64, on_pool: bool) -> Result<(), EngineError> {
         let slot = self.loaded_slot(id).await?;
         let mut guard = slot.lock().await;
         let Some(conversation) = guard.as_mut() else {
@@ -562,7 +567,7 @@ impl Engine {
         };
         let retention_ms = self.config.retention_ms;
         let (conversation, commit, needs_pool) = self
-            .run_step(&template, move |hooks, site| {
+            .run_step(&template, on_pool, move |hooks, site| {
                 let mut step = Step::with_hooks(&mut conversation, now, hooks, site);
                 dispatch::fire_due(&mut step);
                 let needs_pool = step.needs_pool;
@@ -791,6 +796,7 @@ impl Engine {
         work: Arc<Work<R>>,
     ) -> Result<(Summary, R), EngineError> {
         let mut attempt = 0;
+        let mut on_pool = false;
         loop {
             attempt += 1;
             let slot = self.loaded_slot(id).await?;
@@ -814,13 +820,18 @@ impl Engine {
                 commit,
                 needs_pool,
             } = self
-                .run_step(&conversation.template.clone(), move |hooks, site| {
-                    work_on(conversation, now, (hooks, site), retention_ms, &*work)
-                })
+                .run_step(
+                    &conversation.template.clone(),
+                    on_pool,
+                    move |hooks, site| {
+                        work_on(conversation, now, (hooks, site), retention_ms, &*work)
+                    },
+                )
                 .await?;
-            if needs_pool {
-                // A hook could not finish on this worker; its module is pooled now, and the
-                // work runs again there, on this copy if the work changed nothing.
+            if needs_pool && !on_pool {
+                // A hook could not finish on this worker; the work runs again on the hook
+                // pool, on this copy if the work changed nothing.
+                on_pool = true;
                 if timers.is_none() && !emitted {
                     *guard = Some(conversation);
                 }
@@ -875,16 +886,20 @@ impl Engine {
 
     /// Runs `step`, synchronous work on a conversation it owns, where `template`'s steps
     /// belong, and tells it where that is. A template without a hook: here and now. One with
-    /// a hook: here too, its calls held to [`crate::runtime::INLINE_SLICE`], while its module
-    /// has never run past that; otherwise on the hook pool, so that its calls never hold an
-    /// async worker for long (`crate::hook_pool`).
+    /// a hook: here too, its calls held to [`crate::runtime::INLINE_SLICE`] on warm
+    /// instances, while its module has not run past that too often; otherwise, or when
+    /// `on_pool` (a step that could not finish here, run again), on the hook pool, so that
+    /// its calls never hold an async worker for long (`crate::hook_pool`).
     async fn run_step<T: Send + 'static>(
         &self,
         template: &CompiledTemplate,
+        on_pool: bool,
         step: impl FnOnce(Option<&HookRuntime>, CallSite) -> T + Send + 'static,
     ) -> Result<T, EngineError> {
         match &self.hooks {
-            Some(runtime) if template.hooks.is_some() && !runtime.runs_inline(template) => {
+            Some(runtime)
+                if template.hooks.is_some() && (on_pool || !runtime.runs_inline(template)) =>
+            {
                 let hooks = runtime.clone();
                 runtime
                     .pool()

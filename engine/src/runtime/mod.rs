@@ -77,9 +77,10 @@ pub const DEFAULT_MAX_TIMEOUT: Duration =
 /// its module's calls to the hook pool for good. Crossing to a pool thread and back costs a
 /// message ~45 µs on the development VM (two thread wake-ups), ten times a usual hook call:
 /// so a call runs where its message is handled, and only a module that once ran past this
-/// slice (a runaway, a slow policy) pays the crossing. An async worker is held at most this
-/// long, a few times per module: once on a reused instance, or a few first calls of fresh
-/// instances, which may be slow once (`module::FRESH_OVERRUNS`; `crate::hook_pool`).
+/// slice a few times (a runaway, a slow policy) pays the crossing. An async worker is held
+/// at most this long, a few times per module (`module::INLINE_OVERRUNS`), and never
+/// instantiates: a call finding no idle instance runs on the pool, which makes one
+/// (`crate::hook_pool`).
 pub const INLINE_SLICE: Duration = Duration::from_millis(5);
 /// Largest linear memory any hook may have; templates ask for at most this much.
 pub const MAX_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
@@ -605,7 +606,7 @@ impl HookRuntime {
         if site == CallSite::Inline && pooled.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(HookFailure::NeedsPool);
         }
-        let (result, fresh) = module.call(
+        let result = module.call(
             &self.engine,
             self.ticker.handle(),
             event,
@@ -616,13 +617,14 @@ impl HookRuntime {
             &input.conversation.id,
             self.config.idle_instances_per_module,
             started,
+            site,
         );
         match result {
             // Stopped inline, by the slice or by a wall limit with no margin (its thread was
             // kept from a core): the pool gives it its whole budget and the margin, and only
             // there is a timeout the hook's failure.
             Err(HookFailure::Timeout { .. }) if site == CallSite::Inline => {
-                module.overran_inline(fresh);
+                module.overran_inline();
                 Err(HookFailure::NeedsPool)
             }
             other => other,

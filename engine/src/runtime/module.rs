@@ -17,16 +17,17 @@ use super::component::{ComponentExports, ExportIndices};
 use super::core::CoreExports;
 use super::host::{HostState, MemoryCapExceeded};
 use super::ticker::{self, TickerHandle};
-use super::{HookFailure, cache, event_name};
+use super::{CallSite, HookFailure, cache, event_name};
 
 /// Budget of the `hooks_abi_version` call made at load time (it returns a constant), and of
 /// instantiation (start functions, data initialisers; a component's own set-up, which for a
 /// Python interpreter restored from its snapshot is a few milliseconds).
 pub(super) const VERSION_CALL_BUDGET: Duration = Duration::from_millis(100);
-/// First calls of fresh instances that may run past the inline slice before the module's
-/// calls move to the hook pool for good (a reused instance's call moves them at once). A
-/// hook that loops holds an async worker for this many slices at most.
-pub(super) const FRESH_OVERRUNS: u32 = 3;
+/// Calls tried on an async worker that may run past the inline slice before the module's
+/// calls move to the hook pool for good: an interpreter's garbage collector may pause a call
+/// for a few milliseconds now and then, which says little of the calls after it. A hook that
+/// loops holds an async worker for this many slices at most.
+pub(super) const INLINE_OVERRUNS: u32 = 3;
 /// An instance keeps the buffer its events are encoded in between calls, unless an event
 /// made it grow past this.
 const KEEP_INPUT_CAPACITY: usize = 64 * 1024;
@@ -87,11 +88,11 @@ impl BinaryForm {
 
 /// A hook ready to instantiate.
 pub struct LoadedModule {
-    /// Set once a call tried on an async worker ran past [`super::INLINE_SLICE`] (see
-    /// [`LoadedModule::overran_inline`]): from then on its calls run on the hook pool only.
+    /// Set once calls tried on an async worker ran past [`super::INLINE_SLICE`]
+    /// [`INLINE_OVERRUNS`] times: from then on its calls run on the hook pool only.
     pub(super) pooled: AtomicBool,
-    /// First calls of fresh instances that ran past the slice.
-    fresh_overruns: AtomicU32,
+    /// Calls tried on an async worker that ran past the slice.
+    inline_overruns: AtomicU32,
     form: Form,
     /// Which of `start`, `message`, `timeout` it exports.
     events: [bool; 3],
@@ -166,7 +167,7 @@ impl LoadedModule {
         };
         let loaded = LoadedModule {
             pooled: AtomicBool::new(false),
-            fresh_overruns: AtomicU32::new(0),
+            inline_overruns: AtomicU32::new(0),
             form,
             events,
             idle: Mutex::new(Vec::new()),
@@ -182,14 +183,10 @@ impl LoadedModule {
         Ok(loaded)
     }
 
-    /// A call tried on an async worker ran past the slice: moves the module's calls to the
-    /// hook pool for good, unless it was the first call of a fresh instance and fewer than
-    /// [`FRESH_OVERRUNS`] such calls overran before. A fresh instance's first call touches
-    /// its memory for the first time: a component's interpreter heap is megabytes of
-    /// copy-on-write pages, whose faults alone can take milliseconds once; that says nothing
-    /// of the calls after it.
-    pub(super) fn overran_inline(&self, fresh: bool) {
-        if !fresh || self.fresh_overruns.fetch_add(1, Ordering::Relaxed) + 1 >= FRESH_OVERRUNS {
+    /// A call tried on an async worker ran past the slice: after [`INLINE_OVERRUNS`] of
+    /// them, the module's calls move to the hook pool for good.
+    pub(super) fn overran_inline(&self) {
+        if self.inline_overruns.fetch_add(1, Ordering::Relaxed) + 1 >= INLINE_OVERRUNS {
             self.pooled.store(true, Ordering::Relaxed);
         }
     }
@@ -220,10 +217,13 @@ impl LoadedModule {
         }
     }
 
-    /// One call: input in, output out, on an idle instance (or a new one), and whether the
-    /// instance was new. The instance goes back to the idle stack only when the call
-    /// succeeded. `started` is when the caller began the call; a reused instance's budget
-    /// counts from it.
+    /// One call: input in, output out, on an idle instance, or on a new one unless `site` is
+    /// an async worker ([`HookFailure::NeedsPool`] then): instantiating takes milliseconds
+    /// for a component, and a fresh instance's first call touches its memory for the first
+    /// time (a Python interpreter's first call took 15-40 ms in a debug build), so neither
+    /// happens where HTTP is served. The instance goes back to the idle stack only when the
+    /// call succeeded. `started` is when the caller began the call; a reused instance's
+    /// budget counts from it.
     #[allow(
         clippy::too_many_arguments,
         reason = "the runtime's parts a call uses, each once"
@@ -240,25 +240,22 @@ impl LoadedModule {
         conversation: &str,
         max_idle: usize,
         started: Instant,
-    ) -> (Result<HookOutput, HookFailure>, bool) {
+        site: CallSite,
+    ) -> Result<HookOutput, HookFailure> {
         let reused = self
             .idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .pop();
-        let (instance, started, fresh) = match reused {
+        let (instance, started) = match reused {
             // An instance grown under a larger cap (another template, same module) is over
             // this one's: start afresh rather than let it keep memory it may not have.
-            Some(instance) if instance.store.data().memory_bytes <= cap => {
-                (instance, started, false)
-            }
+            Some(instance) if instance.store.data().memory_bytes <= cap => (instance, started),
+            _ if site == CallSite::Inline => return Err(HookFailure::NeedsPool),
             // The call's budget starts after the instantiation (which has its own).
-            _ => match self.instantiate(engine, ticker, cap) {
-                Ok(instance) => (instance, Instant::now(), true),
-                Err(failure) => return (Err(failure), true),
-            },
+            _ => (self.instantiate(engine, ticker, cap)?, Instant::now()),
         };
-        let called = self.call_on(
+        self.call_on(
             instance,
             event,
             input,
@@ -267,8 +264,7 @@ impl LoadedModule {
             budget_ms,
             conversation,
             max_idle,
-        );
-        (called, fresh)
+        )
     }
 
     /// [`LoadedModule::call`] on `instance`, with `budget`.

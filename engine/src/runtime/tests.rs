@@ -379,12 +379,42 @@ fn hooks_with_budgets_longer_than_the_tickers_window_are_stopped_batch_after_bat
     }
 }
 
-/// A call tried inline is held to the slice; one that runs past it moves its module to the
-/// pool for good, where a call gets its whole budget. A quick module stays inline.
+/// A call tried inline (on an async worker) never instantiates: with no idle instance it
+/// goes to the pool, which makes one. A quick module's calls then stay inline.
 #[test]
-fn a_reused_instance_running_past_the_inline_slice_moves_its_module_at_once() {
+fn an_async_worker_runs_calls_on_warm_instances_only() {
     let runtime = runtime(None);
-    // Quick at its first call, loops from the second on.
+    let quick = template("inline-quick", GOOD);
+    let value = input();
+    let input: HookInput<'_> = serde_json::from_value(value).expect("input");
+    assert!(
+        !runtime.runs_inline(&quick),
+        "not loaded yet: loading is the pool's"
+    );
+    runtime.prepare(&quick).expect("loads");
+    assert!(runtime.runs_inline(&quick));
+    assert_eq!(
+        runtime.call_at(CallSite::Inline, &quick, HookEvent::OnMessage, &input),
+        Err(HookFailure::NeedsPool),
+        "no warm instance yet"
+    );
+    runtime
+        .call_at(CallSite::Owned, &quick, HookEvent::OnMessage, &input)
+        .expect("the pool's call instantiates");
+    for _ in 0..3 {
+        runtime
+            .call_at(CallSite::Inline, &quick, HookEvent::OnMessage, &input)
+            .expect("a quick hook answers inline");
+    }
+    assert!(runtime.runs_inline(&quick));
+}
+
+/// A call tried inline is held to the slice; after a few that run past it, the module's
+/// calls move to the pool for good, where a call gets its whole budget.
+#[test]
+fn a_module_whose_calls_run_past_the_inline_slice_moves_to_the_pool() {
+    let runtime = runtime(None);
+    // Quick at an instance's first call (which the pool makes), loops from its second on.
     let late_spinner = GOOD.replacen(
         "(func (export \"message\") (param i32 i32) (result i32)",
         "(global $calls (mut i32) (i32.const 0))
@@ -400,62 +430,36 @@ fn a_reused_instance_running_past_the_inline_slice_moves_its_module_at_once() {
     let value = input();
     let input: HookInput<'_> = serde_json::from_value(value).expect("input");
     runtime.prepare(&template).expect("loads");
-    runtime
-        .call_at(CallSite::Inline, &template, HookEvent::OnMessage, &input)
-        .expect("the first call answers");
-    assert_eq!(
-        runtime.call_at(CallSite::Inline, &template, HookEvent::OnMessage, &input),
-        Err(HookFailure::NeedsPool)
-    );
-    assert!(!runtime.runs_inline(&template), "pooled after one overrun");
-}
-
-#[test]
-fn a_module_that_runs_past_the_inline_slice_moves_to_the_pool() {
-    let runtime = runtime(None);
-    let mut spinner = template("inline-spin", SPIN);
-    if let Some(spec) = spinner.hooks.as_mut() {
-        spec.limits.timeout_ms = 50;
-    }
-    let value = input();
-    let input: HookInput<'_> = serde_json::from_value(value).expect("input");
-    assert!(
-        !runtime.runs_inline(&spinner),
-        "not loaded yet: loading is the pool's"
-    );
-    runtime.prepare(&spinner).expect("loads");
-    assert!(runtime.runs_inline(&spinner));
-    // Each call runs on a fresh instance (a stopped one is dropped): the first calls of
-    // fresh instances may overrun a few times (their memory is touched for the first time)
-    // before the module moves for good.
-    for overrun in 1..=module::FRESH_OVERRUNS {
-        assert!(runtime.runs_inline(&spinner), "overrun {overrun}");
+    for overrun in 1..=module::INLINE_OVERRUNS {
+        assert!(runtime.runs_inline(&template), "overrun {overrun}");
+        runtime
+            .call_at(CallSite::Owned, &template, HookEvent::OnMessage, &input)
+            .expect("a fresh instance's first call answers");
         let started = Instant::now();
-        let inline = runtime.call_at(CallSite::Inline, &spinner, HookEvent::OnMessage, &input);
-        assert_eq!(inline, Err(HookFailure::NeedsPool));
+        assert_eq!(
+            runtime.call_at(CallSite::Inline, &template, HookEvent::OnMessage, &input),
+            Err(HookFailure::NeedsPool)
+        );
         assert!(
             started.elapsed() < Duration::from_millis(50),
             "stopped at the slice, not the budget"
         );
     }
     assert!(
-        !runtime.runs_inline(&spinner),
+        !runtime.runs_inline(&template),
         "its module is pooled for good"
     );
+    runtime
+        .call_at(CallSite::Owned, &template, HookEvent::OnMessage, &input)
+        .expect("a fresh instance's first call answers");
     assert_eq!(
-        runtime.call_at(CallSite::Inline, &spinner, HookEvent::OnMessage, &input),
-        Err(HookFailure::NeedsPool)
+        runtime.call_at(CallSite::Inline, &template, HookEvent::OnMessage, &input),
+        Err(HookFailure::NeedsPool),
+        "not even tried inline"
     );
     assert_eq!(
-        runtime.call_at(CallSite::Owned, &spinner, HookEvent::OnMessage, &input),
-        Err(HookFailure::Timeout { ms: 50 })
+        runtime.call_at(CallSite::Owned, &template, HookEvent::OnMessage, &input),
+        Err(HookFailure::Timeout { ms: 50 }),
+        "the pool gives it its whole budget"
     );
-    let quick = template("inline-quick", GOOD);
-    runtime.prepare(&quick).expect("loads");
-    for _ in 0..3 {
-        runtime
-            .call_at(CallSite::Inline, &quick, HookEvent::OnMessage, &input)
-            .expect("a quick hook answers inline");
-    }
-    assert!(runtime.runs_inline(&quick));
 }
