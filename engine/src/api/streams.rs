@@ -329,7 +329,7 @@ pub async fn poll(
         .min(INBOX_BATCH);
     let wait_for = Duration::from_millis(query.wait_ms.unwrap_or(0).min(MAX_POLL_WAIT_MS));
     let listener = state.engine().listen_inbox(&agent);
-    let rung = listener.next_ring();
+    let mut rung = listener.next_ring();
     let store = &state.engine().store;
     let mut entries = store
         .inbox(&agent, after, limit)
@@ -343,10 +343,14 @@ pub async fn poll(
             .await
             .map_err(crate::EngineError::from)?;
     }
-    if entries.is_empty()
+    // A ring need not be for an entry after `after` (another node's missed notices ring
+    // every listener), so the wait goes on until an entry comes or the time is up.
+    let deadline = tokio::time::Instant::now() + wait_for;
+    while entries.is_empty()
         && !wait_for.is_zero()
-        && tokio::time::timeout(wait_for, rung).await.is_ok()
+        && tokio::time::timeout_at(deadline, rung).await.is_ok()
     {
+        rung = listener.next_ring();
         entries = store
             .inbox(&agent, after, limit)
             .await

@@ -45,7 +45,7 @@ use colloquy_protocol::event::{ConversationEvent, EventKind};
 use colloquy_protocol::message::{AgentId, Message};
 use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{
@@ -374,12 +374,25 @@ impl RedisStore {
         };
         let node: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+        let (subscribed, first_subscription) = oneshot::channel();
         let subscriber = tokio::spawn(follow_changes(
             client,
             keys.changes(),
             node.clone(),
             changes.clone(),
+            subscribed,
         ));
+        // A store that returned before its subscription was in place would miss the notices
+        // of other nodes' commits in between: an inbox stream opened then would not wake up.
+        if !matches!(
+            tokio::time::timeout(CONNECT_TIMEOUT, first_subscription).await,
+            Ok(Ok(()))
+        ) {
+            subscriber.abort();
+            return Err(StoreError::Unavailable(format!(
+                "cannot subscribe to change notices at {url} within {CONNECT_TIMEOUT:?}"
+            )));
+        }
         let store = RedisStore {
             connection: BoundedConnection(connection),
             keys,
@@ -463,19 +476,25 @@ fn glob_escape(text: &str) -> String {
 }
 
 /// Listens to the change channel and passes other nodes' notices on; reconnects (with a
-/// growing pause) whenever the subscription breaks, until the store is dropped.
+/// growing pause) whenever the subscription breaks, until the store is dropped. `subscribed`
+/// is told once the first subscription is in place.
 async fn follow_changes(
     client: Client,
     channel: String,
     node: Arc<str>,
     changes: broadcast::Sender<RemoteChange>,
+    subscribed: oneshot::Sender<()>,
 ) {
+    let mut subscribed = Some(subscribed);
     let mut delay = Duration::from_millis(50);
     loop {
         match client.get_async_pubsub().await {
             Ok(mut pubsub) => match pubsub.subscribe(&channel).await {
                 Ok(()) => {
                     delay = Duration::from_millis(50);
+                    if let Some(subscribed) = subscribed.take() {
+                        let _ = subscribed.send(());
+                    }
                     let mut messages = pubsub.on_message();
                     while let Some(message) = messages.next().await {
                         let Ok(payload) = message.get_payload::<String>() else {
