@@ -11,15 +11,26 @@
 //! (the guest SDK reads the event, borrowing and parsing only the fields the hook asks for;
 //! the hook reads three of them and answers `set_vars` on every request), twice:
 //! `rust-hook` with the whole event, `rust-reads` with the event cut to the parts its
-//! template's `hooks.reads` lists (`threads`), as the example ships.
+//! template's `hooks.reads` lists (`threads`), as the example ships. `py-reads` and
+//! `js-reads` run the same policy written in Python (a componentize-py component) and in
+//! TypeScript (a componentize-qjs component, QuickJS), as `rust-reads` runs the Rust build,
+//! with their example templates' memory caps (`guest-sdk/python/build-examples.sh` and
+//! `guest-sdk/js/build-examples.sh` build them; `templates/examples/build.sh` runs both).
 //! One thread; the best of several interleaved rounds is reported. Each timed run starts a
 //! fresh engine on an empty memory store, so no variant runs on a store the others filled.
 //!
 //! A second table times the hook calls alone (`HookRuntime::call` on a fixed event shaped
 //! like the pipeline's: encode, copy in, run, parse the answer), without the engine around
 //! them, so the hook's own cost is not lost in the pipeline's noise.
+//!
+//! A third table weighs each build of the credit policy as a binary form (core module or
+//! component): how long it takes to compile, the size of its compiled code (the hook
+//! cache's file), how long loading it from that cache takes, and what a new instance costs
+//! (instantiating it and its first call, the slow one for an interpreter, as
+//! `HookRuntime::warm` makes it) in time and in resident memory while it waits idle.
 //! Arguments: `--messages N` per round and variant (default 200 000); `--calls-only` runs
-//! the second table alone; `--only NAME[,NAME...]` runs those variants (and the no-hook
+//! the second table alone; `--forms-only` the third alone; `--only NAME[,NAME...]` runs
+//! those variants (and the no-hook
 //! baseline of the pipeline table); `--spaced-ms MS` (with `--calls-only`) waits MS
 //! milliseconds before each call and times the calls alone (1 000 per round), as on a
 //! lightly loaded engine where each call finds caches cold and the epoch ticker possibly
@@ -35,9 +46,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig, operators};
+use colloquy_engine::runtime::{BinaryForm, HookRuntime, HookRuntimeConfig, operators};
 use colloquy_engine::store::MemoryStore;
 use colloquy_engine::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
@@ -61,9 +72,40 @@ const ROUNDS: usize = 3;
 /// Calls per round and variant with `--spaced-ms`.
 const SPACED_CALLS: usize = 1_000;
 
-/// A hook variant: its module (under `templates/examples/`), its `config`, and the extra
-/// `hooks` settings (YAML, inside the flow mapping).
-type Hook = (&'static str, &'static str, &'static str);
+/// Instances `HookRuntime::warm` makes per build in the forms table.
+const WARMED_INSTANCES: usize = 16;
+
+/// A hook variant: its module (under `templates/examples/`), its `config`, the extra
+/// `hooks` settings (YAML, inside the flow mapping), and its memory cap (`None`: the
+/// default).
+#[derive(Clone, Copy)]
+struct Hook {
+    module: &'static str,
+    config: &'static str,
+    settings: &'static str,
+    memory_bytes: Option<u64>,
+}
+
+impl Hook {
+    const fn new(module: &'static str, config: &'static str, settings: &'static str) -> Hook {
+        Hook {
+            module,
+            config,
+            settings,
+            memory_bytes: None,
+        }
+    }
+
+    /// The credit policy's build at `module`, configured and cut as its example ships.
+    const fn credit(module: &'static str, memory_bytes: Option<u64>) -> Hook {
+        Hook {
+            module,
+            config: "{ max_amount: 100000 }",
+            settings: ", reads: [threads]",
+            memory_bytes,
+        }
+    }
+}
 
 fn template(name: &str, hook: Option<Hook>) -> CompiledTemplate {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/examples");
@@ -89,17 +131,21 @@ spec:
       done: {{ terminal: success }}
 "#
     );
-    if let Some((module, config, settings)) = hook {
-        let source: PathBuf = examples.join(module);
+    if let Some(hook) = hook {
+        let source: PathBuf = examples.join(hook.module);
         assert!(
             source.is_file(),
             "{} is missing: run templates/examples/build.sh first",
             source.display()
         );
         std::fs::copy(&source, dir.join("hook.wasm")).expect("copy module");
+        let (config, settings) = (hook.config, hook.settings);
+        let memory = hook
+            .memory_bytes
+            .map_or(String::new(), |bytes| format!(", memory_bytes: {bytes}"));
         yaml.push_str(&format!(
             // A generous budget: on a busy machine a descheduled call must not time out.
-            "  hooks: {{ module: hook.wasm, events: [on_message], config: {config}, limits: {{ timeout_ms: 1000 }}{settings} }}\n"
+            "  hooks: {{ module: hook.wasm, events: [on_message], config: {config}, limits: {{ timeout_ms: 1000{memory} }}{settings} }}\n"
         ));
     }
     let file = dir.join("template.yaml");
@@ -222,6 +268,11 @@ fn print_operators(variants: &[(&str, Option<Hook>)]) {
         }
         let template = template(name, *hook);
         let module = template.hook_module.as_ref().expect("a hook module");
+        if BinaryForm::of(&module.bytes).is_ok_and(|form| form == BinaryForm::Component) {
+            // Fuel counts a component's interpreter, not the policy: nothing to compare.
+            println!("  {name:<10} (a component: not counted)");
+            continue;
+        }
         let input = sample_input(&template);
         let used = operators::per_call(&module.bytes, HookEvent::OnMessage, &input, 3)
             .unwrap_or_else(|failure| panic!("{name}: {failure}"));
@@ -235,16 +286,16 @@ fn main() {
         ("no-hook", None),
         (
             "c-trivial",
-            Some(("../../target/hooks/trivial_hook.wasm", "{}", "")),
+            Some(Hook::new("../../target/hooks/trivial_hook.wasm", "{}", "")),
         ),
         // The credit policy's answer without reading the event: the least that answer costs.
         (
             "wat-answer",
-            Some(("../../target/hooks/set_vars_hook.wasm", "{}", "")),
+            Some(Hook::new("../../target/hooks/set_vars_hook.wasm", "{}", "")),
         ),
         (
             "c-guard",
-            Some((
+            Some(Hook::new(
                 "amount-guard/amount_guard.wasm",
                 "{ max_amount: 100000 }",
                 "",
@@ -252,7 +303,7 @@ fn main() {
         ),
         (
             "rust-hook",
-            Some((
+            Some(Hook::new(
                 "credit-assessment/credit_assessment.wasm",
                 "{ max_amount: 100000 }",
                 "",
@@ -261,23 +312,46 @@ fn main() {
         // The same policy with the event cut to what it reads, as its template ships.
         (
             "rust-reads",
-            Some((
+            Some(Hook::credit(
                 "credit-assessment/credit_assessment.wasm",
-                "{ max_amount: 100000 }",
-                ", reads: [threads]",
+                None,
+            )),
+        ),
+        // The same policy in Python and in TypeScript, with their templates' memory caps.
+        (
+            "py-reads",
+            Some(Hook::credit(
+                "credit-assessment/credit_assessment_py.wasm",
+                Some(32 << 20),
+            )),
+        ),
+        (
+            "js-reads",
+            Some(Hook::credit(
+                "credit-assessment/credit_assessment_js.wasm",
+                Some(4 << 20),
             )),
         ),
     ];
     // Another build of a hook, run as `rust-reads` is: to compare SDK versions in one run.
     if let Some(path) = std::env::args().skip_while(|arg| arg != "--compare").nth(1) {
         let path: &'static str = Box::leak(path.into_boxed_str());
-        variants.push((
-            "compare",
-            Some((path, "{ max_amount: 100000 }", ", reads: [threads]")),
-        ));
+        variants.push(("compare", Some(Hook::credit(path, None))));
     }
     if std::env::args().any(|arg| arg == "--operators") {
         print_operators(&variants);
+        return;
+    }
+    let only = std::env::args().skip_while(|arg| arg != "--only").nth(1);
+    let skipped = |index: usize| {
+        index > 0
+            && only
+                .as_deref()
+                .is_some_and(|only| !only.split(',').any(|name| name == variants[index].0))
+    };
+    let forms_only = std::env::args().any(|arg| arg == "--forms-only");
+    if forms_only {
+        print_forms(&variants, &skipped);
         return;
     }
     let rounds = arg("--rounds", ROUNDS);
@@ -314,13 +388,6 @@ fn main() {
         .expect("tokio");
     let mut best = vec![0.0f64; variants.len()];
     let mut best_calls = vec![0.0f64; variants.len()];
-    let only = std::env::args().skip_while(|arg| arg != "--only").nth(1);
-    let skipped = |index: usize| {
-        index > 0
-            && only
-                .as_deref()
-                .is_some_and(|only| !only.split(',').any(|name| name == variants[index].0))
-    };
     for _ in 0..rounds {
         for index in 1..variants.len() {
             if skipped(index) {
@@ -385,4 +452,114 @@ fn main() {
             1e6 / best_calls[index]
         );
     }
+    print_forms(&variants, &skipped);
+}
+
+/// The forms table: each build of the credit policy (`*-reads`) compiled, loaded from the
+/// cache, and instantiated ([`WARMED_INSTANCES`] idle instances, each called once).
+fn print_forms(variants: &[(&str, Option<Hook>)], skipped: &dyn Fn(usize) -> bool) {
+    println!(
+        "binary forms: compile, compiled size, load from the cache, and a new instance \
+         (instantiated and called once; resident memory per idle instance, of {WARMED_INSTANCES})"
+    );
+    println!(
+        "  {:<10} {:<9} {:>8} {:>10} {:>10} {:>9} {:>11} {:>12}",
+        "", "form", "wasm", "compile", "compiled", "load", "instance", "idle RSS"
+    );
+    for (index, (name, hook)) in variants.iter().enumerate() {
+        let Some(hook) = hook else { continue };
+        if skipped(index) || !name.ends_with("-reads") {
+            continue;
+        }
+        let form = weigh(&template(name, Some(*hook)));
+        println!(
+            "  {name:<10} {:<9} {:>6.2}MB {:>8.0}ms {:>8.2}MB {:>7.1}ms {:>9.0}µs {:>10.2}MiB",
+            form.form,
+            form.wasm_bytes as f64 / 1e6,
+            form.compile.as_secs_f64() * 1e3,
+            form.compiled_bytes as f64 / 1e6,
+            form.load.as_secs_f64() * 1e3,
+            form.instance.as_secs_f64() * 1e6,
+            form.idle_rss_bytes / f64::from(1 << 20),
+        );
+    }
+}
+
+/// What [`weigh`] measured of one hook.
+struct Form {
+    form: &'static str,
+    wasm_bytes: usize,
+    compile: Duration,
+    compiled_bytes: u64,
+    load: Duration,
+    /// Instantiating and the first call, per instance.
+    instance: Duration,
+    /// Growth of this process's resident memory per idle instance.
+    idle_rss_bytes: f64,
+}
+
+/// Compiles `template`'s hook into an empty cache, loads it again from there, and warms
+/// [`WARMED_INSTANCES`] instances of it.
+fn weigh(template: &CompiledTemplate) -> Form {
+    let module = template.hook_module.as_ref().expect("a hook module");
+    let cache = std::env::temp_dir().join(format!(
+        "colloquy-bench-forms-{}-{}",
+        template.name,
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&cache);
+    let fresh_runtime = || {
+        HookRuntime::new(HookRuntimeConfig {
+            cache_dir: Some(cache.clone()),
+            idle_instances_per_module: WARMED_INSTANCES,
+            ..HookRuntimeConfig::default()
+        })
+        .expect("hook runtime")
+    };
+    let timed_prepare = |runtime: &HookRuntime| {
+        let began = Instant::now();
+        runtime.prepare(template).expect("hook loads");
+        began.elapsed()
+    };
+    let compile = timed_prepare(&fresh_runtime());
+    let compiled_bytes = std::fs::read_dir(&cache)
+        .expect("the hook cache")
+        .filter_map(|entry| entry.ok()?.metadata().ok())
+        .map(|metadata| metadata.len())
+        .sum();
+    let runtime = fresh_runtime();
+    let load = timed_prepare(&runtime);
+    let input = sample_input(template);
+    let rss_before = resident_bytes();
+    let began = Instant::now();
+    let warmed = runtime
+        .warm(template, HookEvent::OnMessage, &input, WARMED_INSTANCES)
+        .expect("instances warm");
+    let instance = began.elapsed() / u32::try_from(warmed.max(1)).unwrap_or(1);
+    let idle_rss_bytes = (resident_bytes() - rss_before) / warmed.max(1) as f64;
+    drop(runtime);
+    let _ = std::fs::remove_dir_all(&cache);
+    Form {
+        form: BinaryForm::of(&module.bytes).map_or("?", |form| match form {
+            BinaryForm::Core => "core",
+            BinaryForm::Component => "component",
+        }),
+        wasm_bytes: module.bytes.len(),
+        compile,
+        compiled_bytes,
+        load,
+        instance,
+        idle_rss_bytes,
+    }
+}
+
+/// This process's resident memory in bytes, from `/proc`.
+fn resident_bytes() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|pages| pages.parse().ok())
+        .expect("resident pages");
+    pages * 4096.0
 }

@@ -112,7 +112,7 @@ fn render_hook_latency(out: &mut String, hooks: &crate::runtime::latency::HookLa
             "{name}_bucket{{{labels},le=\"+Inf\"}} {}",
             series.count
         );
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", series.sum_us as f64 / 1e6);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", series.sum_ns as f64 / 1e9);
         let _ = writeln!(out, "{name}_count{{{labels}}} {}", series.count);
     }
 }

@@ -152,13 +152,30 @@ impl CallBudget {
         if now >= self.wall_limit {
             return Verdict::Spent;
         }
-        let spent_at_least = cpu_now
-            .saturating_sub(self.mark.cpu)
-            .saturating_sub(self.started.saturating_duration_since(self.mark.at));
-        match self.budget.checked_sub(spent_at_least) {
+        match self.budget.checked_sub(self.spent_at_least(cpu_now)) {
             Some(left) if !left.is_zero() => Verdict::NotBefore((now + left).min(self.wall_limit)),
             _ => Verdict::Spent,
         }
+    }
+}
+
+impl CallBudget {
+    /// The least CPU time the call can have spent, given the thread's CPU clock now.
+    fn spent_at_least(&self, cpu_now: Duration) -> Duration {
+        cpu_now
+            .saturating_sub(self.mark.cpu)
+            .saturating_sub(self.started.saturating_duration_since(self.mark.at))
+    }
+
+    /// Whether the call, stopped at its limit, had less than half its budget in CPU time:
+    /// the OS kept its thread from a core (a busy machine), the hook did not run long. Asked
+    /// on the thread that ran the call, right after it was stopped.
+    pub fn starved(&self) -> bool {
+        self.starved_at(thread_cpu_time())
+    }
+
+    fn starved_at(&self, cpu_now: Duration) -> bool {
+        self.spent_at_least(cpu_now) < self.budget / 2
     }
 }
 
@@ -279,6 +296,18 @@ mod tests {
             Verdict::NotBefore(now + 5 * MS)
         );
         assert_eq!(budget.check_cpu(started + 16 * MS, 66 * MS), Verdict::Spent);
+    }
+
+    #[test]
+    fn a_call_stopped_with_less_than_half_its_budget_of_cpu_time_was_starved() {
+        let (budget, _) = budget_of_10ms(Duration::ZERO, 50 * MS);
+        assert!(budget.starved_at(54 * MS));
+        assert!(!budget.starved_at(55 * MS));
+        assert!(!budget.starved_at(60 * MS));
+        // From a mark 1 ms older than the call, that ms may have been the thread's.
+        let (budget, _) = budget_of_10ms(MS, 50 * MS);
+        assert!(budget.starved_at(55 * MS));
+        assert!(!budget.starved_at(56 * MS));
     }
 
     #[test]

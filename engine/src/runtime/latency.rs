@@ -22,7 +22,9 @@ struct Series {
     /// (made cumulative by [`HookLatency::snapshot`]); `count` is the `+Inf` bucket.
     buckets: [AtomicU64; BUCKETS_US.len()],
     count: AtomicU64,
-    sum_us: AtomicU64,
+    /// Nanoseconds: calls take microseconds, and a sum of whole microseconds per call would
+    /// drop up to one per call (a third of a 2 µs call).
+    sum_ns: AtomicU64,
 }
 
 /// Hook call durations by event and by whether the call succeeded.
@@ -43,8 +45,8 @@ pub struct LatencySnapshot {
     pub buckets: Vec<u64>,
     /// Calls observed.
     pub count: u64,
-    /// Total duration, microseconds.
-    pub sum_us: u64,
+    /// Total duration, nanoseconds.
+    pub sum_ns: u64,
 }
 
 impl HookLatency {
@@ -59,7 +61,8 @@ impl HookLatency {
             series.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         }
         series.count.fetch_add(1, Ordering::Relaxed);
-        series.sum_us.fetch_add(us, Ordering::Relaxed);
+        let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        series.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// Every series that has seen a call.
@@ -83,7 +86,7 @@ impl HookLatency {
                         })
                         .collect(),
                     count,
-                    sum_us: series.sum_us.load(Ordering::Relaxed),
+                    sum_ns: series.sum_ns.load(Ordering::Relaxed),
                 });
             }
         }
@@ -109,7 +112,7 @@ mod tests {
             ("on_message", "ok", 2)
         );
         assert_eq!(message.buckets, [0, 1, 1, 1, 1, 1, 2, 2, 2, 2]);
-        assert_eq!(message.sum_us, 307);
+        assert_eq!(message.sum_ns, 307_000);
         let timeout = &snapshot[1];
         assert_eq!((timeout.event, timeout.result), ("on_timeout", "failed"));
         assert_eq!(timeout.buckets, [0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);

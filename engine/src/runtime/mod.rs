@@ -78,7 +78,8 @@ pub const DEFAULT_MAX_TIMEOUT: Duration =
 /// message ~45 µs on the development VM (two thread wake-ups), ten times a usual hook call:
 /// so a call runs where its message is handled, and only a module that once ran past this
 /// slice a few times (a runaway, a slow policy) pays the crossing. An async worker is held
-/// at most this long, a few times per module (`module::INLINE_OVERRUNS`), and never
+/// at most this long, a few times per module (`module::INLINE_OVERRUNS`, and a few times in
+/// a row when the OS keeps its thread from a core: `module::STARVED_OVERRUNS`), and never
 /// instantiates: a call finding no idle instance runs on the pool, which makes one
 /// (`crate::hook_pool`).
 pub const INLINE_SLICE: Duration = Duration::from_millis(5);
@@ -512,6 +513,38 @@ impl HookRuntime {
         self.call_at(CallSite::Owned, template, event, input)
     }
 
+    /// Makes idle instances of `template`'s hook until it has `instances` (no more than the
+    /// runtime keeps idle per module), each having answered `event` on `input` once, with
+    /// the hook's whole budget: an instance's first call is the slow one for an interpreter
+    /// (its heap touched for the first time), and here it is made before traffic needs it.
+    /// Answers how many idle instances the hook has then. `cargo bench --bench hooks` weighs
+    /// an idle instance's resident memory with it.
+    pub fn warm(
+        &self,
+        template: &CompiledTemplate,
+        event: HookEvent,
+        input: &HookInput<'_>,
+        instances: usize,
+    ) -> Result<usize, HookFailure> {
+        let Some(spec) = &template.hooks else {
+            return Ok(0);
+        };
+        let budget_ms = self.budget_ms(spec);
+        let _ticking = self.ticker.ticking(Duration::from_millis(budget_ms));
+        let module = self.module(template)?;
+        module.check_event(event)?;
+        module.warm(
+            &self.engine,
+            self.ticker.handle(),
+            event,
+            input,
+            spec.limits.memory_bytes,
+            budget_ms,
+            self.config.idle_instances_per_module,
+            instances,
+        )
+    }
+
     /// Whether `template`'s hook calls may be tried on an async worker: its module is loaded
     /// (loading compiles, which takes long) and has never run past [`INLINE_SLICE`] there.
     pub fn runs_inline(&self, template: &CompiledTemplate) -> bool {
@@ -606,7 +639,7 @@ impl HookRuntime {
         if site == CallSite::Inline && pooled.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(HookFailure::NeedsPool);
         }
-        let result = module.call(
+        module.call(
             &self.engine,
             self.ticker.handle(),
             event,
@@ -618,17 +651,7 @@ impl HookRuntime {
             self.config.idle_instances_per_module,
             started,
             site,
-        );
-        match result {
-            // Stopped inline, by the slice or by a wall limit with no margin (its thread was
-            // kept from a core): the pool gives it its whole budget and the margin, and only
-            // there is a timeout the hook's failure.
-            Err(HookFailure::Timeout { .. }) if site == CallSite::Inline => {
-                module.overran_inline();
-                Err(HookFailure::NeedsPool)
-            }
-            other => other,
-        }
+        )
     }
 
     /// The loaded module of a template, loading it on first use.

@@ -28,6 +28,15 @@ pub(super) const VERSION_CALL_BUDGET: Duration = Duration::from_millis(100);
 /// for a few milliseconds now and then, which says little of the calls after it. A hook that
 /// loops holds an async worker for this many slices at most.
 pub(super) const INLINE_OVERRUNS: u32 = 3;
+/// Calls in a row, tried on an async worker, that may be stopped at the inline slice while
+/// their thread was kept from a core ([`CallBudget::starved`]) before the module's calls
+/// move to the hook pool for good; they do not count towards [`INLINE_OVERRUNS`], and a call
+/// that answers inline starts the count again. The slice is wall time: on a loaded machine
+/// the OS takes a server's thread away for longer than the slice now and then, mid-call.
+/// With each such call counted, the credit policy ran on the pool after a few seconds of
+/// `http-bench --pin --hook` on a busy day, and a message cost 12-28 µs more of server CPU
+/// (the crossings to a pool thread and back) than inline.
+pub(super) const STARVED_OVERRUNS: u32 = 3;
 /// An instance keeps the buffer its events are encoded in between calls, unless an event
 /// made it grow past this.
 const KEEP_INPUT_CAPACITY: usize = 64 * 1024;
@@ -93,6 +102,8 @@ pub struct LoadedModule {
     pub(super) pooled: AtomicBool,
     /// Calls tried on an async worker that ran past the slice.
     inline_overruns: AtomicU32,
+    /// Calls in a row stopped at the slice while their thread was starved.
+    starved_overruns: AtomicU32,
     form: Form,
     /// Which of `start`, `message`, `timeout` it exports.
     events: [bool; 3],
@@ -168,6 +179,7 @@ impl LoadedModule {
         let loaded = LoadedModule {
             pooled: AtomicBool::new(false),
             inline_overruns: AtomicU32::new(0),
+            starved_overruns: AtomicU32::new(0),
             form,
             events,
             idle: Mutex::new(Vec::new()),
@@ -184,10 +196,23 @@ impl LoadedModule {
     }
 
     /// A call tried on an async worker ran past the slice: after [`INLINE_OVERRUNS`] of
-    /// them, the module's calls move to the hook pool for good.
-    pub(super) fn overran_inline(&self) {
-        if self.inline_overruns.fetch_add(1, Ordering::Relaxed) + 1 >= INLINE_OVERRUNS {
+    /// them, or [`STARVED_OVERRUNS`] in a row whose thread was `starved`, the module's calls
+    /// move to the hook pool for good.
+    pub(super) fn overran_inline(&self, starved: bool) {
+        let (count, most) = match starved {
+            true => (&self.starved_overruns, STARVED_OVERRUNS),
+            false => (&self.inline_overruns, INLINE_OVERRUNS),
+        };
+        if count.fetch_add(1, Ordering::Relaxed) + 1 >= most {
             self.pooled.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A call tried on an async worker answered: starved overruns start counting afresh.
+    fn answered_inline(&self) {
+        // A load first: in the steady state a call writes nothing here.
+        if self.starved_overruns.load(Ordering::Relaxed) != 0 {
+            self.starved_overruns.store(0, Ordering::Relaxed);
         }
     }
 
@@ -221,9 +246,12 @@ impl LoadedModule {
     /// an async worker ([`HookFailure::NeedsPool`] then): instantiating takes milliseconds
     /// for a component, and a fresh instance's first call touches its memory for the first
     /// time (a Python interpreter's first call took 15-40 ms in a debug build), so neither
-    /// happens where HTTP is served. The instance goes back to the idle stack only when the
-    /// call succeeded. `started` is when the caller began the call; a reused instance's
-    /// budget counts from it.
+    /// happens where HTTP is served. A call on an async worker stopped at its budget (the
+    /// slice, or its wall limit, which has no margin there) is [`HookFailure::NeedsPool`]
+    /// too: the pool gives it its whole budget and the margin, and only there is a timeout
+    /// the hook's failure ([`LoadedModule::overran_inline`] counts it). The instance goes
+    /// back to the idle stack only when the call succeeded. `started` is when the caller
+    /// began the call; a reused instance's budget counts from it.
     #[allow(
         clippy::too_many_arguments,
         reason = "the runtime's parts a call uses, each once"
@@ -255,7 +283,7 @@ impl LoadedModule {
             // The call's budget starts after the instantiation (which has its own).
             _ => (self.instantiate(engine, ticker, cap)?, Instant::now()),
         };
-        self.call_on(
+        let (called, starved) = self.call_on(
             instance,
             event,
             input,
@@ -264,10 +292,67 @@ impl LoadedModule {
             budget_ms,
             conversation,
             max_idle,
-        )
+        );
+        if site == CallSite::Owned {
+            return called;
+        }
+        match called {
+            Err(HookFailure::Timeout { .. }) => {
+                self.overran_inline(starved);
+                Err(HookFailure::NeedsPool)
+            }
+            called => {
+                if called.is_ok() {
+                    self.answered_inline();
+                }
+                called
+            }
+        }
     }
 
-    /// [`LoadedModule::call`] on `instance`, with `budget`.
+    /// Adds instances to the idle stack until it holds `count` (at most `max_idle`), each
+    /// made now and having answered `event` on `input` once; answers how many it holds.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the runtime's parts a call uses, each once"
+    )]
+    pub fn warm(
+        &self,
+        engine: &Engine,
+        ticker: &TickerHandle,
+        event: HookEvent,
+        input: &HookInput<'_>,
+        cap: u64,
+        budget_ms: u64,
+        max_idle: usize,
+        count: usize,
+    ) -> Result<usize, HookFailure> {
+        let idle = || self.idle.lock().map_or(0, |idle| idle.len());
+        while idle() < count.min(max_idle) {
+            let instance = self.instantiate(engine, ticker, cap)?;
+            let budget = CallBudget::start_with_margin(
+                Duration::from_millis(budget_ms),
+                Instant::now(),
+                super::WALL_MARGIN,
+            );
+            let conversation = &input.conversation.id;
+            let (called, _) = self.call_on(
+                instance,
+                event,
+                input,
+                cap,
+                budget,
+                budget_ms,
+                conversation,
+                max_idle,
+            );
+            called?;
+        }
+        Ok(idle())
+    }
+
+    /// [`LoadedModule::call`] on `instance`, with `budget`; and whether the call, stopped
+    /// at its budget, was starved ([`CallBudget::starved`]).
     #[allow(
         clippy::too_many_arguments,
         reason = "the runtime's parts a call uses, each once"
@@ -282,7 +367,7 @@ impl LoadedModule {
         budget_ms: u64,
         conversation: &str,
         max_idle: usize,
-    ) -> Result<HookOutput, HookFailure> {
+    ) -> (Result<HookOutput, HookFailure>, bool) {
         let state = instance.store.data_mut();
         state.memory_cap = cap;
         state.memory_refused = None;
@@ -296,14 +381,23 @@ impl LoadedModule {
         if instance.input.capacity() > KEEP_INPUT_CAPACITY {
             instance.input = Vec::new();
         }
-        super::input::encode(input, &mut instance.input)
-            .map_err(|error| HookFailure::BadOutput(format!("cannot encode the input: {error}")))?;
+        if let Err(error) = super::input::encode(input, &mut instance.input) {
+            let failure = HookFailure::BadOutput(format!("cannot encode the input: {error}"));
+            return (Err(failure), false);
+        }
         instance.store.data_mut().budget = budget;
         instance.store.set_epoch_deadline(1);
-        let output = instance.invoke(event).map_err(|error| match error {
-            Invoke::Wasm(error) => failure(&instance.store, error, budget_ms),
-            Invoke::Failure(failure) => failure,
-        })?;
+        let output = match instance.invoke(event) {
+            Ok(output) => output,
+            Err(Invoke::Wasm(error)) => {
+                let failure = failure(&instance.store, error, budget_ms);
+                // Asked now, on the thread that ran the call, before anything else runs.
+                let starved = matches!(failure, HookFailure::Timeout { .. })
+                    && instance.store.data().budget.starved();
+                return (Err(failure), starved);
+            }
+            Err(Invoke::Failure(failure)) => return (Err(failure), false),
+        };
         let mut idle = self
             .idle
             .lock()
@@ -312,7 +406,7 @@ impl LoadedModule {
             idle.push(instance);
         }
         drop(idle);
-        output
+        (output, false)
     }
 
     fn instantiate(

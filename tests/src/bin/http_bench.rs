@@ -21,9 +21,21 @@
 //! every conversation of the run stays in memory and the server's heap grows by about 1 KB
 //! per request; on a fresh process the kernel zeroes each new page on first touch.
 //!
-//! With `--hook`, a third server runs the same conversations with the Rust credit-assessment
-//! policy (`templates/examples/build.sh` builds it) as `fipa-request`'s `on_message` hook,
-//! so every message calls it: the cost of a Rust hook as the HTTP service sees it.
+//! With `--hook`, another server runs the same conversations with the credit-assessment
+//! policy as `fipa-request`'s `on_message` hook, so every message calls it: the cost of a
+//! hook as the HTTP service sees it. `--hook rust,python,js` runs one server per build of
+//! the policy (the Rust core module, `templates/examples/build.sh`; the Python component,
+//! `guest-sdk/python/build-examples.sh`; the TypeScript one on QuickJS,
+//! `guest-sdk/js/build-examples.sh`), each with its example template's memory cap; an item
+//! `NAME=PATH` runs the hook file at PATH under that name. Each hooked server is reported
+//! against the colloquy without a hook of the same run: its rate as a share of that one's,
+//! and the server CPU it adds per request, twice: at full speed, and with both servers paced
+//! at one common rate (half the slowest hooked server's full speed), where neither is
+//! saturated. At full speed the slower server also loses batching (fewer requests per
+//! wake-up, more wake-ups of the clients), which its CPU per request counts; at a common
+//! rate both batch alike, so the difference is the hook's. Beside these, the load generator
+//! times each hook's call in process (`HookRuntime::call` on events like the served ones),
+//! so the served cost is given as a multiple of the in-process cost of the same run.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::SocketAddr;
@@ -35,6 +47,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
+use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
+use colloquy_policy::{CompiledTemplate, TemplateCompiler};
+use colloquy_protocol::hook::HookInput;
+use colloquy_protocol::template::HookEvent;
 use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use hyper::client::conn::http1::SendRequest;
@@ -55,8 +71,8 @@ struct Options {
     echo: PathBuf,
     pin: bool,
     measure: Duration,
-    /// Also measure colloquy with the Rust credit hook on every message.
-    hook: bool,
+    /// Also measure colloquy with each of these hooks on every message (one server each).
+    hooks: Vec<HookChoice>,
     /// `colloquy serve --retention`, in whole seconds; `None`: the server's default.
     retention_s: Option<u64>,
 }
@@ -72,6 +88,85 @@ impl Options {
     }
 }
 
+/// A build of the credit policy `--hook` measures.
+struct HookChoice {
+    /// Its name in the report (`rust`, `python`, `js`, or the caller's).
+    name: String,
+    /// The hook file.
+    module: PathBuf,
+    /// `limits` (memory cap, timeout), as the policy's example template sets them (`None`:
+    /// the defaults).
+    limits: Option<(u64, u64)>,
+}
+
+/// The builds `--hook` knows by name: the hook file and the example template beside it
+/// (under `templates/examples/credit-assessment/`), and what builds it.
+const KNOWN_HOOKS: [(&str, &str, &str, &str); 3] = [
+    (
+        "rust",
+        "credit_assessment.wasm",
+        "credit-assessment.yaml",
+        "templates/examples/build.sh",
+    ),
+    (
+        "python",
+        "credit_assessment_py.wasm",
+        "credit-assessment-py.yaml",
+        "guest-sdk/python/build-examples.sh",
+    ),
+    (
+        "js",
+        "credit_assessment_js.wasm",
+        "credit-assessment-js.yaml",
+        "guest-sdk/js/build-examples.sh",
+    ),
+];
+
+/// `--hook`'s list: `rust`, `python`, `js`, or `NAME=PATH`, comma-separated.
+fn hook_choices(list: &str) -> anyhow::Result<Vec<HookChoice>> {
+    let examples =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/examples/credit-assessment");
+    let mut choices = Vec::new();
+    for item in list.split(',').filter(|item| !item.is_empty()) {
+        let (name, path) = match item.split_once('=') {
+            Some((name, path)) => (name, Some(PathBuf::from(path))),
+            None => (item, None),
+        };
+        let known = KNOWN_HOOKS.iter().find(|(known, ..)| *known == name);
+        let module = match (path, known) {
+            (Some(path), _) => path,
+            (None, Some((_, file, _, builder))) => {
+                let module = examples.join(file);
+                if !module.is_file() {
+                    bail!(
+                        "{} is missing: build it with {builder}, or name a file: --hook {name}=PATH",
+                        module.display()
+                    );
+                }
+                module
+            }
+            (None, None) => {
+                bail!("--hook: unknown hook `{name}`; known: rust, python, js (or NAME=PATH)")
+            }
+        };
+        // The example template's limits, read from its text (its own hook file need not
+        // exist).
+        let limits = known.and_then(|(_, _, template, _)| {
+            let text = std::fs::read_to_string(examples.join(template)).ok()?;
+            let compiled = TemplateCompiler::new().compile_str(&text, None).ok()?;
+            compiled
+                .hooks
+                .map(|spec| (spec.limits.memory_bytes, spec.limits.timeout_ms))
+        });
+        choices.push(HookChoice {
+            name: name.to_owned(),
+            module,
+            limits,
+        });
+    }
+    Ok(choices)
+}
+
 /// What `--help` prints.
 const USAGE: &str = "\
 http-bench: request conversations against `colloquy serve`, next to an axum JSON echo server
@@ -82,8 +177,10 @@ Usage: http-bench [OPTIONS]
 
 Options:
   --pin                servers on CPU 0, the load on the other CPUs (needs two CPUs)
-  --hook               also measure colloquy with the Rust credit hook on every message
-                       (templates/examples/build.sh builds it)
+  --hook [LIST]        also measure colloquy with the credit policy as a hook on every
+                       message, one server per item of LIST (default: rust): rust, python,
+                       js (the builds beside templates/examples/credit-assessment/*.yaml),
+                       or NAME=PATH for any hook file; comma-separated
   --retention SECONDS  run colloquy with --retention SECONDSs and warm up past it
   --seconds N          measure for N seconds (default 8)
   --colloquy PATH      the colloquy binary (default: beside this one)
@@ -102,14 +199,20 @@ fn options() -> anyhow::Result<Option<Options>> {
         echo: dir.join("bench-echo"),
         pin: false,
         measure: MEASURE,
-        hook: false,
+        hooks: Vec::new(),
         retention_s: None,
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--pin" => options.pin = true,
-            "--hook" => options.hook = true,
+            "--hook" => {
+                let list = match args.next_if(|next| !next.starts_with('-')) {
+                    Some(list) => list,
+                    None => "rust".to_owned(),
+                };
+                options.hooks.extend(hook_choices(&list)?);
+            }
             "--colloquy" => options.colloquy = args.next().context("--colloquy PATH")?.into(),
             "--echo" => options.echo = args.next().context("--echo PATH")?.into(),
             "--retention" => {
@@ -366,6 +469,30 @@ struct Measured {
     system_us_per_request: f64,
     /// Growth of the server's resident memory over the full-speed phase, per request.
     rss_bytes_per_request: f64,
+    /// The mean duration of the server's hook calls in the full-speed phase (its `/metrics`:
+    /// `colloquy_hook_duration_seconds`, `on_message`), when it made any.
+    served_call_us: Option<f64>,
+}
+
+/// The server's `on_message` hook calls so far and their total duration in seconds, from
+/// its `/metrics`.
+async fn hook_calls(addr: SocketAddr) -> anyhow::Result<(f64, f64)> {
+    let mut sender = connect(addr).await?;
+    let request = Request::get("/metrics")
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::new()))?;
+    let response = sender.send_request(request).await?;
+    let text = String::from_utf8(response.into_body().collect().await?.to_bytes().to_vec())?;
+    let series = "{event=\"on_message\",result=\"ok\"} ";
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(series))
+            .map_or(Ok(0.0), str::parse::<f64>)
+    };
+    Ok((
+        value("colloquy_hook_duration_seconds_count")?,
+        value("colloquy_hook_duration_seconds_sum")?,
+    ))
 }
 
 /// Resident memory of the process `pid` in bytes, from `/proc`.
@@ -408,6 +535,8 @@ struct Target<'a> {
     full_speed: Sample,
     cpu: (f64, f64),
     rss_growth: f64,
+    /// Hook calls and their total seconds.
+    hook_calls: (f64, f64),
 }
 
 /// Warms every server up, measures them at full speed in interleaved slices (`SLICES` per
@@ -425,15 +554,26 @@ async fn measure(
             full_speed: Sample::default(),
             cpu: (0.0, 0.0),
             rss_growth: 0.0,
+            hook_calls: (0.0, 0.0),
         });
     }
     let slice = options.measure / SLICES;
     for _ in 0..SLICES {
         for target in &mut targets {
             let pid = target.server.child.id();
+            let conversations = target.workload == Workload::Conversations;
+            let calls_before = match conversations {
+                true => hook_calls(target.server.addr).await?,
+                false => (0.0, 0.0),
+            };
             let (cpu_before, rss_before) = (cpu_seconds(pid)?, resident_bytes(pid)?);
             let sample = run(target.server.addr, target.workload, slice, None).await?;
             let cpu_after = cpu_seconds(pid)?;
+            if conversations {
+                let calls_after = hook_calls(target.server.addr).await?;
+                target.hook_calls.0 += calls_after.0 - calls_before.0;
+                target.hook_calls.1 += calls_after.1 - calls_before.1;
+            }
             target.cpu.0 += cpu_after.0 - cpu_before.0;
             target.cpu.1 += cpu_after.1 - cpu_before.1;
             target.rss_growth += resident_bytes(pid)? - rss_before;
@@ -459,9 +599,109 @@ async fn measure(
             cpu_us_per_request: (user + system) * 1e6 / requests,
             system_us_per_request: system * 1e6 / requests,
             rss_bytes_per_request: target.rss_growth / requests,
+            served_call_us: (target.hook_calls.0 > 0.0)
+                .then(|| target.hook_calls.1 * 1e6 / target.hook_calls.0),
         });
     }
     Ok(measured)
+}
+
+/// Server CPU per request (user + system µs) of each of `servers` paced at `rate` requests/s
+/// (open loop), in `SLICES` interleaved slices of `options.measure` in total each.
+async fn cpu_at_rate(
+    servers: &[&Server],
+    rate: f64,
+    options: &Options,
+) -> anyhow::Result<Vec<f64>> {
+    let mut cpu = vec![0.0; servers.len()];
+    let mut requests = vec![0usize; servers.len()];
+    let slice = options.measure / SLICES;
+    for _ in 0..SLICES {
+        for (index, server) in servers.iter().enumerate() {
+            let pid = server.child.id();
+            let before = cpu_seconds(pid)?;
+            let sample = run(server.addr, Workload::Conversations, slice, Some(rate)).await?;
+            let after = cpu_seconds(pid)?;
+            cpu[index] += (after.0 - before.0) + (after.1 - before.1);
+            requests[index] += sample.latencies_us.len();
+        }
+    }
+    Ok(cpu
+        .iter()
+        .zip(&requests)
+        .map(|(cpu, requests)| cpu * 1e6 / (*requests as f64).max(1.0))
+        .collect())
+}
+
+/// Rounds of in-process calls per hook; the fastest counts.
+const IN_PROCESS_ROUNDS: usize = 5;
+/// How long each round of in-process calls runs, about.
+const IN_PROCESS_ROUND: Duration = Duration::from_millis(300);
+
+/// µs per call of `template`'s hook called in this process (`HookRuntime::call`, reusing an
+/// instance, as a server does) on the `on_message` events of a request conversation's three
+/// messages in turn, as the template's `reads: [threads]` cuts them.
+fn in_process_us(runtime: &HookRuntime, template: &CompiledTemplate) -> anyhow::Result<f64> {
+    let event = |performative: &str, state: &str, sender: &str, receiver: &str, content| {
+        serde_json::json!({
+            "abi_version": 1, "hook": "on_message", "now": 1767225600000u64,
+            "conversation": {
+                "id": "0197a5e2-3c4d-7e8f-9a0b-1c2d3e4f5a6b", "status": "active",
+                "threads": [{"participant": "bob", "state": state}], "retry_attempts": 0
+            },
+            "message": {
+                "id": "0197a5e2-3c4d-7e8f-9a0b-1c2d3e4f5a6c", "performative": performative,
+                "sender": sender, "receivers": [receiver], "content": content
+            },
+            "config": template.hooks.as_ref().map(|spec| spec.config.clone())
+        })
+    };
+    let events: Vec<HookInput<'static>> = [
+        event(
+            "request",
+            "start",
+            "alice",
+            "bob",
+            serde_json::json!({"action": "book-room", "room": "Lovelace"}),
+        ),
+        event("agree", "requested", "bob", "alice", serde_json::json!({})),
+        event(
+            "inform",
+            "agreed",
+            "bob",
+            "alice",
+            serde_json::json!({"done": true, "booking": "LV-0412"}),
+        ),
+    ]
+    .into_iter()
+    .map(serde_json::from_value)
+    .collect::<Result<_, _>>()?;
+    let calls = |count: usize| -> anyhow::Result<Duration> {
+        let began = Instant::now();
+        for input in events.iter().cycle().take(count) {
+            let output = runtime.call(template, HookEvent::OnMessage, input)?;
+            std::hint::black_box(output);
+        }
+        Ok(began.elapsed())
+    };
+    // Warm-up, which also sizes the rounds.
+    let warm = calls(300)?.as_secs_f64() / 300.0;
+    let per_round = ((IN_PROCESS_ROUND.as_secs_f64() / warm) as usize).max(300);
+    let mut best = f64::MAX;
+    for _ in 0..IN_PROCESS_ROUNDS {
+        best = best.min(calls(per_round)?.as_secs_f64() * 1e6 / per_round as f64);
+    }
+    Ok(best)
+}
+
+/// What the run measured of one hooked server.
+struct Hooked {
+    name: String,
+    measured: Measured,
+    /// Server CPU per request at the common paced rate.
+    cpu_at_common_us: f64,
+    /// µs per call in process.
+    in_process_us: f64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -495,6 +735,21 @@ fn main() -> anyhow::Result<()> {
     // hooked templates, the hook runtime's compile cache), removed at the end.
     let scratch = std::env::temp_dir().join(format!("colloquy-http-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
+    let result = bench(&options, &runtime, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (echo, colloquy, hooked, common_rate) = result?;
+    report(&options, &echo, &colloquy, &hooked, common_rate)
+}
+
+/// Everything the run measured: echo, colloquy, each hooked server, and the common rate the
+/// colloquy servers were paced at (`None` without hooks).
+type Results = (Measured, Measured, Vec<Hooked>, Option<(f64, f64)>);
+
+fn bench(
+    options: &Options,
+    runtime: &tokio::runtime::Runtime,
+    scratch: &Path,
+) -> anyhow::Result<Results> {
     let agents = scratch.join("agents.yaml");
     let data = scratch.join("data");
     std::fs::write(
@@ -502,11 +757,33 @@ fn main() -> anyhow::Result<()> {
         "agents:\n  - {id: alice, token: alice-token}\n  - {id: bob, token: bob-token}\n",
     )?;
     let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
-    let hooked_templates = if options.hook {
-        Some(hooked_templates(&templates, &scratch.join("hooked"))?)
-    } else {
-        None
-    };
+    // The hooks timed in process first, while no server runs; they compile into the cache
+    // the servers then read (`colloquy serve` keeps it in `<data-dir>/hook-cache`).
+    let hook_runtime = HookRuntime::new(HookRuntimeConfig {
+        cache_dir: Some(data.join("hook-cache")),
+        ..HookRuntimeConfig::default()
+    })?;
+    let mut hooked_dirs = Vec::new();
+    let mut in_process = Vec::new();
+    for choice in &options.hooks {
+        let dir = hooked_templates(
+            &templates,
+            &scratch.join("hooked").join(&choice.name),
+            choice,
+        )?;
+        let template = TemplateCompiler::new()
+            .compile_file(&dir.join("fipa-request.yaml"))
+            .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))?;
+        hook_runtime
+            .prepare(&template)
+            .with_context(|| format!("the {} hook", choice.name))?;
+        in_process.push(
+            in_process_us(&hook_runtime, &template)
+                .with_context(|| format!("calling the {} hook", choice.name))?,
+        );
+        hooked_dirs.push(dir);
+    }
+    drop(hook_runtime);
     let retention = options.retention_s.map(|seconds| format!("{seconds}s"));
     let serve = |templates: &Path| {
         let templates = templates.to_string_lossy();
@@ -529,28 +806,68 @@ fn main() -> anyhow::Result<()> {
         }
         spawn(&options.colloquy, &args, options.pin)
     };
-    let result = runtime.block_on(async {
+    runtime.block_on(async {
         let echo = spawn(&options.echo, &[], options.pin)?;
         let colloquy = serve(&templates)?;
-        let hooked = match &hooked_templates {
-            Some(dir) => Some(serve(dir)?),
-            None => None,
-        };
+        let hooked = hooked_dirs
+            .iter()
+            .map(|dir| serve(dir))
+            .collect::<anyhow::Result<Vec<Server>>>()?;
         let mut servers = vec![
             (&echo, Workload::Echo),
             (&colloquy, Workload::Conversations),
         ];
-        if let Some(hooked) = &hooked {
-            servers.push((hooked, Workload::Conversations));
-        }
-        let mut figures = measure(&servers, &options).await?.into_iter();
-        let (Some(echo), Some(colloquy)) = (figures.next(), figures.next()) else {
+        servers.extend(
+            hooked
+                .iter()
+                .map(|server| (server, Workload::Conversations)),
+        );
+        let mut figures = measure(&servers, options).await?.into_iter();
+        let (Some(echo_figures), Some(colloquy_figures)) = (figures.next(), figures.next()) else {
             bail!("a server was not measured");
         };
-        anyhow::Ok((echo, colloquy, figures.next()))
-    });
-    let _ = std::fs::remove_dir_all(&scratch);
-    let (echo, colloquy, hooked) = result?;
+        let hooked_figures: Vec<Measured> = figures.collect();
+        // Half the slowest hooked server's full speed: no colloquy server is saturated.
+        let common = hooked_figures
+            .iter()
+            .map(|m| m.max.requests_per_s)
+            .reduce(f64::min)
+            .map(|slowest| slowest / 2.0);
+        let (common_rate, cpu_at_common) = match common {
+            Some(rate) => {
+                let paced: Vec<&Server> = std::iter::once(&colloquy).chain(&hooked).collect();
+                let cpu = cpu_at_rate(&paced, rate, options).await?;
+                (Some((rate, cpu[0])), cpu[1..].to_vec())
+            }
+            None => (None, Vec::new()),
+        };
+        let hooked = options
+            .hooks
+            .iter()
+            .zip(hooked_figures)
+            .zip(cpu_at_common)
+            .zip(in_process)
+            .map(
+                |(((choice, measured), cpu_at_common_us), in_process_us)| Hooked {
+                    name: choice.name.clone(),
+                    measured,
+                    cpu_at_common_us,
+                    in_process_us,
+                },
+            )
+            .collect();
+        anyhow::Ok((echo_figures, colloquy_figures, hooked, common_rate))
+    })
+}
+
+fn report(
+    options: &Options,
+    echo: &Measured,
+    colloquy: &Measured,
+    hooked: &[Hooked],
+    common_rate: Option<(f64, f64)>,
+) -> anyhow::Result<()> {
+    let retention = options.retention_s.map(|seconds| format!("{seconds}s"));
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -570,8 +887,8 @@ fn main() -> anyhow::Result<()> {
         "", "requests/s", "p50 ms", "p99 ms", "p50 ms", "p99 ms"
     )?;
     for (name, m) in [
-        ("echo (serde_json Value in/out)", &echo),
-        ("colloquy request conversations", &colloquy),
+        ("echo (serde_json Value in/out)", echo),
+        ("colloquy request conversations", colloquy),
     ] {
         writeln!(
             out,
@@ -610,42 +927,79 @@ fn main() -> anyhow::Result<()> {
         "server memory growth per request (full speed): echo {:.0} B, colloquy {:.0} B",
         echo.rss_bytes_per_request, colloquy.rss_bytes_per_request
     )?;
-    if let Some(hooked) = hooked {
+    let Some((rate, colloquy_at_rate)) = common_rate else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "with the credit policy as a hook on every message, against colloquy without a hook \
+         (server CPU added per request: at full speed, and with both paced at {rate:.0} \
+         requests/s, where colloquy alone takes {colloquy_at_rate:.1} µs; in process: one \
+         call in this process):"
+    )?;
+    writeln!(
+        out,
+        "{:<8} {:>10} {:>6} {:>7} {:>7} | {:>8} {:>7} {:>6} {:>8} | {:>9} {:>10} {:>9}",
+        "hook",
+        "requests/s",
+        "rate",
+        "p50 ms",
+        "p99 ms",
+        "CPU +µs",
+        "system",
+        "B/req",
+        "call µs",
+        "paced +µs",
+        "in process",
+        "served/in"
+    )?;
+    for hook in hooked {
+        let m = &hook.measured;
+        let paced = hook.cpu_at_common_us - colloquy_at_rate;
         writeln!(
             out,
-            "with the Rust credit hook on every message: {:.0} requests/s, p50 {:.2} ms, \
-             p99 {:.2} ms; {:.0}% of colloquy's rate without it; server CPU +{:.1} µs per request \
-             (system +{:.1} µs)",
-            hooked.max.requests_per_s,
-            hooked.max.p50_ms,
-            hooked.max.p99_ms,
-            100.0 * hooked.max.requests_per_s / colloquy.max.requests_per_s,
-            hooked.cpu_us_per_request - colloquy.cpu_us_per_request,
-            hooked.system_us_per_request - colloquy.system_us_per_request
+            "{:<8} {:>10.0} {:>5.0}% {:>7.2} {:>7.2} | {:>+8.1} {:>+7.1} {:>6.0} {:>8.2} | {:>+9.1} {:>8.2}µs {:>8.1}x",
+            hook.name,
+            m.max.requests_per_s,
+            100.0 * m.max.requests_per_s / colloquy.max.requests_per_s,
+            m.max.p50_ms,
+            m.max.p99_ms,
+            m.cpu_us_per_request - colloquy.cpu_us_per_request,
+            m.system_us_per_request - colloquy.system_us_per_request,
+            m.rss_bytes_per_request,
+            m.served_call_us.unwrap_or(f64::NAN),
+            paced,
+            hook.in_process_us,
+            paced / hook.in_process_us
         )?;
     }
+    writeln!(
+        out,
+        "(call µs: the server's hook calls at full speed, from its /metrics; served/in: the \
+         paced CPU added per request over the in-process call)"
+    )?;
     Ok(())
 }
 
-/// A templates directory for `--hook`: the built-in `fipa-request` with the credit-assessment
-/// policy (`templates/examples/build.sh` builds it) as its `on_message` hook, configured as
-/// the example ships it.
-fn hooked_templates(templates: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
-    let module = templates.join("examples/credit-assessment/credit_assessment.wasm");
-    if !module.is_file() {
-        bail!(
-            "{} is missing: run templates/examples/build.sh first",
-            module.display()
-        );
+/// A templates directory for one hook of `--hook`: the built-in `fipa-request` with the
+/// hook file as its `on_message` hook, configured as the credit policy's example ships it
+/// (`reads: [threads]`, the limits of its example template).
+fn hooked_templates(templates: &Path, dir: &Path, choice: &HookChoice) -> anyhow::Result<PathBuf> {
+    if !choice.module.is_file() {
+        bail!("{} is missing", choice.module.display());
     }
     std::fs::create_dir_all(dir)?;
-    std::fs::copy(&module, dir.join("credit_assessment.wasm"))?;
+    std::fs::copy(&choice.module, dir.join("hook.wasm"))?;
     let yaml = std::fs::read_to_string(templates.join("fipa-request.yaml"))?;
+    let limits = match choice.limits {
+        Some((bytes, ms)) => format!("    limits: {{ memory_bytes: {bytes}, timeout_ms: {ms} }}\n"),
+        None => String::new(),
+    };
     std::fs::write(
         dir.join("fipa-request.yaml"),
         format!(
-            "{yaml}\n  hooks:\n    module: credit_assessment.wasm\n    events: [on_message]\n    \
-             reads: [threads]\n    config: {{ max_amount: 50000 }}\n"
+            "{yaml}\n  hooks:\n    module: hook.wasm\n    events: [on_message]\n    \
+             reads: [threads]\n    config: {{ max_amount: 50000 }}\n{limits}"
         ),
     )?;
     Ok(dir.to_owned())
