@@ -19,7 +19,7 @@
 //! [`WEBHOOK_BATCH`] entries. A worker that starts leading (also at start-up) goes on after
 //! the cursor, so a restart or a change of leader pushes again only the entries of the
 //! batch that was under way: at least once, never the whole inbox. An entry given up after
-//! [`WEBHOOK_ATTEMPTS`] counts as pushed; it stays in the inbox for the agent to read.
+//! [`ATTEMPTS`] counts as pushed; it stays in the inbox for the agent to read.
 //!
 //! [`ConversationStore::lead`]: crate::store::ConversationStore::lead
 //! [`ConversationStore::webhook_cursor`]: crate::store::ConversationStore::webhook_cursor
@@ -33,16 +33,12 @@ use colloquy_protocol::message::AgentId;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::api::streams::Labeller;
+use crate::a2a::{Endpoint, Lanes, Peer};
 use crate::engine::Engine;
+use crate::inbox_labels::Labeller;
 use crate::metrics::{Metrics, WebhookResult};
+use crate::retries::{ATTEMPTS, FIRST_BACKOFF, MAX_BACKOFF};
 
-/// Attempts per message before it is given up (it stays in the inbox).
-pub const WEBHOOK_ATTEMPTS: u32 = 8;
-/// Wait before the first retry; doubled after each failure.
-pub const WEBHOOK_FIRST_BACKOFF: Duration = Duration::from_millis(200);
-/// Longest wait between two attempts.
-pub const WEBHOOK_MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long one POST may take.
 pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Inbox entries a worker reads at a time, and pushes between two records of its cursor.
@@ -63,7 +59,7 @@ pub enum Channel {
     /// POSTed to this webhook URL, as is.
     Webhook(String),
     /// Sent to the remote A2A agent at this endpoint, whose answers become its replies.
-    A2a(crate::a2a::Endpoint),
+    A2a(Endpoint),
 }
 
 /// Starts one worker per agent in `channels` and the task that wakes them. Aborting the
@@ -155,7 +151,7 @@ async fn worker(
     // worker.
     let mut pusher = match channel {
         Channel::Webhook(url) => Pusher::Webhook(url),
-        Channel::A2a(endpoint) => Pusher::A2a(Box::new(crate::a2a::Lanes::new(crate::a2a::Peer {
+        Channel::A2a(endpoint) => Pusher::A2a(Box::new(Lanes::new(Peer {
             agent: agent.clone(),
             endpoint,
             engine: engine.clone(),
@@ -239,7 +235,7 @@ enum Pusher {
     /// One POST after another.
     Webhook(String),
     /// Several A2A calls at a time.
-    A2a(Box<crate::a2a::Lanes>),
+    A2a(Box<Lanes>),
 }
 
 /// Waits until one of an A2A agent's messages under way is done: how far its inbox is now
@@ -272,8 +268,8 @@ async fn push(
     url: &str,
     item: &InboxItem,
 ) {
-    let mut backoff = WEBHOOK_FIRST_BACKOFF;
-    for attempt in 1..=WEBHOOK_ATTEMPTS {
+    let mut backoff = FIRST_BACKOFF;
+    for attempt in 1..=ATTEMPTS {
         let result = client
             .post(url)
             .timeout(WEBHOOK_TIMEOUT)
@@ -287,11 +283,11 @@ async fn push(
                 metrics.webhook(WebhookResult::Delivered);
                 return;
             }
-            Err(error) if attempt < WEBHOOK_ATTEMPTS => {
+            Err(error) if attempt < ATTEMPTS => {
                 metrics.webhook(WebhookResult::Retried);
                 tracing::debug!(%agent, attempt, %error, conversation = %item.conversation_id, "webhook failed; retrying");
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(WEBHOOK_MAX_BACKOFF);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(error) => {
                 metrics.webhook(WebhookResult::Dropped);

@@ -26,7 +26,10 @@
 //! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
 //! - [`delivery`]: push delivery of inbox messages: webhooks, and A2A agents through
-//!   [`a2a`], the bridge to remote agents that speak A2A.
+//!   [`a2a`]'s outward bridge; both retry as [`retries`] says.
+//! - [`a2a`]: all of A2A: Colloquy agents served to A2A clients (inward), remote A2A
+//!   agents as parties (outward), their endpoints.
+//! - [`inbox_labels`]: inbox entries labelled with their template, for streams and pushes.
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
 //! - [`api`]: the HTTP service (axum) under `/v1`.
 
@@ -42,12 +45,14 @@ pub mod engine;
 pub mod error;
 pub mod hook_pool;
 pub mod inbox_expiry;
+pub mod inbox_labels;
 pub mod keyed;
 pub mod listing;
 pub mod log_safe;
 pub mod metrics;
 pub mod parties;
 pub mod policy;
+pub mod retries;
 pub mod rules;
 pub mod runtime;
 pub mod sight;

@@ -10,8 +10,8 @@
 //! - [`conversations`]: start, send, read and list conversations.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
 //!   long-poll inbox.
-//! - [`a2a`]: Colloquy agents as A2A agents: agent cards and the JSON-RPC endpoint A2A
-//!   clients call (`/a2a/{agent}`).
+//! - The A2A endpoints' handlers (`/a2a/{agent}`) live with the rest of A2A, in
+//!   [`crate::a2a::inward`]; the router mounts them.
 //! - [`acks`]: inbox acknowledgements, which let the store delete handled entries.
 //! - [`commitments`]: listing, releasing and cancelling commitments.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/v1/openapi.json`.
@@ -22,7 +22,6 @@
 //!   heads, graceful shutdown).
 //! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
 
-pub mod a2a;
 pub mod acks;
 pub mod auth;
 pub mod commitments;
@@ -38,6 +37,8 @@ pub mod server;
 pub mod streams;
 
 use std::sync::Arc;
+
+use crate::a2a;
 
 use axum::Router;
 use axum::routing::{MethodRouter, get, post};
@@ -178,9 +179,9 @@ pub fn routes() -> Vec<Route> {
         route(
             "get",
             "/a2a/{agent}/.well-known/agent-card.json",
-            get(a2a::card),
+            get(a2a::inward::card),
         ),
-        route("post", "/a2a/{agent}", post(a2a::rpc)),
+        route("post", "/a2a/{agent}", post(a2a::inward::rpc)),
         route("get", "/v1/openapi.json", get(ops::openapi)),
         route("get", "/healthz", get(ops::healthz)),
         route("get", "/readyz", get(ops::readyz)),

@@ -10,16 +10,14 @@
 //! `Last-Event-ID` (or `?after=`) resumes exactly after what it saw. Delivery is
 //! at-least-once: a client that loses a connection before processing an event sees it again.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::num::NonZeroUsize;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
-use colloquy_protocol::api::{InboxItem, InboxPage};
+use colloquy_protocol::api::InboxPage;
 use colloquy_protocol::event::EventKind;
 use futures_util::Stream;
 use serde::Deserialize;
@@ -32,9 +30,8 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{PathParams, QueryParams};
 use super::json::JsonResponse;
-use crate::engine::Engine;
+use crate::inbox_labels::Labeller;
 use crate::log_safe::LogSafe;
-use crate::store::InboxEntry;
 
 /// Inbox entries read from the store at a time.
 pub const INBOX_BATCH: usize = 256;
@@ -182,45 +179,6 @@ fn event_type(kind: &EventKind) -> &'static str {
         EventKind::RetryFired { .. } => "retry_fired",
         EventKind::Escalated { .. } => "escalated",
         EventKind::Completed { .. } => "completed",
-    }
-}
-
-/// Labels inbox entries with their conversation's template, remembering lookups.
-pub(crate) struct Labeller {
-    known: HashMap<Arc<str>, Option<Arc<str>>>,
-}
-
-/// Lookups a [`Labeller`] remembers before it starts over. A stream lives as long as its
-/// client stays connected, which may be weeks with a new conversation every millisecond:
-/// the memory must not grow with them.
-const LABELS_REMEMBERED: usize = 4096;
-
-impl Labeller {
-    pub(crate) fn new() -> Labeller {
-        Labeller {
-            known: HashMap::new(),
-        }
-    }
-
-    pub(crate) async fn item(&mut self, engine: &Engine, entry: InboxEntry) -> InboxItem {
-        let template = match self.known.get(&entry.conversation_id) {
-            Some(template) => template.clone(),
-            None => {
-                let template = engine.template_of(&entry.conversation_id).await.ok();
-                if self.known.len() == LABELS_REMEMBERED {
-                    self.known.clear();
-                }
-                self.known
-                    .insert(entry.conversation_id.clone(), template.clone());
-                template
-            }
-        };
-        InboxItem {
-            seq: entry.seq,
-            conversation_id: entry.conversation_id,
-            template,
-            message: (*entry.message).clone(),
-        }
     }
 }
 

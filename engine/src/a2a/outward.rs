@@ -1,4 +1,4 @@
-//! Remote A2A agents as conversation parties: the A2A bridge.
+//! Outward: remote A2A agents as conversation parties (the A2A bridge).
 //!
 //! An agent with an `a2a` endpoint in the agents file lives elsewhere and speaks A2A
 //! (Agent2Agent, JSON-RPC 2.0), not Colloquy. Its inbox is followed like a webhook's
@@ -43,50 +43,27 @@ use colloquy_protocol::api::InboxItem;
 use colloquy_protocol::message::{AgentId, SendMessage};
 use serde_json::{Map, Value, json};
 
-use crate::delivery::{WEBHOOK_ATTEMPTS, WEBHOOK_FIRST_BACKOFF, WEBHOOK_MAX_BACKOFF};
+use super::Endpoint;
 use crate::engine::{Engine, MAX_ID_LEN};
 use crate::error::EngineError;
 use crate::metrics::{A2aCallResult, Metrics};
+use crate::retries::{ATTEMPTS, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::store::RemoteTask;
 
 mod lanes;
 pub use lanes::{Lanes, MAX_IN_FLIGHT};
 
-/// How long one A2A call may take unless the agents file says otherwise (`a2a_timeout_s`):
-/// `message/send` asks the agent to answer when the work is done, which can take a while.
-pub const A2A_TIMEOUT: Duration = Duration::from_secs(300);
 /// First wait before asking again about a task still running; doubled up to
 /// [`POLL_MAX_WAIT`].
 pub const POLL_FIRST_WAIT: Duration = Duration::from_millis(500);
 /// Longest wait between two `tasks/get`.
 pub const POLL_MAX_WAIT: Duration = Duration::from_secs(30);
-/// Largest answer read from an agent: the HTTP API's limit for a request body.
-pub const MAX_ANSWER_BYTES: usize = crate::api::extract::MAX_BODY_BYTES;
+/// Largest answer read from an agent: as large as the HTTP API's largest request body
+/// (`api::extract::MAX_BODY_BYTES`; a test keeps the two equal).
+pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// Most `tasks/get` calls for one task (about two hours at the longest wait), unless the
 /// conversation leaves the agent nothing to answer first.
 pub const MAX_POLLS: u32 = 250;
-
-/// Where a remote A2A agent is reached, and how the engine authenticates there.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    /// Its JSON-RPC URL.
-    pub url: String,
-    /// Sent as `Authorization: Bearer …` with every call, when the agent wants one.
-    pub token: Option<String>,
-    /// How long one call may take.
-    pub timeout: Duration,
-}
-
-impl std::fmt::Debug for Endpoint {
-    /// Without the token, which must not reach a log.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("url", &self.url)
-            .field("token", &self.token.as_ref().map(|_| "…"))
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
 
 /// What an answer of the remote agent amounts to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -662,9 +639,9 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
         "tasks/cancel" => "tasks/cancel",
         _ => "message/send",
     };
-    let mut backoff = WEBHOOK_FIRST_BACKOFF;
+    let mut backoff = FIRST_BACKOFF;
     let mut last = String::new();
-    for attempt in 1..=WEBHOOK_ATTEMPTS {
+    for attempt in 1..=ATTEMPTS {
         match call_once(client, endpoint, request).await {
             Ok(answer) => {
                 metrics.a2a_call(method, A2aCallResult::Answered);
@@ -684,15 +661,15 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
                 return Err(broken);
             }
         }
-        if attempt < WEBHOOK_ATTEMPTS {
+        if attempt < ATTEMPTS {
             metrics.a2a_call(method, A2aCallResult::Retried);
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(WEBHOOK_MAX_BACKOFF);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
     metrics.a2a_call(method, A2aCallResult::Failed);
     Err(CallError::Unreachable(format!(
-        "{} failed {WEBHOOK_ATTEMPTS} times, last: {last}",
+        "{} failed {ATTEMPTS} times, last: {last}",
         request.method
     )))
 }
@@ -737,6 +714,11 @@ mod tests {
     use colloquy_protocol::a2a::{Artifact, TaskStatus};
     use colloquy_protocol::message::{Content, Message};
     use colloquy_protocol::{FipaAct, Performative};
+
+    #[test]
+    fn an_answer_may_be_as_large_as_a_request_to_the_api() {
+        assert_eq!(MAX_ANSWER_BYTES, crate::api::extract::MAX_BODY_BYTES);
+    }
 
     fn open(names: &[&str]) -> Vec<Arc<str>> {
         names.iter().map(|name| Arc::from(*name)).collect()

@@ -1,4 +1,4 @@
-//! Colloquy agents as A2A agents: A2A clients (JSON-RPC 2.0, A2A 0.3) talk to an agent
+//! Inward: Colloquy agents as A2A agents: A2A clients (JSON-RPC 2.0, A2A 0.3) talk to an agent
 //! through the engine, each A2A task being a conversation.
 //!
 //! - `GET /a2a/{agent}/.well-known/agent-card.json`: the agent's card; its skills are the
@@ -13,7 +13,7 @@
 //! A task is the conversation as the caller sees it ([`task_of`]): its state from the
 //! conversation's status and outcome, its artifacts the participants' results (`inform`,
 //! `propose`, `confirm`). The outward direction, remote A2A agents as participants, is
-//! [`crate::a2a`].
+//! [`super::outward`].
 
 use std::time::Duration;
 
@@ -31,11 +31,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::AppState;
-use super::auth::{Caller, Identity};
-use super::error::ApiError;
-use super::extract::{BodyError, PathParams, RawBody};
-use super::json::JsonResponse;
+use crate::api::AppState;
+use crate::api::auth::{Caller, Identity};
+use crate::api::error::ApiError;
+use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, RawBody};
+use crate::api::json::JsonResponse;
 use crate::error::{EngineError, ErrorKind};
 
 /// Longest a blocking `message/send` waits for its conversation to end before it answers
@@ -148,11 +148,11 @@ pub async fn rpc(
     let body = match body {
         Ok(body) => body,
         Err(BodyError::TooLarge) => {
-            return Err(ApiError::TooLarge(super::extract::MAX_BODY_BYTES));
+            return Err(ApiError::TooLarge(MAX_BODY_BYTES));
         }
         Err(BodyError::TimedOut) => {
             return Err(ApiError::BodyTimeout(
-                super::extract::BODY_READ_TIMEOUT.as_secs(),
+                crate::api::extract::BODY_READ_TIMEOUT.as_secs(),
             ));
         }
         Err(BodyError::Unreadable(error)) => {
@@ -437,7 +437,7 @@ async fn cancel(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcErr
 /// A message's content from its parts: the value of a lone data part, else `{"text": …}`
 /// with the text parts joined by newlines (and `"data"` with the data parts, if any).
 fn content_of(parts: &[Part]) -> Value {
-    crate::a2a::content_of(parts.iter().collect())
+    super::outward::content_of(parts.iter().collect())
 }
 
 /// The conversation as an A2A task.

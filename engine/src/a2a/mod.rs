@@ -1,0 +1,21 @@
+//! A2A (Agent2Agent), both directions, in one place:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`inward`] | Colloquy agents served to A2A clients: agent cards and the JSON-RPC endpoint (`/a2a/{agent}`), each A2A task a conversation |
+//! | [`outward`] | remote A2A agents as conversation parties: the bridge that sends them their inbox and records their answers as replies |
+//! | [`endpoint`] | where a remote agent is reached (from the agents file) |
+//!
+//! The wire types (JSON-RPC envelopes, messages, tasks, agent cards) are
+//! `colloquy_protocol::a2a`, shared with the SDK. Push delivery ([`crate::delivery`]) runs
+//! the outward bridge for agents with an A2A endpoint; it and the bridge retry alike
+//! ([`crate::retries`]). Dependencies run one way: the API's identity and push delivery use
+//! this module; of the API, only [`inward`] uses its plumbing (state, extractors, errors),
+//! and the API's router mounts [`inward`]'s handlers.
+
+pub mod endpoint;
+pub mod inward;
+pub mod outward;
+
+pub use endpoint::{A2A_TIMEOUT, Endpoint};
+pub use outward::{Lanes, MAX_IN_FLIGHT, Peer};
