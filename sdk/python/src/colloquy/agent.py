@@ -20,6 +20,7 @@ at least once. A stream that breaks reconnects and resumes after the last item t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from typing import Any, Awaitable, Callable, Optional
@@ -148,6 +149,14 @@ class _Handled:
             self.advanced.set()
 
 
+def _forget(
+    last_of_conversation: dict[str, asyncio.Task[None]], key: str, done: asyncio.Task[None]
+) -> None:
+    """Drops a finished task from the per-conversation chain, unless a later one replaced it."""
+    if last_of_conversation.get(key) is done:
+        del last_of_conversation[key]
+
+
 class Agent:
     """An agent's handlers, run over its inbox.
 
@@ -247,8 +256,7 @@ class Agent:
                 task.add_done_callback(running.discard)
                 last_of_conversation[item.conversation_id] = task
                 task.add_done_callback(
-                    lambda done, key=item.conversation_id: last_of_conversation.pop(key, None)
-                    if last_of_conversation.get(key) is done else None
+                    functools.partial(_forget, last_of_conversation, item.conversation_id)
                 )
             if running:
                 _, late = await asyncio.wait(set(running), timeout=grace)

@@ -9,7 +9,6 @@ worker threads, which the loop joins when the agent stops, so none is left runni
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 from typing import Any, Awaitable, Callable, Concatenate, Optional, ParamSpec, TypeVar
 
@@ -45,10 +44,12 @@ def _blocking(
 ) -> Callable[Concatenate[SyncClient, _P], _R]:
     """The blocking twin of a :class:`Client` coroutine method, same signature."""
 
-    @functools.wraps(method)
-    def call(self: SyncClient, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    def call(self: SyncClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return self._loop.run(method(self.client, *args, **kwargs))
 
+    call.__name__ = method.__name__
+    call.__qualname__ = f"SyncClient.{method.__name__}"
+    call.__doc__ = method.__doc__
     return call
 
 
