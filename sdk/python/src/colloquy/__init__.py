@@ -28,6 +28,8 @@ Layout (one job per module):
   the reply helpers.
 - ``streams``: the inbox and event streams, reconnecting and resuming with
   ``Last-Event-ID``; ``sse`` parses the server-sent events format.
+- ``transport``: the httpx transport requests go through (HTTP/1.1 over asyncio and h11,
+  keep-alive), cheaper per request than httpcore's.
 - ``models``: the wire types (pydantic), checked against the server's OpenAPI document.
 - ``errors``: :class:`ApiError` and a subclass per HTTP status, and the SDK's own failures.
 - ``sync``: :class:`SyncClient` and :class:`SyncAgent`, the blocking twins.
