@@ -6,7 +6,8 @@ requests per conversation, so the default transport made the SDK the bottleneck 
 agent. This one does only what a Colloquy client needs: HTTP/1.1 (what the server speaks),
 plain or TLS, bodies streamed both ways (the event streams), connect/read/write timeouts, and
 a pool of idle connections per server that drops them after ``keepalive_expiry`` (under the
-server's 30 s idle cut-off). It plugs in below ``httpx.AsyncClient``, so the API, the
+server's 30 s idle cut-off) or once it finds them closed (a restarted server); a GET that
+meets a pooled connection the server closes at that moment goes again on a fresh one. It plugs in below ``httpx.AsyncClient``, so the API, the
 timeouts and the exceptions are httpx's; ``Client(http_client=...)`` brings httpx's own
 transport back.
 """
@@ -14,6 +15,7 @@ transport back.
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl
 import time
 from typing import AsyncIterator, Optional
@@ -37,6 +39,8 @@ class _Connection:
         self.idle_since = 0.0
         #: Whether a request has gone out on it before (a closed idle one is retried).
         self.reused = False
+        #: Whether any byte of an answer came on it since it was taken for a request.
+        self.answered = False
         self._expired = False
 
     def close(self) -> None:
@@ -64,6 +68,7 @@ class _Connection:
                     timer.cancel()
                 if self._expired:
                     raise asyncio.TimeoutError
+            self.answered = self.answered or bool(data)
             self.h11.receive_data(data)
 
 
@@ -148,7 +153,7 @@ class AsyncioTransport(httpx.AsyncBaseTransport):
         while idle:
             connection = idle.pop()
             if now - connection.idle_since < self._keepalive_expiry \
-                    and not connection.reader.at_eof():
+                    and not connection.reader.at_eof() and not _readable(connection):
                 return connection
             connection.close()
         return None
@@ -179,16 +184,18 @@ class AsyncioTransport(httpx.AsyncBaseTransport):
             try:
                 return await self._exchange(key, connection, request, timeouts)
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
-                # The server closed the idle connection as the request went out; it never
-                # saw the request (nothing came back), so sending it again is safe.
-                if not getattr(error, "before_answer", False):
+                # The server closed the idle connection as the request went out (the pool
+                # drops connections it sees closed; this is the race left). Only a request
+                # that may be repeated is sent again: a POST the server did see before a
+                # crash would be recorded twice.
+                if not (getattr(error, "before_answer", False) and _repeatable(request)):
                     raise
         connection = await self._open(key, request, timeouts.get("connect"))
         return await self._exchange(key, connection, request, timeouts)
 
     async def _exchange(self, key: _Key, connection: _Connection, request: httpx.Request,
                         timeouts: dict[str, Optional[float]]) -> httpx.Response:
-        reused = connection.reused
+        connection.answered = False
         try:
             await self._send(connection, request, timeouts.get("write"))
             event = await connection.next_event(timeouts.get("read"))
@@ -197,13 +204,12 @@ class AsyncioTransport(httpx.AsyncBaseTransport):
             failure = _failure(error, request)
             if failure is None:
                 raise
-            # Nothing of an answer came: a reused connection the server had closed.
-            failure.before_answer = reused  # type: ignore[attr-defined]
+            failure.before_answer = _closed_while_idle(connection, error)  # type: ignore[attr-defined]
             raise failure from error
         if not isinstance(event, h11.Response):
             connection.close()
             failure = httpx.RemoteProtocolError(f"no answer: {event!r}", request=request)
-            failure.before_answer = reused  # type: ignore[attr-defined]
+            failure.before_answer = _closed_while_idle(connection, None)  # type: ignore[attr-defined]
             raise failure
         body = _ResponseBody(self, key, connection, request, timeouts.get("read"))
         return httpx.Response(
@@ -247,6 +253,32 @@ async def _write(writer: asyncio.StreamWriter, pieces: list[bytes],
         return  # all sent at once: nothing to wait for
     drained = writer.drain()
     await (asyncio.wait_for(drained, timeout) if timeout is not None else drained)
+
+
+def _readable(connection: _Connection) -> bool:
+    """Whether an idle connection has something to read: its end (the server closed it, or
+    was restarted), as nothing else comes unasked. Asked of the socket, not of the event
+    loop, which may not have run since the end came (a system call: microseconds)."""
+    sock = connection.writer.get_extra_info("socket")
+    if sock is None or sock.fileno() < 0:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _repeatable(request: httpx.Request) -> bool:
+    """Whether sending ``request`` again can do nothing twice, and its body can be sent again."""
+    idempotent = request.method in ("GET", "HEAD", "OPTIONS", "PUT", "DELETE")
+    return idempotent and isinstance(request.stream, httpx.ByteStream)
+
+
+def _closed_while_idle(connection: _Connection, error: Optional[BaseException]) -> bool:
+    """Whether a failed exchange met a pooled connection the server had closed: reused,
+    closed or reset without a byte of answer, not timed out. Only then did the server never
+    see the request, and sending it again cannot do anything twice."""
+    timed_out = isinstance(error, asyncio.TimeoutError)
+    return connection.reused and not connection.answered and not timed_out
 
 
 def _failure(error: BaseException, request: httpx.Request) -> Optional[httpx.TransportError]:
