@@ -17,7 +17,16 @@ if [ ! -x "$venv/bin/python" ]; then
     # Editable installs of a pyproject package need pip 21.3 or later.
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# CI runs as root; pip's warning about it says nothing here.
+export PIP_ROOT_USER_ACTION=ignore
+# The install is editable (the venv runs this tree's code), so it is needed again only when
+# pyproject.toml changes: a stamp of it spares each run a build and a trip to PyPI.
+stamp="$venv/colloquy-sdk-pyproject.sha256"
+if ! sha256sum --status -c "$stamp" 2>/dev/null \
+        || ! "$venv/bin/python" -c 'import colloquy, pytest_asyncio, pytest_timeout' 2>/dev/null; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    sha256sum "$PWD/pyproject.toml" >"$stamp"
+fi
 
 report="$(mktemp)"
 trap 'rm -f "$report"' EXIT
