@@ -14,6 +14,10 @@ for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
         || missing+=("$package")
 done
+# The Python SDK's tests (sdk/python/run-tests.sh) make a virtualenv: Debian splits venv and
+# pip out of python3.
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if ((${#missing[@]})); then
     echo "== apt-get install ${missing[*]}"
     sudo=""

@@ -1,0 +1,298 @@
+"""The wire types of the HTTP API, as pydantic models.
+
+They follow the component schemas of ``GET /v1/openapi.json`` (written by hand in
+``engine/src/api/openapi.json``) field for field; ``tests/test_models_follow_the_api.py``
+fails when one of them drifts from that document, or when the outcome and commitment-state
+names drift from ``docs/*.schema.json``.
+
+What the client sends forbids unknown fields, as the server does (a typo is an error, not
+a silently dropped field). What the server answers tolerates them, so a newer server that
+adds a field does not break an older SDK.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Request(BaseModel):
+    """A body the client sends: unknown fields are a mistake."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Answer(BaseModel):
+    """A body the server answers: unknown fields are kept out of the way, not refused."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Outcome(str, Enum):
+    """How a thread or a conversation ended.
+
+    Answer fields hold plain strings (a newer server may know more outcomes); these compare
+    equal to them: ``answer.outcome == Outcome.SUCCESS``.
+    """
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    REFUSED = "refused"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    NO_REPLY = "no_reply"
+    NOT_UNDERSTOOD = "not_understood"
+    ESCALATED = "escalated"
+
+
+class CommitmentState(str, Enum):
+    """The life of a commitment (a promise one party owes another)."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    FULFILLED = "fulfilled"
+    VIOLATED = "violated"
+    CANCELLED = "cancelled"
+    RELEASED = "released"
+
+
+Status = Literal["active", "completed"]
+
+#: The sender of the messages the engine itself sends (automatic replies, escalations).
+ENGINE_PARTY = "colloquy:engine"
+
+
+class ErrorDetail(_Answer):
+    """What went wrong, and where."""
+
+    code: str
+    message: str
+    pointer: Optional[str] = None
+
+
+class ErrorBody(_Answer):
+    """The body of every error answer."""
+
+    error: ErrorDetail
+
+
+class SendMessage(_Request):
+    """``POST /v1/conversations/{id}/messages``; also the opening act of a start."""
+
+    message_id: Optional[str] = None
+    performative: str
+    to: Optional[list[str]] = None
+    content: Any = None
+    in_reply_to: Optional[str] = None
+    reply_by: Optional[int] = None
+
+
+class StartConversation(_Request):
+    """``POST /v1/conversations``."""
+
+    template: str
+    participants: list[str]
+    parameters: Optional[dict[str, Any]] = None
+    context: Optional[dict[str, Any]] = None
+    conversation_id: Optional[str] = None
+    deadline_ms: Optional[int] = None
+    message: Optional[SendMessage] = None
+
+
+class Message(_Answer):
+    """A message as the conversation recorded it (receivers after routing)."""
+
+    id: str
+    performative: str
+    sender: str
+    receivers: list[str]
+    content: Any = None
+    in_reply_to: Optional[str] = None
+    reply_by: Optional[int] = None
+    sent_at: int
+
+
+class ThreadView(_Answer):
+    """One participant's thread: its state, and how it ended."""
+
+    participant: str
+    state: str
+    outcome: Optional[str] = None
+    deadline: Optional[int] = None
+
+
+class ThreadTransition(_Answer):
+    """A thread moved (a send receipt's ``transitions``, an event's)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    participant: str
+    from_state: str = Field(alias="from")
+    to: str
+    outcome: Optional[str] = None
+    deadline: Optional[int] = None
+
+
+class CommitmentView(_Answer):
+    """A commitment: who owes whom what, and where it stands."""
+
+    id: str
+    conversation_id: str
+    name: str
+    debtor: str
+    creditor: str
+    state: str
+    deadline: Optional[int] = None
+    created_by: str
+
+
+class Violation(_Answer):
+    """A broken rule, recorded."""
+
+    kind: str
+    agent: Optional[str] = None
+    message_id: Optional[str] = None
+    detail: str
+    at: int
+
+
+class ConversationView(_Answer):
+    """``GET /v1/conversations/{id}``: the conversation as this reader may see it."""
+
+    id: str
+    template: str
+    revision: str
+    initiator: str
+    participants: list[str]
+    status: Status
+    outcome: Optional[str] = None
+    threads: list[ThreadView]
+    vars: Optional[dict[str, Any]] = None
+    parameters: Any = None
+    context: Any = None
+    deadline: Optional[int] = None
+    messages: list[Message]
+    commitments: list[CommitmentView]
+    violations: list[Violation]
+    version: int
+
+
+class SendReceipt(_Answer):
+    """What sending a message did."""
+
+    message_id: str
+    duplicate: bool
+    receivers: list[str]
+    transitions: list[ThreadTransition]
+    violation: Optional[Violation] = None
+    status: Status
+    outcome: Optional[str] = None
+    threads: list[ThreadView]
+
+
+class ConversationSummary(_Answer):
+    """One row of a conversation listing."""
+
+    id: str
+    template: str
+    revision: str
+    initiator: str
+    participants: list[str]
+    status: Status
+    outcome: Optional[str] = None
+    deadline: Optional[int] = None
+    version: int
+
+
+class ConversationPage(_Answer):
+    """A page of ``GET /v1/conversations``; pass ``next_cursor`` on for the next."""
+
+    conversations: list[ConversationSummary]
+    next_cursor: Optional[str] = None
+
+
+class CommitmentList(_Answer):
+    """A page of ``GET /v1/commitments``."""
+
+    commitments: list[CommitmentView]
+    next_cursor: Optional[str] = None
+
+
+class InboxItem(_Answer):
+    """A message in an agent's inbox; ``seq`` is the position to resume after."""
+
+    seq: int
+    conversation_id: str
+    template: Optional[str] = None
+    message: Message
+
+
+class InboxPage(_Answer):
+    """``GET /v1/agents/{id}/inbox/poll``."""
+
+    items: list[InboxItem]
+    next_after: int
+
+
+class InboxAck(_Request):
+    """``POST /v1/agents/{id}/inbox/ack``."""
+
+    through: int = Field(ge=0)
+
+
+class InboxAcked(_Answer):
+    """What an acknowledgement did; ``head`` is the newest entry's ``seq``."""
+
+    through: int = Field(ge=0)
+    head: int = Field(ge=0)
+
+
+class Readiness(_Answer):
+    """``GET /readyz``."""
+
+    status: str
+    templates: list[str]
+
+
+class TemplateSummary(_Answer):
+    """A loaded template and its revision (a content hash)."""
+
+    name: str
+    revision: str
+
+
+class TemplateList(_Answer):
+    """``GET /v1/templates``."""
+
+    revision: str
+    templates: list[TemplateSummary]
+
+
+class ConversationEvent(_Answer):
+    """One entry of a conversation's event log (``GET /v1/conversations/{id}/events``).
+
+    ``type`` says what happened (``started``, ``message_accepted``, ``thread_expired``,
+    ``commitment_created``, ``completed``, …); the fields the SDK acts on are typed, the
+    rest of each kind's fields stay in ``model_extra``.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    seq: int
+    at: int
+    type: str
+    message: Optional[Message] = None
+    transitions: list[ThreadTransition] = []
+    outcome: Optional[str] = None
+    reason: Optional[str] = None
+
+    def expired_thread(self) -> Optional[ThreadTransition]:
+        """The thread a ``thread_expired`` event moved (its fields are inlined)."""
+        if self.type != "thread_expired":
+            return None
+        fields = dict(self.model_extra or {})
+        fields["outcome"] = self.outcome
+        return ThreadTransition.model_validate(fields)
