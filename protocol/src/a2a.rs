@@ -123,6 +123,22 @@ pub struct AgentCard {
     /// Which schemes a call needs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<Vec<Map<String, Value>>>,
+    /// Every interface the agent serves, by binding and version (A2A v1.0's card lists
+    /// them here; a v0.3 client reads `url` and `protocolVersion` above).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supported_interfaces: Vec<AgentInterface>,
+}
+
+/// One interface of an agent card (A2A v1.0 `AgentInterface`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentInterface {
+    /// Where it is served.
+    pub url: String,
+    /// `JSONRPC`, `HTTP+JSON` or `GRPC`.
+    pub protocol_binding: String,
+    /// The A2A version spoken there (`Major.Minor`).
+    pub protocol_version: String,
 }
 
 /// An agent card's `capabilities`.

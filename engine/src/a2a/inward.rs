@@ -21,8 +21,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use colloquy_protocol::a2a::{
-    A2aMessage, AgentCard, Artifact, Capabilities, MessageSendParams, PROTOCOL_VERSION, Part,
-    RpcError, Skill, Task, TaskIdParams, TaskStatus,
+    A2aMessage, AgentCard, AgentInterface, Artifact, Capabilities, MessageSendParams,
+    PROTOCOL_VERSION, Part, RpcError, Skill, Task, TaskIdParams, TaskStatus,
 };
 use colloquy_protocol::conversation::{ConversationStatus, ConversationView, Outcome};
 use colloquy_protocol::message::{SendMessage, StartConversation};
@@ -31,6 +31,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use super::v1::{self, Version};
 use crate::api::AppState;
 use crate::api::auth::{Caller, Identity};
 use crate::api::error::ApiError;
@@ -53,7 +54,16 @@ mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     pub const TASK_NOT_FOUND: i64 = -32001;
     pub const TASK_NOT_CANCELABLE: i64 = -32002;
+    pub const PUSH_NOTIFICATION_NOT_SUPPORTED: i64 = -32003;
+    pub const UNSUPPORTED_OPERATION: i64 = -32004;
+    pub const EXTENDED_AGENT_CARD_NOT_CONFIGURED: i64 = -32007;
+    pub const VERSION_NOT_SUPPORTED: i64 = -32009;
 }
+
+/// The v1.0 methods this endpoint serves.
+const V1_METHODS: [&str; 3] = ["SendMessage", "GetTask", "CancelTask"];
+/// The v0.3 methods this endpoint serves.
+const V03_METHODS: [&str; 3] = ["message/send", "tasks/get", "tasks/cancel"];
 
 /// `GET /a2a/{agent}/.well-known/agent-card.json`: no credentials needed, as A2A clients
 /// read the card before they authenticate; with an agents file, only its agents have one.
@@ -99,13 +109,24 @@ pub async fn card(
         );
         schemes
     };
+    let url = format!("http://{host}/a2a/{agent}");
+    // One endpoint for both versions; the A2A-Version header of each call chooses.
+    let supported_interfaces = v1::VERSIONS
+        .iter()
+        .map(|version| AgentInterface {
+            url: url.clone(),
+            protocol_binding: "JSONRPC".to_owned(),
+            protocol_version: (*version).to_owned(),
+        })
+        .collect();
     Ok(JsonResponse(AgentCard {
+        supported_interfaces,
         protocol_version: PROTOCOL_VERSION.to_owned(),
         description: format!(
             "The agent `{agent}`, reached through a Colloquy dialogue engine: each task is a \
              conversation that follows one of the skills' protocols."
         ),
-        url: format!("http://{host}/a2a/{agent}"),
+        url,
         name: agent,
         preferred_transport: "JSONRPC".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -143,6 +164,7 @@ pub async fn rpc(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(agent): PathParams<String>,
+    headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     let body = match body {
@@ -184,28 +206,114 @@ pub async fn rpc(
     }
     let id = request.id;
     let caller = caller.agent()?.clone();
-    let result = async {
-        match request.method.as_str() {
-            "message/send" => send(&state, &caller, &agent, params(request.params)?).await,
-            "tasks/get" => {
-                let task: TaskIdParams = params(request.params)?;
-                read_task(&state, &caller, &task.id).await
-            }
-            "tasks/cancel" => {
-                let task: TaskIdParams = params(request.params)?;
-                cancel(&state, &caller, &task.id).await
-            }
-            other => Err(rpc_error(
-                code::METHOD_NOT_FOUND,
-                format!(
-                    "no method `{other}` here; this endpoint takes message/send, tasks/get \
-                     and tasks/cancel"
-                ),
-            )),
+    let version = match v1::version(&headers) {
+        Ok(version) => version,
+        Err(why) => return Ok(answer(id, Err(rpc_error(code::VERSION_NOT_SUPPORTED, why)))),
+    };
+    let result = match version {
+        Version::V0_3 => call_v03(&state, &caller, &agent, request.method, request.params).await,
+        Version::V1_0 => call_v1(&state, &caller, &agent, request.method, request.params).await,
+    };
+    Ok(answer(id, result))
+}
+
+/// One v0.3 call: `message/send`, `tasks/get`, `tasks/cancel`.
+async fn call_v03(
+    state: &AppState,
+    caller: &str,
+    agent: &str,
+    method: String,
+    params_given: Value,
+) -> Result<Value, RpcError> {
+    let task = match method.as_str() {
+        "message/send" => send(state, caller, agent, params(params_given)?).await?,
+        "tasks/get" => {
+            let task: TaskIdParams = params(params_given)?;
+            read_task(state, caller, &task.id).await?
         }
+        "tasks/cancel" => {
+            let task: TaskIdParams = params(params_given)?;
+            cancel(state, caller, &task.id).await?
+        }
+        other => return Err(no_method(other, Version::V0_3)),
+    };
+    Ok(json!(task))
+}
+
+/// One v1.0 call: `SendMessage`, `GetTask`, `CancelTask`; the other methods of v1.0 are
+/// answered with the spec's error for a capability the card does not claim.
+async fn call_v1(
+    state: &AppState,
+    caller: &str,
+    agent: &str,
+    method: String,
+    params_given: Value,
+) -> Result<Value, RpcError> {
+    let invalid = |why: String| rpc_error(code::INVALID_PARAMS, why);
+    match method.as_str() {
+        "SendMessage" => {
+            let request: v1::SendMessageRequest = params(params_given)?;
+            let history = request.history_length().map_err(invalid)?;
+            let sent = send(state, caller, agent, request.into_v03().map_err(invalid)?).await?;
+            let view = read_view(state, caller, &sent.id).await?;
+            Ok(json!({"task": v1::task(&task_of(&view), &view, history)}))
+        }
+        "GetTask" => {
+            let request: v1::GetTaskRequest = params(params_given)?;
+            let history = request.history().map_err(invalid)?;
+            let view = read_view(state, caller, &request.id).await?;
+            Ok(v1::task(&task_of(&view), &view, history))
+        }
+        "CancelTask" => {
+            let request: v1::CancelTaskRequest = params(params_given)?;
+            cancel(state, caller, &request.id).await?;
+            let view = read_view(state, caller, &request.id).await?;
+            Ok(v1::task(&task_of(&view), &view, None))
+        }
+        "SendStreamingMessage" | "SubscribeToTask" => Err(rpc_error(
+            code::UNSUPPORTED_OPERATION,
+            format!("`{method}`: this agent does not stream (its card says streaming: false)"),
+        )),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => Err(rpc_error(
+            code::PUSH_NOTIFICATION_NOT_SUPPORTED,
+            format!(
+                "`{method}`: this agent offers no push notifications (its card says \
+                 pushNotifications: false)"
+            ),
+        )),
+        "GetExtendedAgentCard" => Err(rpc_error(
+            code::EXTENDED_AGENT_CARD_NOT_CONFIGURED,
+            "this agent has no extended agent card",
+        )),
+        "ListTasks" => Err(rpc_error(
+            code::UNSUPPORTED_OPERATION,
+            "`ListTasks` is not offered here yet; `GetTask` reads a task by its id",
+        )),
+        other => Err(no_method(other, Version::V1_0)),
     }
-    .await;
-    Ok(answer(id, result.map(|task| json!(task))))
+}
+
+/// A method this endpoint does not know in `version`, naming the version that has it.
+fn no_method(method: &str, version: Version) -> RpcError {
+    let (spoken, other, header) = match version {
+        Version::V0_3 => (V03_METHODS, V1_METHODS, "A2A-Version: 1.0"),
+        Version::V1_0 => (V1_METHODS, V03_METHODS, "no A2A-Version header, or 0.3"),
+    };
+    let hint = if other.contains(&method) {
+        format!(" (`{method}` is a method of the other version: send it with {header})")
+    } else {
+        String::new()
+    };
+    rpc_error(
+        code::METHOD_NOT_FOUND,
+        format!(
+            "no method `{method}` here{hint}; in this version this endpoint takes {}",
+            spoken.join(", ")
+        ),
+    )
 }
 
 /// A JSON-RPC request as a client sends it (its id may be a string or a number).
@@ -403,12 +511,16 @@ async fn wait_until_ended(state: &AppState, caller: &str, id: &str) -> Result<()
 
 /// `tasks/get`.
 async fn read_task(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcError> {
-    let view = state
+    Ok(task_of(&read_view(state, caller, id).await?))
+}
+
+/// The conversation `id` as `caller` may see it.
+async fn read_view(state: &AppState, caller: &str, id: &str) -> Result<ConversationView, RpcError> {
+    state
         .engine()
         .view(id, Some(caller))
         .await
-        .map_err(engine_error)?;
-    Ok(task_of(&view))
+        .map_err(engine_error)
 }
 
 /// `tasks/cancel`: the caller sends `cancel`; the protocol says what follows.

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`inward`] | Colloquy agents served to A2A clients: agent cards and the JSON-RPC endpoint (`/a2a/{agent}`), each A2A task a conversation |
 //! | [`outward`] | remote A2A agents as conversation parties: the bridge that sends them their inbox and records their answers as replies |
+//! | [`v1`] | A2A v1.0 on the inward JSON-RPC endpoint, beside v0.3: the `A2A-Version` header, v1.0's methods and JSON shapes |
 //! | [`endpoint`] | where a remote agent is reached (from the agents file) |
 //!
 //! The wire types (JSON-RPC envelopes, messages, tasks, agent cards) are
@@ -16,6 +17,7 @@
 pub mod endpoint;
 pub mod inward;
 pub mod outward;
+pub mod v1;
 
 pub use endpoint::{A2A_TIMEOUT, Endpoint};
 pub use outward::{Lanes, MAX_IN_FLIGHT, Peer};

@@ -1012,3 +1012,214 @@ async fn a_send_repeated_with_its_message_id_gets_the_same_task() {
     let carols = send(&server, "carol", "bob", message, false).await;
     assert_ne!(task_id(&carols), task_id(&first), "{carols:#}");
 }
+
+/// A JSON-RPC call with an `A2A-Version` header (`None`: without one); the whole response,
+/// checked as [`post_rpc`] checks it.
+async fn rpc_as(server: &Server, version: Option<&str>, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": next_id(), "method": method, "params": params});
+    let mut request = server
+        .as_agent(Method::POST, &endpoint("bob"), "alice")
+        .json(&body);
+    if let Some(version) = version {
+        request = request.header("A2A-Version", version);
+    }
+    let (status, response) = call(request).await;
+    assert_eq!(status, 200, "{body:#}\n→ {response:#}");
+    assert_eq!(response["id"], body["id"], "{body:#}\n→ {response:#}");
+    response
+}
+
+/// The `result` of a v1.0 call that must succeed.
+async fn v1_ok(server: &Server, method: &str, params: Value) -> Value {
+    let response = rpc_as(server, Some("1.0"), method, params.clone()).await;
+    assert!(
+        response.get("error").is_none(),
+        "{method} {params:#} failed: {response:#}"
+    );
+    response["result"].clone()
+}
+
+/// No `kind` anywhere in `value`: v1.0 dropped it.
+fn assert_no_kind(value: &Value, whole: &Value) {
+    match value {
+        Value::Object(map) => {
+            assert!(!map.contains_key("kind"), "v1.0 has no `kind`: {whole:#}");
+            map.values().for_each(|inner| assert_no_kind(inner, whole));
+        }
+        Value::Array(items) => items.iter().for_each(|inner| assert_no_kind(inner, whole)),
+        _ => {}
+    }
+}
+
+/// With `A2A-Version: 1.0`, `SendMessage` waits for the task to end (v1.0's default) and
+/// answers `{"task": …}` in v1.0's shapes: `TASK_STATE_COMPLETED`, parts without `kind`,
+/// the history with `ROLE_USER` for alice and `ROLE_AGENT` for bob. `GetTask` cuts the
+/// history to `historyLength` (0: none) and refuses a negative one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_client_sends_and_gets_tasks_in_v1_names_and_shapes() {
+    let server = Server::start().await;
+    let _bob = bob_agrees_then_informs(&server, json!({"booking": "LV-9"})).await;
+    let sent = v1_ok(
+        &server,
+        "SendMessage",
+        json!({"message": {"messageId": "v1-book-1", "role": "ROLE_USER",
+            "parts": [{"data": {"action": "book-room"}}]}}),
+    )
+    .await;
+    let task = &sent["task"];
+    assert_no_kind(&sent, &sent);
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent:#}");
+    assert_eq!(task["contextId"], task["id"], "{sent:#}");
+    assert_eq!(
+        task["artifacts"][0]["parts"],
+        json!([{"data": {"booking": "LV-9"}}]),
+        "{sent:#}"
+    );
+    let roles: Vec<&str> = task["history"]
+        .as_array()
+        .expect("a history")
+        .iter()
+        .map(|message| message["role"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(roles, ["ROLE_USER", "ROLE_AGENT", "ROLE_AGENT"], "{sent:#}");
+    assert_eq!(
+        task["history"][0]["parts"],
+        json!([{"data": {"action": "book-room"}}]),
+        "{sent:#}"
+    );
+
+    let id = task["id"].as_str().expect("an id");
+    let last = v1_ok(&server, "GetTask", json!({"id": id, "historyLength": 1})).await;
+    assert_eq!(last["id"], id, "{last:#}");
+    assert_eq!(
+        last["history"][0]["metadata"]["colloquy"]["performative"], "inform",
+        "{last:#}"
+    );
+    assert_eq!(
+        last["history"].as_array().map(Vec::len),
+        Some(1),
+        "{last:#}"
+    );
+    let bare = v1_ok(&server, "GetTask", json!({"id": id, "historyLength": 0})).await;
+    assert!(bare.get("history").is_none(), "{bare:#}");
+    let negative = rpc_as(
+        &server,
+        Some("1.0"),
+        "GetTask",
+        json!({"id": id, "historyLength": -1}),
+    )
+    .await;
+    check_error(&negative, INVALID_PARAMS, "a negative history length");
+    let unknown = rpc_as(&server, Some("1.0"), "GetTask", json!({"id": "a2a-nope"})).await;
+    check_error(&unknown, TASK_NOT_FOUND, "an unknown task");
+}
+
+/// `CancelTask` sends alice's `cancel` as `tasks/cancel` does; the task ends
+/// `TASK_STATE_CANCELED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_client_cancels_a_running_task() {
+    let server = Server::start().await;
+    let _bob = serve(
+        server.client("bob").await,
+        Handlers::new()
+            .on("fipa-request", "request", |msg| async move {
+                msg.agree(json!({})).await?;
+                Ok(())
+            })
+            .on("fipa-request", "cancel", |msg| async move {
+                msg.inform(json!({})).await?;
+                Ok(())
+            }),
+    );
+    let sent = v1_ok(
+        &server,
+        "SendMessage",
+        json!({"message": {"messageId": "v1-book-2", "role": "ROLE_USER",
+            "parts": [{"text": "book a room"}]},
+            "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let id = sent["task"]["id"].as_str().expect("an id").to_owned();
+    until_task(&server, "alice", "bob", &id, "working task", |t| {
+        state(t) == "working"
+    })
+    .await;
+    let cancelled = v1_ok(&server, "CancelTask", json!({"id": id})).await;
+    assert!(
+        ["TASK_STATE_WORKING", "TASK_STATE_CANCELED"]
+            .contains(&cancelled["status"]["state"].as_str().unwrap_or_default()),
+        "{cancelled:#}"
+    );
+    poll_until(
+        || v1_ok(&server, "GetTask", json!({"id": id})),
+        |task| task["status"]["state"] == "TASK_STATE_CANCELED",
+    )
+    .await
+    .unwrap_or_else(|last| panic!("no canceled v1 task within {STEP:?}\nlast: {last:#}"));
+}
+
+/// The `A2A-Version` header chooses the version: an unknown one is -32009; a v1.0 name
+/// without the header, or a v0.3 name with `1.0`, is -32601 saying which header has it;
+/// v0.3 enum spellings under 1.0 are invalid params; methods of capabilities the card does
+/// not claim get their own errors; the card lists both versions' interfaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_version_header_chooses_names_and_shapes() {
+    let server = Server::start().await;
+    let message = json!({"message": {"messageId": "v1-x", "role": "ROLE_USER",
+        "parts": [{"text": "hi"}]}});
+    let unsupported = rpc_as(&server, Some("0.5"), "SendMessage", message.clone()).await;
+    check_error(&unsupported, -32009, "an unsupported version");
+    let unversioned = rpc_as(&server, None, "SendMessage", message.clone()).await;
+    check_error(
+        &unversioned,
+        METHOD_NOT_FOUND,
+        "a v1.0 name without the header",
+    );
+    assert!(
+        unversioned["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("A2A-Version: 1.0")),
+        "{unversioned:#}"
+    );
+    let old_name = rpc_as(&server, Some("1.0"), "message/send", message.clone()).await;
+    check_error(&old_name, METHOD_NOT_FOUND, "a v0.3 name with 1.0");
+    let old_role = rpc_as(
+        &server,
+        Some("1.0"),
+        "SendMessage",
+        json!({"message": {"messageId": "v1-y", "role": "user", "parts": [{"text": "hi"}]}}),
+    )
+    .await;
+    check_error(&old_role, INVALID_PARAMS, "a v0.3 role spelling");
+    let streaming = rpc_as(&server, Some("1.0"), "SendStreamingMessage", message).await;
+    check_error(
+        &streaming,
+        -32004,
+        "streaming, which the card does not claim",
+    );
+    let push = rpc_as(
+        &server,
+        Some("1.0"),
+        "CreateTaskPushNotificationConfig",
+        json!({}),
+    )
+    .await;
+    check_error(
+        &push,
+        -32003,
+        "push notifications, which the card does not claim",
+    );
+
+    let (status, card) =
+        call(server.anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")).await;
+    assert_eq!(status, 200, "{card:#}");
+    let url = format!("{}/a2a/bob", server.url);
+    assert_eq!(
+        card["supportedInterfaces"],
+        json!([
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ]),
+        "{card:#}"
+    );
+}
