@@ -46,7 +46,7 @@ pub const BLOCKING_WAIT: Duration = Duration::from_secs(30);
 pub const DEFAULT_TEMPLATE: &str = "fipa-request";
 
 /// JSON-RPC and A2A error codes.
-mod code {
+pub(super) mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
     pub const METHOD_NOT_FOUND: i64 = -32601;
@@ -110,8 +110,9 @@ pub async fn card(
         schemes
     };
     let url = format!("http://{host}/a2a/{agent}");
-    // One endpoint for both versions; the A2A-Version header of each call chooses.
-    let supported_interfaces = v1::VERSIONS
+    // One JSON-RPC endpoint for both versions (the A2A-Version header of each call
+    // chooses), and v1.0's HTTP+JSON binding beside it.
+    let mut supported_interfaces: Vec<AgentInterface> = v1::VERSIONS
         .iter()
         .map(|version| AgentInterface {
             url: url.clone(),
@@ -119,6 +120,11 @@ pub async fn card(
             protocol_version: (*version).to_owned(),
         })
         .collect();
+    supported_interfaces.push(AgentInterface {
+        url: format!("{url}/rest"),
+        protocol_binding: "HTTP+JSON".to_owned(),
+        protocol_version: "1.0".to_owned(),
+    });
     Ok(JsonResponse(AgentCard {
         supported_interfaces,
         protocol_version: PROTOCOL_VERSION.to_owned(),
@@ -212,7 +218,7 @@ pub async fn rpc(
     };
     let result = match version {
         Version::V0_3 => call_v03(&state, &caller, &agent, request.method, request.params).await,
-        Version::V1_0 => call_v1(&state, &caller, &agent, request.method, request.params).await,
+        Version::V1_0 => call_v1(&state, &caller, &agent, &request.method, request.params).await,
     };
     Ok(answer(id, result))
 }
@@ -242,15 +248,15 @@ async fn call_v03(
 
 /// One v1.0 call: `SendMessage`, `GetTask`, `CancelTask`; the other methods of v1.0 are
 /// answered with the spec's error for a capability the card does not claim.
-async fn call_v1(
+pub(super) async fn call_v1(
     state: &AppState,
     caller: &str,
     agent: &str,
-    method: String,
+    method: &str,
     params_given: Value,
 ) -> Result<Value, RpcError> {
     let invalid = |why: String| rpc_error(code::INVALID_PARAMS, why);
-    match method.as_str() {
+    match method {
         "SendMessage" => {
             let request: v1::SendMessageRequest = params(params_given)?;
             let history = request.history_length().map_err(invalid)?;

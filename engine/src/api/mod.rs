@@ -182,6 +182,32 @@ pub fn routes() -> Vec<Route> {
             get(a2a::inward::card),
         ),
         route("post", "/a2a/{agent}", post(a2a::inward::rpc)),
+        route(
+            "post",
+            "/a2a/{agent}/rest/message:send",
+            post(a2a::rest::send_message),
+        ),
+        route(
+            "post",
+            "/a2a/{agent}/rest/message:stream",
+            post(a2a::rest::stream_message),
+        ),
+        route("get", "/a2a/{agent}/rest/tasks", get(a2a::rest::list_tasks)),
+        route(
+            "get",
+            "/a2a/{agent}/rest/tasks/{task}",
+            get(a2a::rest::get_task),
+        ),
+        route(
+            "post",
+            "/a2a/{agent}/rest/tasks/{task}",
+            post(a2a::rest::task_action),
+        ),
+        route(
+            "get",
+            "/a2a/{agent}/rest/extendedAgentCard",
+            get(a2a::rest::extended_agent_card),
+        ),
         route("get", "/v1/openapi.json", get(ops::openapi)),
         route("get", "/healthz", get(ops::healthz)),
         route("get", "/readyz", get(ops::readyz)),

@@ -1219,7 +1219,107 @@ async fn the_a2a_version_header_chooses_names_and_shapes() {
         json!([
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": format!("{url}/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         ]),
         "{card:#}"
     );
+}
+
+/// A v1.0 call over the HTTP+JSON binding as alice: status and body.
+async fn rest(server: &Server, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = server
+        .as_agent(method, &format!("/a2a/bob/rest{path}"), "alice")
+        .header("A2A-Version", "1.0");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    call(request).await
+}
+
+/// An HTTP+JSON error: `status`, the AIP-193 shape, and the A2A reason when there is one.
+fn check_rest_error(answer: &(u16, Value), status: u16, reason: Option<&str>) {
+    let (got, body) = answer;
+    assert_eq!(*got, status, "{body:#}");
+    assert_eq!(body["error"]["code"], status, "{body:#}");
+    assert!(body["error"]["status"].is_string(), "{body:#}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body:#}"
+    );
+    if let Some(reason) = reason {
+        assert_eq!(body["error"]["details"][0]["reason"], reason, "{body:#}");
+        assert_eq!(
+            body["error"]["details"][0]["domain"], "a2a-protocol.org",
+            "{body:#}"
+        );
+    }
+}
+
+/// The HTTP+JSON binding (`/a2a/{agent}/rest`): `POST message:send` answers `{"task"}` as
+/// `SendMessage` does, `GET tasks/{id}` the task (cut to `historyLength`), `POST
+/// tasks/{id}:cancel` of an ended task is 409 `TASK_NOT_CANCELABLE`; an unknown task is 404
+/// `TASK_NOT_FOUND`, a bad body 400, a v0.3 or unknown version 400 `VERSION_NOT_SUPPORTED`,
+/// streaming and listing 400 `UNSUPPORTED_OPERATION`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_json_binding_sends_gets_and_refuses_as_the_spec_says() {
+    let server = Server::start().await;
+    let _bob = bob_agrees_then_informs(&server, json!({"booking": "LV-10"})).await;
+    let (status, sent) = rest(
+        &server,
+        Method::POST,
+        "/message:send",
+        Some(
+            json!({"message": {"messageId": "rest-book-1", "role": "ROLE_USER",
+            "parts": [{"data": {"action": "book-room"}}]}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent:#}");
+    assert_eq!(
+        sent["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{sent:#}"
+    );
+    assert_no_kind(&sent, &sent);
+    let id = sent["task"]["id"].as_str().expect("an id").to_owned();
+
+    let (status, task) = rest(
+        &server,
+        Method::GET,
+        &format!("/tasks/{id}?historyLength=1"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{task:#}");
+    assert_eq!(task["id"], id.as_str(), "{task:#}");
+    assert_eq!(
+        task["history"].as_array().map(Vec::len),
+        Some(1),
+        "{task:#}"
+    );
+
+    let ended = rest(&server, Method::POST, &format!("/tasks/{id}:cancel"), None).await;
+    check_rest_error(&ended, 409, Some("TASK_NOT_CANCELABLE"));
+    let unknown = rest(&server, Method::GET, "/tasks/a2a-nope", None).await;
+    check_rest_error(&unknown, 404, Some("TASK_NOT_FOUND"));
+    let garbled = rest(
+        &server,
+        Method::POST,
+        "/message:send",
+        Some(json!({"message": {"role": "user"}})),
+    )
+    .await;
+    check_rest_error(&garbled, 400, None);
+    let streaming = rest(&server, Method::POST, "/message:stream", Some(json!({}))).await;
+    check_rest_error(&streaming, 400, Some("UNSUPPORTED_OPERATION"));
+    let listing = rest(&server, Method::GET, "/tasks", None).await;
+    check_rest_error(&listing, 400, Some("UNSUPPORTED_OPERATION"));
+    let old = call(
+        server
+            .as_agent(Method::GET, &format!("/a2a/bob/rest/tasks/{id}"), "alice")
+            .header("A2A-Version", "0.3"),
+    )
+    .await;
+    check_rest_error(&old, 400, Some("VERSION_NOT_SUPPORTED"));
 }

@@ -1,0 +1,310 @@
+//! A2A v1.0's HTTP+JSON binding (spec §11) of a Colloquy agent, under `/a2a/{agent}/rest`:
+//! the same calls as the JSON-RPC endpoint's v1.0 methods ([`super::inward`]), addressed by
+//! path and HTTP method, answered with the bare result and errors in the AIP-193 shape
+//! (`{"error": {"code": 404, "status": "NOT_FOUND", "message", "details": [ErrorInfo]}}`).
+//!
+//! | call | path |
+//! |---|---|
+//! | `SendMessage` | `POST /message:send` |
+//! | `GetTask` | `GET /tasks/{id}?historyLength=` |
+//! | `CancelTask` | `POST /tasks/{id}:cancel` |
+//!
+//! The paths of the methods the card does not claim (`message:stream`, `tasks/{id}:subscribe`,
+//! `tasks`, `extendedAgentCard`) answer the spec's errors. The router cannot match a suffix
+//! after a path parameter, so `tasks/{task}` takes `ID`, `ID:cancel` or `ID:subscribe`
+//! whole and [`task_and_verb`] splits it. This binding speaks v1.0 only: an `A2A-Version`
+//! header, when given, must say 1.0.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::inward::{self, code};
+use super::v1::{self, Version};
+use crate::api::AppState;
+use crate::api::auth::Caller;
+use crate::api::error::ApiError;
+use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, QueryParams, RawBody};
+use colloquy_protocol::a2a::RpcError;
+
+/// `GET /tasks/{id}`'s query.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskQuery {
+    #[serde(default)]
+    history_length: Option<i32>,
+}
+
+/// `POST /a2a/{agent}/rest/message:send`.
+pub async fn send_message(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams(agent): PathParams<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let body = match body {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => return Err(ApiError::TooLarge(MAX_BODY_BYTES)),
+        Err(BodyError::TimedOut) => {
+            return Err(ApiError::BodyTimeout(
+                crate::api::extract::BODY_READ_TIMEOUT.as_secs(),
+            ));
+        }
+        Err(BodyError::Unreadable(why)) => return Ok(error_response(&invalid(why))),
+    };
+    let params: Value = match serde_json::from_slice(&body) {
+        Ok(params) => params,
+        Err(error) => return Ok(error_response(&invalid(format!("not JSON: {error}")))),
+    };
+    let sent = inward::call_v1(&state, &caller, &agent, "SendMessage", params).await;
+    Ok(respond(sent))
+}
+
+/// `POST /a2a/{agent}/rest/message:stream`: not offered (no streaming on the card).
+pub async fn stream_message(caller: Caller) -> Result<Response, ApiError> {
+    caller.agent()?;
+    Ok(error_response(&unsupported(
+        code::UNSUPPORTED_OPERATION,
+        "`message:stream`: this agent does not stream (its card says streaming: false)",
+    )))
+}
+
+/// `GET /a2a/{agent}/rest/tasks/{task}`: the task (`ID`), or its subscription
+/// (`ID:subscribe`, not offered).
+pub async fn get_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams((agent, task)): PathParams<(String, String)>,
+    headers: HeaderMap,
+    QueryParams(query): QueryParams<TaskQuery>,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let (id, verb) = task_and_verb(&task);
+    let answer = match verb {
+        None => {
+            let mut params = json!({"id": id});
+            if let Some(length) = query.history_length {
+                params["historyLength"] = json!(length);
+            }
+            inward::call_v1(&state, &caller, &agent, "GetTask", params).await
+        }
+        Some("subscribe") => {
+            inward::call_v1(
+                &state,
+                &caller,
+                &agent,
+                "SubscribeToTask",
+                json!({"id": id}),
+            )
+            .await
+        }
+        Some(other) => Err(no_such_verb(other)),
+    };
+    Ok(respond(answer))
+}
+
+/// `POST /a2a/{agent}/rest/tasks/{task}`: `ID:cancel`, or `ID:subscribe` (not offered).
+pub async fn task_action(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams((agent, task)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let answer = match task_and_verb(&task) {
+        (id, Some("cancel")) => {
+            inward::call_v1(&state, &caller, &agent, "CancelTask", json!({"id": id})).await
+        }
+        (id, Some("subscribe")) => {
+            inward::call_v1(
+                &state,
+                &caller,
+                &agent,
+                "SubscribeToTask",
+                json!({"id": id}),
+            )
+            .await
+        }
+        (_, Some(other)) => Err(no_such_verb(other)),
+        (_, None) => Err(invalid(
+            "POST on a task takes a verb: tasks/{id}:cancel".to_owned(),
+        )),
+    };
+    Ok(respond(answer))
+}
+
+/// `GET /a2a/{agent}/rest/tasks`: listing tasks is not offered yet.
+pub async fn list_tasks(caller: Caller) -> Result<Response, ApiError> {
+    caller.agent()?;
+    Ok(error_response(&unsupported(
+        code::UNSUPPORTED_OPERATION,
+        "listing tasks is not offered here yet; GET tasks/{id} reads a task by its id",
+    )))
+}
+
+/// `GET /a2a/{agent}/rest/extendedAgentCard`: there is none.
+pub async fn extended_agent_card(caller: Caller) -> Result<Response, ApiError> {
+    caller.agent()?;
+    Ok(error_response(&unsupported(
+        code::EXTENDED_AGENT_CARD_NOT_CONFIGURED,
+        "this agent has no extended agent card",
+    )))
+}
+
+/// `ID:verb` split at its last colon, when what follows is a word; else the whole as the id
+/// (task ids here never hold a colon, but a client's may reach us).
+fn task_and_verb(task: &str) -> (&str, Option<&str>) {
+    match task.rsplit_once(':') {
+        Some((id, verb)) if !verb.is_empty() && verb.bytes().all(|b| b.is_ascii_alphabetic()) => {
+            (id, Some(verb))
+        }
+        _ => (task, None),
+    }
+}
+
+fn no_such_verb(verb: &str) -> RpcError {
+    invalid(format!(
+        "no task verb `{}` here; this binding takes :cancel",
+        crate::log_safe::LogSafe(verb)
+    ))
+}
+
+fn invalid(message: String) -> RpcError {
+    RpcError {
+        code: code::INVALID_PARAMS,
+        message,
+        data: None,
+    }
+}
+
+fn unsupported(code: i64, message: &str) -> RpcError {
+    RpcError {
+        code,
+        message: message.to_owned(),
+        data: None,
+    }
+}
+
+/// `Err` (the error to answer) when the request names a version other than 1.0.
+fn check_version(headers: &HeaderMap) -> Result<(), RpcError> {
+    let refused = |message: String| RpcError {
+        code: code::VERSION_NOT_SUPPORTED,
+        message,
+        data: None,
+    };
+    if headers.get(v1::VERSION_HEADER).is_none() {
+        return Ok(());
+    }
+    match v1::version(headers) {
+        Ok(Version::V1_0) => Ok(()),
+        Ok(Version::V0_3) => Err(refused(
+            "the HTTP+JSON binding here speaks A2A 1.0; v0.3 clients use the JSON-RPC endpoint"
+                .to_owned(),
+        )),
+        Err(why) => Err(refused(why)),
+    }
+}
+
+fn respond(answer: Result<Value, RpcError>) -> Response {
+    match answer {
+        Ok(result) => (StatusCode::OK, axum::Json(result)).into_response(),
+        Err(error) => error_response(&error),
+    }
+}
+
+/// An A2A error in the HTTP+JSON binding's shape, with the status of spec §5.4.
+pub fn error_response(error: &RpcError) -> Response {
+    let (status, grpc, reason) = error_kind(error.code);
+    let mut body = json!({"error": {
+        "code": status.as_u16(),
+        "status": grpc,
+        "message": error.message,
+    }});
+    if let Some(reason) = reason {
+        body["error"]["details"] = json!([{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": reason,
+            "domain": "a2a-protocol.org",
+        }]);
+    }
+    (status, axum::Json(body)).into_response()
+}
+
+/// A JSON-RPC error code's HTTP status, gRPC status name and A2A reason (spec §5.4, §11.6).
+fn error_kind(rpc_code: i64) -> (StatusCode, &'static str, Option<&'static str>) {
+    match rpc_code {
+        code::TASK_NOT_FOUND => (StatusCode::NOT_FOUND, "NOT_FOUND", Some("TASK_NOT_FOUND")),
+        code::TASK_NOT_CANCELABLE => (
+            StatusCode::CONFLICT,
+            "FAILED_PRECONDITION",
+            Some("TASK_NOT_CANCELABLE"),
+        ),
+        code::PUSH_NOTIFICATION_NOT_SUPPORTED => (
+            StatusCode::BAD_REQUEST,
+            "UNIMPLEMENTED",
+            Some("PUSH_NOTIFICATION_NOT_SUPPORTED"),
+        ),
+        code::UNSUPPORTED_OPERATION => (
+            StatusCode::BAD_REQUEST,
+            "UNIMPLEMENTED",
+            Some("UNSUPPORTED_OPERATION"),
+        ),
+        code::EXTENDED_AGENT_CARD_NOT_CONFIGURED => (
+            StatusCode::BAD_REQUEST,
+            "FAILED_PRECONDITION",
+            Some("EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+        ),
+        code::VERSION_NOT_SUPPORTED => (
+            StatusCode::BAD_REQUEST,
+            "UNIMPLEMENTED",
+            Some("VERSION_NOT_SUPPORTED"),
+        ),
+        code::INTERNAL_ERROR => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", None),
+        _ => (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_path_segment_splits_into_id_and_verb() {
+        assert_eq!(task_and_verb("a2a-1"), ("a2a-1", None));
+        assert_eq!(task_and_verb("a2a-1:cancel"), ("a2a-1", Some("cancel")));
+        assert_eq!(
+            task_and_verb("a2a-1:subscribe"),
+            ("a2a-1", Some("subscribe"))
+        );
+        assert_eq!(task_and_verb("urn:x:1"), ("urn:x:1", None));
+    }
+
+    #[test]
+    fn a2a_errors_get_the_status_and_reason_of_the_spec() {
+        assert_eq!(
+            error_kind(code::TASK_NOT_FOUND),
+            (StatusCode::NOT_FOUND, "NOT_FOUND", Some("TASK_NOT_FOUND"))
+        );
+        assert_eq!(
+            error_kind(code::TASK_NOT_CANCELABLE).0,
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            error_kind(code::INVALID_PARAMS),
+            (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", None)
+        );
+    }
+}
