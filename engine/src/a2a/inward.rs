@@ -38,6 +38,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, RawBody};
 use crate::api::json::JsonResponse;
 use crate::error::{EngineError, ErrorKind};
+use crate::listing::{ConversationFilter, MAX_PAGE};
 
 /// Longest a blocking `message/send` waits for its conversation to end before it answers
 /// with the task as it stands.
@@ -61,9 +62,9 @@ pub(super) mod code {
 }
 
 /// The v1.0 methods this endpoint serves.
-const V1_METHODS: [&str; 3] = ["SendMessage", "GetTask", "CancelTask"];
+const V1_METHODS: &[&str] = &["SendMessage", "GetTask", "ListTasks", "CancelTask"];
 /// The v0.3 methods this endpoint serves.
-const V03_METHODS: [&str; 3] = ["message/send", "tasks/get", "tasks/cancel"];
+const V03_METHODS: &[&str] = &["message/send", "tasks/get", "tasks/cancel"];
 
 /// `GET /a2a/{agent}/.well-known/agent-card.json`: no credentials needed, as A2A clients
 /// read the card before they authenticate; with an agents file, only its agents have one.
@@ -294,12 +295,106 @@ pub(super) async fn call_v1(
             code::EXTENDED_AGENT_CARD_NOT_CONFIGURED,
             "this agent has no extended agent card",
         )),
-        "ListTasks" => Err(rpc_error(
-            code::UNSUPPORTED_OPERATION,
-            "`ListTasks` is not offered here yet; `GetTask` reads a task by its id",
-        )),
+        "ListTasks" => {
+            let request: v1::ListTasksRequest = params(params_given)?;
+            let listing = request.checked().map_err(invalid)?;
+            list_tasks(state, caller, agent, &listing).await
+        }
         other => Err(no_method(other, Version::V1_0)),
     }
+}
+
+/// `ListTasks`: the caller's tasks with `agent` (conversations the caller can see that
+/// `agent` takes part in), latest change first, then by id; a page token is the position
+/// of a page's last task in that order. It reads every matching conversation to order and
+/// count them (`totalSize`): right for the tasks one client has with one agent, not for
+/// millions (that would take an index by change time).
+async fn list_tasks(
+    state: &AppState,
+    caller: &str,
+    agent: &str,
+    listing: &v1::TaskListing,
+) -> Result<Value, RpcError> {
+    let engine = state.engine();
+    let mut matching: Vec<(u64, ConversationView)> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let filter = ConversationFilter {
+            participant: Some(agent.to_owned()),
+            status: None,
+            template: None,
+            after: cursor.take(),
+            limit: MAX_PAGE,
+        };
+        let (page, more) = engine.list(Some(caller), &filter).await;
+        for summary in &page {
+            if listing
+                .context_id
+                .as_deref()
+                .is_some_and(|context| context != &*summary.id)
+            {
+                continue;
+            }
+            // Gone since it was listed (retention): not a task any more.
+            let Ok(view) = engine.view(&summary.id, Some(caller)).await else {
+                continue;
+            };
+            let changed_at = v1::changed_at(&view).unwrap_or(0);
+            if listing
+                .changed_since
+                .is_some_and(|since| changed_at < since)
+            {
+                continue;
+            }
+            if let Some(state) = &listing.state
+                && *state != v1::task_state(&task_of(&view).status.state)
+            {
+                continue;
+            }
+            matching.push((changed_at, view));
+        }
+        match page.last() {
+            Some(last) if more => cursor = Some(last.id.to_string()),
+            _ => break,
+        }
+    }
+    matching.sort_by(|(at_a, a), (at_b, b)| at_b.cmp(at_a).then_with(|| a.id.cmp(&b.id)));
+    let total_size = matching.len();
+    let mut following = matching.into_iter().filter(|(changed_at, view)| {
+        listing
+            .after
+            .as_ref()
+            .is_none_or(|position| position.is_followed_by(*changed_at, &view.id))
+    });
+    let page: Vec<(u64, ConversationView)> = following.by_ref().take(listing.page_size).collect();
+    let next_page_token = match (following.next(), page.last()) {
+        (Some(_), Some((changed_at, view))) => v1::PagePosition {
+            changed_at: *changed_at,
+            id: view.id.to_string(),
+        }
+        .token(),
+        _ => String::new(),
+    };
+    let tasks: Vec<Value> = page
+        .iter()
+        .map(|(_, view)| {
+            let mut task = v1::task(&task_of(view), view, Some(listing.history_length));
+            if let Some(fields) = task.as_object_mut() {
+                if listing.include_artifacts {
+                    fields.entry("artifacts").or_insert_with(|| json!([]));
+                } else {
+                    fields.remove("artifacts");
+                }
+            }
+            task
+        })
+        .collect();
+    Ok(json!({
+        "tasks": tasks,
+        "nextPageToken": next_page_token,
+        "pageSize": listing.page_size,
+        "totalSize": total_size,
+    }))
 }
 
 /// A method this endpoint does not know in `version`, naming the version that has it.

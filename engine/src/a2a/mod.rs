@@ -19,6 +19,7 @@ pub mod endpoint;
 pub mod inward;
 pub mod outward;
 pub mod rest;
+pub mod timestamp;
 pub mod v1;
 
 pub use endpoint::{A2A_TIMEOUT, Endpoint};

@@ -9,8 +9,10 @@
 //! | `GetTask` | `GET /tasks/{id}?historyLength=` |
 //! | `CancelTask` | `POST /tasks/{id}:cancel` |
 //!
+//! | `ListTasks` | `GET /tasks?contextId=&status=&pageSize=&pageToken=…` |
+//!
 //! The paths of the methods the card does not claim (`message:stream`, `tasks/{id}:subscribe`,
-//! `tasks`, `extendedAgentCard`) answer the spec's errors. The router cannot match a suffix
+//! `extendedAgentCard`) answer the spec's errors. The router cannot match a suffix
 //! after a path parameter, so `tasks/{task}` takes `ID`, `ID:cancel` or `ID:subscribe`
 //! whole and [`task_and_verb`] splits it. This binding speaks v1.0 only: an `A2A-Version`
 //! header, when given, must say 1.0.
@@ -146,13 +148,43 @@ pub async fn task_action(
     Ok(respond(answer))
 }
 
-/// `GET /a2a/{agent}/rest/tasks`: listing tasks is not offered yet.
-pub async fn list_tasks(caller: Caller) -> Result<Response, ApiError> {
-    caller.agent()?;
-    Ok(error_response(&unsupported(
-        code::UNSUPPORTED_OPERATION,
-        "listing tasks is not offered here yet; GET tasks/{id} reads a task by its id",
-    )))
+/// `GET /a2a/{agent}/rest/tasks?contextId=&status=&pageSize=&pageToken=&historyLength=&statusTimestampAfter=&includeArtifacts=`:
+/// `ListTasks`, its params as the query (camelCase, as the spec's §11.5 names them).
+pub async fn list_tasks(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams(agent): PathParams<String>,
+    headers: HeaderMap,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let params = serde_json::to_value(query).unwrap_or_default();
+    Ok(respond(
+        inward::call_v1(&state, &caller, &agent, "ListTasks", params).await,
+    ))
+}
+
+/// `GET /tasks`' query: `ListTasks`' params.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    context_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    page_size: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    page_token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    history_length: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status_timestamp_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    include_artifacts: Option<bool>,
 }
 
 /// `GET /a2a/{agent}/rest/extendedAgentCard`: there is none.

@@ -170,6 +170,155 @@ pub struct GetTaskRequest {
     pub tenant: Option<String>,
 }
 
+/// `ListTasks`' params.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListTasksRequest {
+    /// Only the task of this context (a conversation id: one task per context here).
+    #[serde(default)]
+    pub context_id: Option<String>,
+    /// Only tasks in this state (`TASK_STATE_*`; `TASK_STATE_UNSPECIFIED`: any).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// At most this many (1 to [`MAX_PAGE_SIZE`], default [`DEFAULT_PAGE_SIZE`]).
+    #[serde(default)]
+    pub page_size: Option<i32>,
+    /// The previous page's `nextPageToken`.
+    #[serde(default)]
+    pub page_token: Option<String>,
+    /// How many of each task's latest messages to include (none given: none).
+    #[serde(default)]
+    pub history_length: Option<i32>,
+    /// Only tasks whose status changed at or after this time (RFC 3339).
+    #[serde(default)]
+    pub status_timestamp_after: Option<String>,
+    /// Include each task's artifacts (default: left out).
+    #[serde(default)]
+    pub include_artifacts: Option<bool>,
+    /// A tenant (ignored).
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// `ListTasks`' page size when none is asked for.
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+/// The largest page `ListTasks` answers.
+pub const MAX_PAGE_SIZE: usize = 100;
+
+/// The states a task can be in, as v1.0 spells them.
+pub const TASK_STATES: [&str; 8] = [
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_REJECTED",
+    "TASK_STATE_AUTH_REQUIRED",
+];
+
+/// `ListTasks`' checked params.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TaskListing {
+    /// Only this context.
+    pub context_id: Option<String>,
+    /// Only this state (`TASK_STATE_*`).
+    pub state: Option<String>,
+    /// The page size.
+    pub page_size: usize,
+    /// Tasks after this position in the order (`None`: from the start).
+    pub after: Option<PagePosition>,
+    /// History per task.
+    pub history_length: usize,
+    /// Only tasks changed at or after this Unix time (ms).
+    pub changed_since: Option<u64>,
+    /// Keep artifacts.
+    pub include_artifacts: bool,
+}
+
+/// Where a page ends in `ListTasks`' order (latest change first, then id): the page token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PagePosition {
+    /// The last task's status time (Unix ms).
+    pub changed_at: u64,
+    /// The last task's id.
+    pub id: String,
+}
+
+impl PagePosition {
+    /// The token a client passes back: `"{changed_at}:{id}"`.
+    pub fn token(&self) -> String {
+        format!("{}:{}", self.changed_at, self.id)
+    }
+
+    /// Whether a task at (`changed_at`, `id`) comes after this position in the order
+    /// (latest change first; among equal times, by id).
+    pub fn is_followed_by(&self, changed_at: u64, id: &str) -> bool {
+        changed_at < self.changed_at || (changed_at == self.changed_at && id > self.id.as_str())
+    }
+}
+
+impl ListTasksRequest {
+    /// The listing asked for, or what is wrong with the params.
+    pub fn checked(self) -> Result<TaskListing, String> {
+        let page_size = match self.page_size {
+            None => DEFAULT_PAGE_SIZE,
+            Some(size) => usize::try_from(size)
+                .ok()
+                .filter(|size| (1..=MAX_PAGE_SIZE).contains(size))
+                .ok_or_else(|| {
+                    format!("params.pageSize: between 1 and {MAX_PAGE_SIZE}, got {size}")
+                })?,
+        };
+        let state = match self.status.as_deref() {
+            None | Some("" | "TASK_STATE_UNSPECIFIED") => None,
+            Some(state) if TASK_STATES.contains(&state) => Some(state.to_owned()),
+            Some(other) => {
+                return Err(format!(
+                    "params.status: `{}` is not a task state; one of {}",
+                    crate::log_safe::LogSafe(other),
+                    TASK_STATES.join(", ")
+                ));
+            }
+        };
+        let after = match self.page_token.as_deref() {
+            None | Some("") => None,
+            Some(token) => {
+                let position = token.split_once(':').and_then(|(at, id)| {
+                    Some(PagePosition {
+                        changed_at: at.parse().ok()?,
+                        id: id.to_owned(),
+                    })
+                });
+                Some(position.ok_or_else(|| {
+                    "params.pageToken: not a token this agent gave (pass nextPageToken as it \
+                     came)"
+                        .to_owned()
+                })?)
+            }
+        };
+        let history_length =
+            history_length(self.history_length, "params.historyLength")?.unwrap_or(0);
+        let changed_since = self
+            .status_timestamp_after
+            .as_deref()
+            .map(|text| {
+                super::timestamp::parse(text)
+                    .map_err(|why| format!("params.statusTimestampAfter: {why}"))
+            })
+            .transpose()?;
+        Ok(TaskListing {
+            context_id: self.context_id.filter(|id| !id.is_empty()),
+            state,
+            page_size,
+            after,
+            history_length,
+            changed_since,
+            include_artifacts: self.include_artifacts.unwrap_or(false),
+        })
+    }
+}
+
 /// `CancelTask`'s params.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -394,11 +543,22 @@ fn history(view: &ConversationView, limit: Option<usize>) -> Vec<Value> {
         .collect()
 }
 
+/// When a task's status last changed: when the conversation's last message was sent.
+pub fn changed_at(view: &ConversationView) -> Option<u64> {
+    view.messages.last().map(|message| message.sent_at)
+}
+
 /// A task as v1.0 writes it: `task` (the v0.3 task of `view`) respelt, with the latest
 /// `history_length` messages of the conversation (none when it is 0).
 pub fn task(task: &TaskV03, view: &ConversationView, history_length: Option<usize>) -> Value {
     let mut status = Map::new();
     status.insert("state".into(), json!(task_state(&task.status.state)));
+    if let Some(changed_at) = changed_at(view) {
+        status.insert(
+            "timestamp".into(),
+            json!(super::timestamp::format(changed_at)),
+        );
+    }
     if let Some(said) = &task.status.message {
         status.insert("message".into(), message(said));
     }
@@ -537,6 +697,44 @@ mod tests {
         assert!(push.contains("taskPushNotificationConfig"), "{push}");
         assert!(history_length(Some(-1), "f").is_err());
         assert_eq!(history_length(Some(0), "f"), Ok(Some(0)));
+    }
+
+    #[test]
+    fn list_params_are_checked_and_the_page_token_read_back() {
+        let listing = ListTasksRequest::default().checked().unwrap();
+        assert_eq!(
+            (listing.page_size, listing.history_length),
+            (DEFAULT_PAGE_SIZE, 0)
+        );
+        assert!(!listing.include_artifacts);
+        let read = |value: Value| {
+            serde_json::from_value::<ListTasksRequest>(value)
+                .unwrap()
+                .checked()
+        };
+        for wrong in [
+            json!({"pageSize": 0}),
+            json!({"pageSize": 101}),
+            json!({"status": "completed"}),
+            json!({"pageToken": "nonsense"}),
+            json!({"historyLength": -1}),
+            json!({"statusTimestampAfter": "yesterday"}),
+        ] {
+            assert!(read(wrong.clone()).is_err(), "{wrong}");
+        }
+        let position = PagePosition {
+            changed_at: 5,
+            id: "b".into(),
+        };
+        let listing =
+            read(json!({"pageToken": position.token(), "status": "TASK_STATE_WORKING"})).unwrap();
+        assert_eq!(listing.after, Some(position.clone()));
+        assert_eq!(listing.state.as_deref(), Some("TASK_STATE_WORKING"));
+        assert!(position.is_followed_by(4, "a"));
+        assert!(position.is_followed_by(5, "c"));
+        assert!(!position.is_followed_by(5, "b"));
+        assert!(!position.is_followed_by(5, "a"));
+        assert!(!position.is_followed_by(6, "z"));
     }
 
     #[test]

@@ -1261,7 +1261,7 @@ fn check_rest_error(answer: &(u16, Value), status: u16, reason: Option<&str>) {
 /// `SendMessage` does, `GET tasks/{id}` the task (cut to `historyLength`), `POST
 /// tasks/{id}:cancel` of an ended task is 409 `TASK_NOT_CANCELABLE`; an unknown task is 404
 /// `TASK_NOT_FOUND`, a bad body 400, a v0.3 or unknown version 400 `VERSION_NOT_SUPPORTED`,
-/// streaming and listing 400 `UNSUPPORTED_OPERATION`.
+/// streaming 400 `UNSUPPORTED_OPERATION`; `GET /tasks` lists (a bad page size is 400).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_json_binding_sends_gets_and_refuses_as_the_spec_says() {
     let server = Server::start().await;
@@ -1313,8 +1313,11 @@ async fn the_http_json_binding_sends_gets_and_refuses_as_the_spec_says() {
     check_rest_error(&garbled, 400, None);
     let streaming = rest(&server, Method::POST, "/message:stream", Some(json!({}))).await;
     check_rest_error(&streaming, 400, Some("UNSUPPORTED_OPERATION"));
-    let listing = rest(&server, Method::GET, "/tasks", None).await;
-    check_rest_error(&listing, 400, Some("UNSUPPORTED_OPERATION"));
+    let (status, listing) = rest(&server, Method::GET, "/tasks?pageSize=10", None).await;
+    assert_eq!(status, 200, "{listing:#}");
+    assert_eq!(listing["tasks"][0]["id"], id.as_str(), "{listing:#}");
+    let bad_size = rest(&server, Method::GET, "/tasks?pageSize=0", None).await;
+    check_rest_error(&bad_size, 400, None);
     let old = call(
         server
             .as_agent(Method::GET, &format!("/a2a/bob/rest/tasks/{id}"), "alice")
@@ -1322,4 +1325,98 @@ async fn the_http_json_binding_sends_gets_and_refuses_as_the_spec_says() {
     )
     .await;
     check_rest_error(&old, 400, Some("VERSION_NOT_SUPPORTED"));
+}
+
+/// `ListTasks` pages alice's tasks with bob, latest change first: `totalSize` counts them all,
+/// `nextPageToken` leads to the rest and is "" on the last page; `status` and `contextId`
+/// filter; artifacts only with `includeArtifacts`; another caller sees none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_tasks_pages_the_callers_tasks_latest_first() {
+    let server = Server::start().await;
+    let _bob = bob_agrees_then_informs(&server, json!({"booking": "LV-11"})).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let sent = v1_ok(
+            &server,
+            "SendMessage",
+            json!({"message": {"messageId": format!("v1-list-{n}"), "role": "ROLE_USER",
+                "parts": [{"text": "book"}]}}),
+        )
+        .await;
+        assert_eq!(
+            sent["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{sent:#}"
+        );
+        ids.push(sent["task"]["id"].as_str().expect("an id").to_owned());
+        // Each task's last change at a later millisecond than the one before.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let first = v1_ok(&server, "ListTasks", json!({"pageSize": 2})).await;
+    assert_eq!(first["totalSize"], 3, "{first:#}");
+    assert_eq!(first["pageSize"], 2, "{first:#}");
+    let listed = |page: &Value| -> Vec<String> {
+        page["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|task| task["id"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        listed(&first),
+        [ids[2].clone(), ids[1].clone()],
+        "{first:#}"
+    );
+    assert!(first["tasks"][0].get("artifacts").is_none(), "{first:#}");
+    assert!(first["tasks"][0].get("history").is_none(), "{first:#}");
+    let token = first["nextPageToken"].as_str().expect("a token");
+    assert!(!token.is_empty(), "{first:#}");
+    let rest = v1_ok(
+        &server,
+        "ListTasks",
+        json!({"pageSize": 2, "pageToken": token}),
+    )
+    .await;
+    assert_eq!(listed(&rest), [ids[0].clone()], "{rest:#}");
+    assert_eq!(rest["nextPageToken"], "", "{rest:#}");
+
+    let completed = v1_ok(
+        &server,
+        "ListTasks",
+        json!({"status": "TASK_STATE_COMPLETED", "includeArtifacts": true, "historyLength": 1}),
+    )
+    .await;
+    assert_eq!(completed["totalSize"], 3, "{completed:#}");
+    assert_eq!(
+        completed["tasks"][0]["artifacts"][0]["parts"],
+        json!([{"data": {"booking": "LV-11"}}]),
+        "{completed:#}"
+    );
+    assert_eq!(
+        completed["tasks"][0]["history"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let working = v1_ok(
+        &server,
+        "ListTasks",
+        json!({"status": "TASK_STATE_WORKING"}),
+    )
+    .await;
+    assert_eq!(
+        (working["totalSize"].clone(), working["tasks"].clone()),
+        (json!(0), json!([]))
+    );
+    let one = v1_ok(&server, "ListTasks", json!({"contextId": ids[1]})).await;
+    assert_eq!(listed(&one), [ids[1].clone()], "{one:#}");
+
+    let body = json!({"jsonrpc": "2.0", "id": next_id(), "method": "ListTasks", "params": {}});
+    let (status, carols) = call(
+        server
+            .as_agent(Method::POST, &endpoint("bob"), "carol")
+            .header("A2A-Version", "1.0")
+            .json(&body),
+    )
+    .await;
+    assert_eq!(status, 200, "{carols:#}");
+    assert_eq!(carols["result"]["totalSize"], 0, "{carols:#}");
 }
