@@ -31,12 +31,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use super::stream::{self, Envelope};
 use super::v1::{self, Version};
 use crate::api::AppState;
 use crate::api::auth::{Caller, Identity};
 use crate::api::error::ApiError;
 use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, RawBody};
 use crate::api::json::JsonResponse;
+use crate::api::streams::SseStream;
 use crate::error::{EngineError, ErrorKind};
 use crate::listing::{ConversationFilter, MAX_PAGE};
 
@@ -62,9 +64,22 @@ pub(super) mod code {
 }
 
 /// The v1.0 methods this endpoint serves.
-const V1_METHODS: &[&str] = &["SendMessage", "GetTask", "ListTasks", "CancelTask"];
+const V1_METHODS: &[&str] = &[
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+];
 /// The v0.3 methods this endpoint serves.
-const V03_METHODS: &[&str] = &["message/send", "tasks/get", "tasks/cancel"];
+const V03_METHODS: &[&str] = &[
+    "message/send",
+    "message/stream",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/resubscribe",
+];
 
 /// `GET /a2a/{agent}/.well-known/agent-card.json`: no credentials needed, as A2A clients
 /// read the card before they authenticate; with an agents file, only its agents have one.
@@ -138,7 +153,7 @@ pub async fn card(
         preferred_transport: "JSONRPC".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         capabilities: Capabilities {
-            streaming: false,
+            streaming: true,
             push_notifications: false,
         },
         default_input_modes: vec!["application/json".to_owned(), "text/plain".to_owned()],
@@ -217,6 +232,32 @@ pub async fn rpc(
         Ok(version) => version,
         Err(why) => return Ok(answer(id, Err(rpc_error(code::VERSION_NOT_SUPPORTED, why)))),
     };
+    let streamed = match (version, request.method.as_str()) {
+        (Version::V1_0, "SendStreamingMessage") | (Version::V0_3, "message/stream") => {
+            Some(Streamed::Send)
+        }
+        (Version::V1_0, "SubscribeToTask") | (Version::V0_3, "tasks/resubscribe") => {
+            Some(Streamed::Subscribe)
+        }
+        _ => None,
+    };
+    if let Some(streamed) = streamed {
+        let envelope = Envelope::JsonRpc(id.clone());
+        let opened = open_stream(
+            &state,
+            &caller,
+            &agent,
+            version,
+            streamed,
+            request.params,
+            envelope,
+        )
+        .await;
+        return Ok(match opened {
+            Ok(stream) => stream.into_response(),
+            Err(error) => answer(id, Err(error)),
+        });
+    }
     let result = match version {
         Version::V0_3 => call_v03(&state, &caller, &agent, request.method, request.params).await,
         Version::V1_0 => call_v1(&state, &caller, &agent, &request.method, request.params).await,
@@ -277,10 +318,6 @@ pub(super) async fn call_v1(
             let view = read_view(state, caller, &request.id).await?;
             Ok(v1::task(&task_of(&view), &view, None))
         }
-        "SendStreamingMessage" | "SubscribeToTask" => Err(rpc_error(
-            code::UNSUPPORTED_OPERATION,
-            format!("`{method}`: this agent does not stream (its card says streaming: false)"),
-        )),
         "CreateTaskPushNotificationConfig"
         | "GetTaskPushNotificationConfig"
         | "ListTaskPushNotificationConfigs"
@@ -395,6 +432,65 @@ async fn list_tasks(
         "pageSize": listing.page_size,
         "totalSize": total_size,
     }))
+}
+
+/// What a streaming call does before it streams.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Streamed {
+    /// Sends the message (starting a task or continuing one), then follows the task.
+    Send,
+    /// Follows a task that has not ended.
+    Subscribe,
+}
+
+/// Opens the event stream of a streaming call: `SendStreamingMessage` / `message/stream`
+/// send first (without waiting), `SubscribeToTask` / `tasks/resubscribe` check the task is
+/// still going (an ended one is `UnsupportedOperationError`, as the spec says).
+pub(super) async fn open_stream(
+    state: &AppState,
+    caller: &str,
+    agent: &str,
+    version: Version,
+    streamed: Streamed,
+    params_given: Value,
+    envelope: Envelope,
+) -> Result<SseStream, RpcError> {
+    let invalid = |why: String| rpc_error(code::INVALID_PARAMS, why);
+    let id = match (streamed, version) {
+        (Streamed::Send, Version::V1_0) => {
+            let request: v1::SendMessageRequest = params(params_given)?;
+            let mut sent = request.into_v03().map_err(invalid)?;
+            sent.configuration = None;
+            send(state, caller, agent, sent).await?.id
+        }
+        (Streamed::Send, Version::V0_3) => {
+            let mut sent: MessageSendParams = params(params_given)?;
+            sent.configuration = None;
+            send(state, caller, agent, sent).await?.id
+        }
+        (Streamed::Subscribe, _) => {
+            let task: TaskIdParams = params(params_given)?;
+            let view = read_view(state, caller, &task.id).await?;
+            if stream::is_final(&task_of(&view).status.state) {
+                return Err(rpc_error(
+                    code::UNSUPPORTED_OPERATION,
+                    format!(
+                        "task `{}` has ended (or waits for input): there is nothing to \
+                         subscribe to; GetTask reads it",
+                        task.id
+                    ),
+                ));
+            }
+            task.id
+        }
+    };
+    Ok(stream::follow(
+        state.clone(),
+        caller.to_owned(),
+        id,
+        version,
+        envelope,
+    ))
 }
 
 /// A method this endpoint does not know in `version`, naming the version that has it.

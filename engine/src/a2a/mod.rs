@@ -5,6 +5,7 @@
 //! | [`inward`] | Colloquy agents served to A2A clients: agent cards and the JSON-RPC endpoint (`/a2a/{agent}`), each A2A task a conversation |
 //! | [`outward`] | remote A2A agents as conversation parties: the bridge that sends them their inbox and records their answers as replies |
 //! | [`rest`] | A2A v1.0's HTTP+JSON binding of the same calls, under `/a2a/{agent}/rest` |
+//! | [`stream`] | a task followed over server-sent events (`SendStreamingMessage`, `SubscribeToTask`, v0.3's `message/stream`, `tasks/resubscribe`) |
 //! | [`v1`] | A2A v1.0 on the inward JSON-RPC endpoint, beside v0.3: the `A2A-Version` header, v1.0's methods and JSON shapes |
 //! | [`endpoint`] | where a remote agent is reached (from the agents file) |
 //!
@@ -19,6 +20,7 @@ pub mod endpoint;
 pub mod inward;
 pub mod outward;
 pub mod rest;
+pub mod stream;
 pub mod timestamp;
 pub mod v1;
 

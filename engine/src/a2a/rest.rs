@@ -6,16 +6,16 @@
 //! | call | path |
 //! |---|---|
 //! | `SendMessage` | `POST /message:send` |
+//! | `SendStreamingMessage` | `POST /message:stream` (server-sent events) |
 //! | `GetTask` | `GET /tasks/{id}?historyLength=` |
-//! | `CancelTask` | `POST /tasks/{id}:cancel` |
-//!
 //! | `ListTasks` | `GET /tasks?contextId=&status=&pageSize=&pageToken=…` |
+//! | `CancelTask` | `POST /tasks/{id}:cancel` |
+//! | `SubscribeToTask` | `GET` or `POST /tasks/{id}:subscribe` (server-sent events) |
 //!
-//! The paths of the methods the card does not claim (`message:stream`, `tasks/{id}:subscribe`,
-//! `extendedAgentCard`) answer the spec's errors. The router cannot match a suffix
-//! after a path parameter, so `tasks/{task}` takes `ID`, `ID:cancel` or `ID:subscribe`
-//! whole and [`task_and_verb`] splits it. This binding speaks v1.0 only: an `A2A-Version`
-//! header, when given, must say 1.0.
+//! `extendedAgentCard` answers the spec's error: there is none. The router cannot match a
+//! suffix after a path parameter, so `tasks/{task}` takes `ID`, `ID:cancel` or
+//! `ID:subscribe` whole and [`task_and_verb`] splits it. This binding speaks v1.0 only: an
+//! `A2A-Version` header, when given, must say 1.0.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -23,12 +23,14 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::inward::{self, code};
+use super::inward::{self, Streamed, code};
+use super::stream::Envelope;
 use super::v1::{self, Version};
 use crate::api::AppState;
 use crate::api::auth::Caller;
 use crate::api::error::ApiError;
 use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, QueryParams, RawBody};
+use crate::api::streams::SseStream;
 use colloquy_protocol::a2a::RpcError;
 
 /// `GET /tasks/{id}`'s query.
@@ -51,35 +53,82 @@ pub async fn send_message(
     if let Err(refused) = check_version(&headers) {
         return Ok(error_response(&refused));
     }
-    let body = match body {
-        Ok(body) => body,
-        Err(BodyError::TooLarge) => return Err(ApiError::TooLarge(MAX_BODY_BYTES)),
-        Err(BodyError::TimedOut) => {
-            return Err(ApiError::BodyTimeout(
-                crate::api::extract::BODY_READ_TIMEOUT.as_secs(),
-            ));
-        }
-        Err(BodyError::Unreadable(why)) => return Ok(error_response(&invalid(why))),
-    };
-    let params: Value = match serde_json::from_slice(&body) {
+    let params = match read_json(body)? {
         Ok(params) => params,
-        Err(error) => return Ok(error_response(&invalid(format!("not JSON: {error}")))),
+        Err(refused) => return Ok(error_response(&refused)),
     };
     let sent = inward::call_v1(&state, &caller, &agent, "SendMessage", params).await;
     Ok(respond(sent))
 }
 
-/// `POST /a2a/{agent}/rest/message:stream`: not offered (no streaming on the card).
-pub async fn stream_message(caller: Caller) -> Result<Response, ApiError> {
-    caller.agent()?;
-    Ok(error_response(&unsupported(
-        code::UNSUPPORTED_OPERATION,
-        "`message:stream`: this agent does not stream (its card says streaming: false)",
-    )))
+/// `POST /a2a/{agent}/rest/message:stream`: `SendStreamingMessage`, the task's events as
+/// server-sent events (each a bare `StreamResponse`).
+pub async fn stream_message(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams(agent): PathParams<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let params = match read_json(body)? {
+        Ok(params) => params,
+        Err(refused) => return Ok(error_response(&refused)),
+    };
+    let opened = inward::open_stream(
+        &state,
+        &caller,
+        &agent,
+        Version::V1_0,
+        Streamed::Send,
+        params,
+        Envelope::Bare,
+    )
+    .await;
+    Ok(stream_or_error(opened))
 }
 
-/// `GET /a2a/{agent}/rest/tasks/{task}`: the task (`ID`), or its subscription
-/// (`ID:subscribe`, not offered).
+/// A request body as JSON: `Err` for what the API answers itself (too large, too slow),
+/// `Ok(Err)` for the caller's invalid argument.
+fn read_json(body: Result<bytes::Bytes, BodyError>) -> Result<Result<Value, RpcError>, ApiError> {
+    match body {
+        Ok(body) => Ok(
+            serde_json::from_slice(&body).map_err(|error| invalid(format!("not JSON: {error}")))
+        ),
+        Err(BodyError::TooLarge) => Err(ApiError::TooLarge(MAX_BODY_BYTES)),
+        Err(BodyError::TimedOut) => Err(ApiError::BodyTimeout(
+            crate::api::extract::BODY_READ_TIMEOUT.as_secs(),
+        )),
+        Err(BodyError::Unreadable(why)) => Ok(Err(invalid(why))),
+    }
+}
+
+fn stream_or_error(opened: Result<SseStream, RpcError>) -> Response {
+    match opened {
+        Ok(stream) => stream.into_response(),
+        Err(error) => error_response(&error),
+    }
+}
+
+/// `{task}:subscribe`: `SubscribeToTask`, as server-sent events.
+async fn subscribe(state: &AppState, caller: &str, agent: &str, id: &str) -> Response {
+    let opened = inward::open_stream(
+        state,
+        caller,
+        agent,
+        Version::V1_0,
+        Streamed::Subscribe,
+        json!({"id": id}),
+        Envelope::Bare,
+    )
+    .await;
+    stream_or_error(opened)
+}
+
+/// `GET /a2a/{agent}/rest/tasks/{task}`: the task (`ID`), or its events (`ID:subscribe`).
 pub async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -100,22 +149,13 @@ pub async fn get_task(
             }
             inward::call_v1(&state, &caller, &agent, "GetTask", params).await
         }
-        Some("subscribe") => {
-            inward::call_v1(
-                &state,
-                &caller,
-                &agent,
-                "SubscribeToTask",
-                json!({"id": id}),
-            )
-            .await
-        }
+        Some("subscribe") => return Ok(subscribe(&state, &caller, &agent, id).await),
         Some(other) => Err(no_such_verb(other)),
     };
     Ok(respond(answer))
 }
 
-/// `POST /a2a/{agent}/rest/tasks/{task}`: `ID:cancel`, or `ID:subscribe` (not offered).
+/// `POST /a2a/{agent}/rest/tasks/{task}`: `ID:cancel`, or `ID:subscribe`.
 pub async fn task_action(
     State(state): State<AppState>,
     caller: Caller,
@@ -130,16 +170,7 @@ pub async fn task_action(
         (id, Some("cancel")) => {
             inward::call_v1(&state, &caller, &agent, "CancelTask", json!({"id": id})).await
         }
-        (id, Some("subscribe")) => {
-            inward::call_v1(
-                &state,
-                &caller,
-                &agent,
-                "SubscribeToTask",
-                json!({"id": id}),
-            )
-            .await
-        }
+        (id, Some("subscribe")) => return Ok(subscribe(&state, &caller, &agent, id).await),
         (_, Some(other)) => Err(no_such_verb(other)),
         (_, None) => Err(invalid(
             "POST on a task takes a verb: tasks/{id}:cancel".to_owned(),
@@ -209,7 +240,7 @@ fn task_and_verb(task: &str) -> (&str, Option<&str>) {
 
 fn no_such_verb(verb: &str) -> RpcError {
     invalid(format!(
-        "no task verb `{}` here; this binding takes :cancel",
+        "no task verb `{}` here; this binding takes :cancel and :subscribe",
         crate::log_safe::LogSafe(verb)
     ))
 }

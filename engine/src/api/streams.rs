@@ -42,7 +42,7 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Longest long-poll wait; longer requests are cut to it (below common proxy timeouts).
 pub const MAX_POLL_WAIT_MS: u64 = 30_000;
 
-type SseStream =
+pub(crate) type SseStream =
     Sse<KeepAliveStream<Box<dyn Stream<Item = Result<Event, Infallible>> + Send + Unpin>>>;
 
 /// Position query shared by the streams: `?after=N` (a `Last-Event-ID` header wins).
@@ -68,7 +68,7 @@ fn position(headers: &HeaderMap, query: &After) -> Result<u64, ApiError> {
     }
 }
 
-fn sse(rx: mpsc::Receiver<Event>) -> SseStream {
+pub(crate) fn sse(rx: mpsc::Receiver<Event>) -> SseStream {
     let stream = futures_util::StreamExt::map(ReceiverStream::new(rx), Ok);
     Sse::new(Box::new(stream) as Box<dyn Stream<Item = _> + Send + Unpin>)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))

@@ -274,8 +274,8 @@ async fn listed(server: &Server, agent: &str) -> Vec<Value> {
 }
 
 /// bob's agent card is public and describes him as an A2A JSON-RPC agent: protocol 0.3.0,
-/// his own URL (from the Host header the client used), the engine's version, no streaming
-/// or push, JSON and text in and out, a skill per template (fipa-request among them) and
+/// his own URL (from the Host header the client used), the engine's version, streaming but
+/// no push, JSON and text in and out, a skill per template (fipa-request among them) and
 /// bearer security (token mode). An agent not in the agents file has no card (404).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_card_is_public_and_names_the_agent_its_skills_and_bearer_security() {
@@ -291,7 +291,7 @@ async fn the_agent_card_is_public_and_names_the_agent_its_skills_and_bearer_secu
     assert_eq!(card["version"], env!("CARGO_PKG_VERSION"), "{card:#}");
     assert_eq!(
         card["capabilities"],
-        json!({"streaming": false, "pushNotifications": false}),
+        json!({"streaming": true, "pushNotifications": false}),
         "{card:#}"
     );
     for modes in ["defaultInputModes", "defaultOutputModes"] {
@@ -1191,12 +1191,19 @@ async fn the_a2a_version_header_chooses_names_and_shapes() {
     )
     .await;
     check_error(&old_role, INVALID_PARAMS, "a v0.3 role spelling");
-    let streaming = rpc_as(&server, Some("1.0"), "SendStreamingMessage", message).await;
+    let nothing = rpc_as(
+        &server,
+        Some("1.0"),
+        "SubscribeToTask",
+        json!({"id": "a2a-nope"}),
+    )
+    .await;
     check_error(
-        &streaming,
-        -32004,
-        "streaming, which the card does not claim",
+        &nothing,
+        TASK_NOT_FOUND,
+        "a subscription to an unknown task",
     );
+    let _ = message;
     let push = rpc_as(
         &server,
         Some("1.0"),
@@ -1261,7 +1268,8 @@ fn check_rest_error(answer: &(u16, Value), status: u16, reason: Option<&str>) {
 /// `SendMessage` does, `GET tasks/{id}` the task (cut to `historyLength`), `POST
 /// tasks/{id}:cancel` of an ended task is 409 `TASK_NOT_CANCELABLE`; an unknown task is 404
 /// `TASK_NOT_FOUND`, a bad body 400, a v0.3 or unknown version 400 `VERSION_NOT_SUPPORTED`,
-/// streaming 400 `UNSUPPORTED_OPERATION`; `GET /tasks` lists (a bad page size is 400).
+/// a subscription to an ended task 400 `UNSUPPORTED_OPERATION`; `GET /tasks` lists (a bad
+/// page size is 400).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_json_binding_sends_gets_and_refuses_as_the_spec_says() {
     let server = Server::start().await;
@@ -1312,7 +1320,15 @@ async fn the_http_json_binding_sends_gets_and_refuses_as_the_spec_says() {
     .await;
     check_rest_error(&garbled, 400, None);
     let streaming = rest(&server, Method::POST, "/message:stream", Some(json!({}))).await;
-    check_rest_error(&streaming, 400, Some("UNSUPPORTED_OPERATION"));
+    check_rest_error(&streaming, 400, None);
+    let ended = rest(
+        &server,
+        Method::POST,
+        &format!("/tasks/{id}:subscribe"),
+        None,
+    )
+    .await;
+    check_rest_error(&ended, 400, Some("UNSUPPORTED_OPERATION"));
     let (status, listing) = rest(&server, Method::GET, "/tasks?pageSize=10", None).await;
     assert_eq!(status, 200, "{listing:#}");
     assert_eq!(listing["tasks"][0]["id"], id.as_str(), "{listing:#}");
@@ -1419,4 +1435,187 @@ async fn list_tasks_pages_the_callers_tasks_latest_first() {
     .await;
     assert_eq!(status, 200, "{carols:#}");
     assert_eq!(carols["result"]["totalSize"], 0, "{carols:#}");
+}
+
+/// The events of a server-sent event stream, read as they come.
+struct Events {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Events {
+    async fn open(request: reqwest::RequestBuilder) -> Events {
+        let response = tokio::time::timeout(STEP, request.send())
+            .await
+            .expect("the stream opened in time")
+            .expect("sent");
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        Events {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event's data as JSON; `None` once the stream has ended.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                let data: String = event
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                return Some(serde_json::from_str(&data).expect("an event is JSON"));
+            }
+            let chunk = tokio::time::timeout(STEP, self.response.chunk())
+                .await
+                .expect("an event or the end in time")
+                .expect("the stream read");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk?));
+        }
+    }
+}
+
+/// bob: agrees at once, informs `{"booking": "LV-12"}` when `go` is notified.
+fn bob_informs_when_told(bob: Client, go: Arc<Notify>) -> Agent {
+    serve(
+        bob,
+        Handlers::new().on("fipa-request", "request", move |msg| {
+            let go = go.clone();
+            async move {
+                msg.agree(json!({})).await?;
+                go.notified().await;
+                msg.inform(json!({"booking": "LV-12"})).await?;
+                Ok(())
+            }
+        }),
+    )
+}
+
+/// `SendStreamingMessage` (v1.0, JSON-RPC) streams the task: first the task, then bob's
+/// result as an artifact update and the completion as a status update, each a JSON-RPC
+/// response to the request's id, and the stream ends with the task. v0.3's `message/stream`
+/// writes the same in v0.3's shapes, its last status update `final`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_send_streams_the_task_until_it_ends() {
+    let server = Server::start().await;
+    let go = Arc::new(Notify::new());
+    let _bob = bob_informs_when_told(server.client("bob").await, go.clone());
+
+    let body = json!({"jsonrpc": "2.0", "id": 77, "method": "SendStreamingMessage",
+        "params": {"message": {"messageId": "v1-stream-1", "role": "ROLE_USER",
+            "parts": [{"text": "book"}]}}});
+    let mut events = Events::open(
+        server
+            .as_agent(Method::POST, &endpoint("bob"), "alice")
+            .header("A2A-Version", "1.0")
+            .json(&body),
+    )
+    .await;
+    let first = events.next().await.expect("the task first");
+    assert_eq!(first["id"], 77, "{first:#}");
+    let task = first["result"]["task"].clone();
+    let state = task["status"]["state"].as_str().unwrap_or_default();
+    assert!(
+        ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"].contains(&state),
+        "{first:#}"
+    );
+    go.notify_one();
+    let mut rest = Vec::new();
+    while let Some(event) = events.next().await {
+        assert_eq!(event["id"], 77, "{event:#}");
+        rest.push(event["result"].clone());
+    }
+    let artifact = rest
+        .iter()
+        .find(|event| event.get("artifactUpdate").is_some())
+        .unwrap_or_else(|| panic!("an artifact update: {rest:#?}"));
+    assert_eq!(
+        artifact["artifactUpdate"]["artifact"]["parts"],
+        json!([{"data": {"booking": "LV-12"}}]),
+        "{rest:#?}"
+    );
+    let last = rest.last().expect("updates after the task");
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{rest:#?}"
+    );
+    assert_eq!(last["statusUpdate"]["taskId"], task["id"], "{rest:#?}");
+
+    // v0.3's message/stream.
+    let body = json!({"jsonrpc": "2.0", "id": "s", "method": "message/stream",
+        "params": {"message": data_message("v03-stream-1", json!({"action": "book"}))}});
+    let mut events = Events::open(
+        server
+            .as_agent(Method::POST, &endpoint("bob"), "alice")
+            .json(&body),
+    )
+    .await;
+    let first = events.next().await.expect("the task first");
+    assert_eq!(first["result"]["kind"], "task", "{first:#}");
+    go.notify_one();
+    let mut last = Value::Null;
+    while let Some(event) = events.next().await {
+        last = event;
+    }
+    assert_eq!(last["result"]["kind"], "status-update", "{last:#}");
+    assert_eq!(last["result"]["status"]["state"], "completed", "{last:#}");
+    assert_eq!(last["result"]["final"], true, "{last:#}");
+}
+
+/// `SubscribeToTask` on a running task (HTTP+JSON, `tasks/{id}:subscribe`) streams bare
+/// `StreamResponse`s from the task as it stands to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_follows_a_running_task_to_its_end() {
+    let server = Server::start().await;
+    let go = Arc::new(Notify::new());
+    let _bob = bob_informs_when_told(server.client("bob").await, go.clone());
+    let sent = v1_ok(
+        &server,
+        "SendMessage",
+        json!({"message": {"messageId": "v1-sub-1", "role": "ROLE_USER",
+            "parts": [{"text": "book"}]}, "configuration": {"returnImmediately": true}}),
+    )
+    .await;
+    let id = sent["task"]["id"].as_str().expect("an id").to_owned();
+    until_task(&server, "alice", "bob", &id, "working task", |t| {
+        state(t) == "working"
+    })
+    .await;
+    let mut events = Events::open(
+        server
+            .as_agent(
+                Method::GET,
+                &format!("/a2a/bob/rest/tasks/{id}:subscribe"),
+                "alice",
+            )
+            .header("A2A-Version", "1.0"),
+    )
+    .await;
+    let first = events.next().await.expect("the task first");
+    assert_eq!(
+        first["task"]["status"]["state"], "TASK_STATE_WORKING",
+        "{first:#}"
+    );
+    go.notify_one();
+    let mut last = Value::Null;
+    while let Some(event) = events.next().await {
+        last = event;
+    }
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{last:#}"
+    );
 }
