@@ -5,9 +5,9 @@
 //! A stream follows the conversation ([`crate::engine::Engine::listen_conversation`]): the
 //! task as it stands first, then a status update each time the task's state changes and an
 //! artifact update for each new result, until the task ends or waits for the client
-//! (`input-required`). Each event is read from the conversation itself, so a stream opened
-//! on any node, or again after a restart on a durable store, shows the same task. A client
-//! that goes away ends the stream's work at its next wake-up.
+//! (`input-required`), the client leaves, or the server closes. Each event is read from the
+//! conversation itself, so a stream opened on any node, or again after a restart on a
+//! durable store, shows the same task.
 
 use std::collections::HashSet;
 
@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use super::inward::task_of;
 use super::v1::{self, Version};
 use crate::api::AppState;
-use crate::api::streams::{STREAM_BUFFER, SseStream, sse};
+use crate::api::streams::{STREAM_BUFFER, SseStream, Wake, sse, wait};
 
 /// How each event is written.
 #[derive(Clone, Debug)]
@@ -93,9 +93,8 @@ pub fn follow(
                 return;
             }
             last_state = Some(task.status.state.clone());
-            tokio::select! {
-                _ = rung => {}
-                () = tx.closed() => return,
+            if let Wake::Stop = wait(rung, &tx, &state).await {
+                return;
             }
         }
     });

@@ -75,7 +75,7 @@ pub(crate) fn sse(rx: mpsc::Receiver<Event>) -> SseStream {
 }
 
 /// What woke a stream up.
-enum Wake {
+pub(crate) enum Wake {
     /// Something may be new.
     Read,
     /// The client left or the server is closing.
@@ -83,7 +83,7 @@ enum Wake {
 }
 
 /// Waits for the wake-up `rung`, for the client to leave, or for shutdown.
-async fn wait(rung: OwnedNotified, tx: &mpsc::Sender<Event>, state: &AppState) -> Wake {
+pub(crate) async fn wait(rung: OwnedNotified, tx: &mpsc::Sender<Event>, state: &AppState) -> Wake {
     let mut closing = state.closing();
     tokio::select! {
         () = rung => Wake::Read,
