@@ -12,6 +12,7 @@
 //!   long-poll inbox.
 //! - [`a2a`]: Colloquy agents as A2A agents: agent cards and the JSON-RPC endpoint A2A
 //!   clients call (`/a2a/{agent}`).
+//! - [`agents`]: the agents a caller may see, with their inbox streams and depth.
 //! - [`acks`]: inbox acknowledgements, which let the store delete handled entries.
 //! - [`commitments`]: listing, releasing and cancelling commitments.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/v1/openapi.json`.
@@ -24,6 +25,7 @@
 
 pub mod a2a;
 pub mod acks;
+pub mod agents;
 pub mod auth;
 pub mod commitments;
 pub mod conversations;
@@ -151,6 +153,7 @@ pub fn routes() -> Vec<Route> {
             post(conversations::send),
         ),
         route("get", "/v1/conversations/{id}/events", get(streams::events)),
+        route("get", "/v1/agents", get(agents::list)),
         route("get", "/v1/agents/{id}/inbox", get(streams::inbox)),
         route("get", "/v1/agents/{id}/inbox/poll", get(streams::poll)),
         route("post", "/v1/agents/{id}/inbox/ack", post(acks::acknowledge)),
