@@ -21,6 +21,7 @@
 //! - [`server`]: putting it together: engine, scheduler, webhooks, listener.
 //! - [`listen`]: the accept loop of every server here (HTTP/1.1, a deadline for request
 //!   heads, graceful shutdown).
+//! - [`inspect`]: the web inspector's page and assets at `/inspect` (`docs/inspector.md`).
 //! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
 
 pub mod a2a;
@@ -32,6 +33,7 @@ pub mod conversations;
 pub mod echo;
 pub mod error;
 pub mod extract;
+pub mod inspect;
 pub mod json;
 pub mod listen;
 pub mod ops;
@@ -100,13 +102,14 @@ impl AppState {
     }
 }
 
-/// The routes of the service, built from [`routes`].
+/// The routes of the service, built from [`routes`], and the web inspector's page.
 pub fn router(state: AppState) -> Router {
     routes()
         .into_iter()
         .fold(Router::new(), |router, route| {
             router.route(route.path, route.handler)
         })
+        .merge(inspect::router())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)
