@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs the guest toolchains (once), builds every example hook from
-# source, then runs the whole workspace's tests (the hook tests load the fresh modules).
+# source, then runs the whole workspace's tests (the hook tests load the fresh modules), then
+# the web inspector's tests in headless Chromium against the binary those tests built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian's old cargo (installed by setup.sh for guests) must not shadow rustup's.
@@ -12,3 +13,4 @@ bash templates/examples/build.sh
 python3 -m unittest discover -s guest-sdk/python/tests
 node --test guest-sdk/js/test/
 cargo test --workspace
+bash tests/inspector/run.sh
