@@ -954,9 +954,10 @@ async function templatePage(name, signal) {
     doc.template.metadata.description ? h('p', {}, doc.template.metadata.description) : null,
     h('h2', {}, 'Thread state machine'),
     h('div', { class: 'machine-box' }, stateMachine(spec.thread)),
-    h('p', { class: 'muted legend' }, 'Arrows: performative / who sends it. Dashed: the state\u2019s '
-      + `deadline passed. A thread whose conversation expires goes to ${spec.thread.on_expiry}. `
-      + 'Double boxes are terminal, with their outcome.'));
+    h('p', { class: 'muted legend' }, 'Top row: the states a thread passes through, from the '
+      + 'initial one (dot). Bottom row: terminal states (double boxes) with their outcome. Arrows: '
+      + 'performative / who sends it, and the reply-by it sets. Dashed: the state\u2019s deadline '
+      + `passed. A thread whose conversation expires goes to ${spec.thread.on_expiry}.`));
   const list = await revisions;
   if (list) {
     main.append(h('h2', {}, 'Revisions'), h('ul', { id: 'revisions' }, list.revisions.map((r) =>
@@ -983,140 +984,160 @@ async function templatePage(name, signal) {
 }
 
 /**
- * A thread's state machine as SVG: states in columns by their distance from the initial
- * state, transitions as labelled arrows, deadline moves dashed, terminal states doubled.
+ * A thread's state machine as SVG, in two rows: the states a thread passes through along the
+ * top, in the order of their distance from the initial state, and the terminal states (double
+ * boxes with their outcome) along the bottom. Moves between passing states arc above the top
+ * row, moves to a terminal state go down to it, so no arrow crosses a box. Arrows are labelled
+ * `performative / role`; deadline moves are dashed.
  */
 function stateMachine(thread) {
   const names = Object.keys(thread.states);
+  const isTerminal = (name) => Boolean((thread.states[name] || {}).terminal);
   const depth = new Map([[thread.initial, 0]]);
   const queue = [thread.initial];
-  const targets = (name) => {
+  while (queue.length) {
+    const name = queue.shift();
     const state = thread.states[name] || {};
     const out = (state.transitions || []).map((t) => t.to);
     if (state.on_deadline) out.push(state.on_deadline);
-    return out;
-  };
-  while (queue.length) {
-    const name = queue.shift();
-    for (const to of targets(name)) {
+    for (const to of out) {
       if (!depth.has(to) && thread.states[to]) {
         depth.set(to, depth.get(name) + 1);
         queue.push(to);
       }
     }
   }
-  // Terminal states share the last column, so every move into one points rightwards.
-  const isTerminal = (name) => Boolean((thread.states[name] || {}).terminal);
-  let deepest = 0;
+  const order = (a, b) => (depth.has(a) ? depth.get(a) : 1e9) - (depth.has(b) ? depth.get(b) : 1e9)
+    || names.indexOf(a) - names.indexOf(b);
+  const passing = names.filter((n) => !isTerminal(n)).sort(order);
+
+  const edges = [];
   for (const name of names) {
-    if (!isTerminal(name) && depth.has(name)) deepest = Math.max(deepest, depth.get(name));
+    const state = thread.states[name];
+    for (const t of state.transitions || []) {
+      edges.push({ from: name, to: t.to, performative: t.performative, role: t.from,
+        deadline: false, label: `${t.performative} / ${t.from}`
+          + (t.reply_by && t.reply_by.default_ms ? ` (reply ${t.reply_by.default_ms / 1000}s)` : '') });
+    }
+    if (state.on_deadline) {
+      edges.push({ from: name, to: state.on_deadline, performative: '', role: '', deadline: true,
+        label: 'deadline' });
+    }
   }
-  for (const name of names) {
-    if (!isTerminal(name) && !depth.has(name)) depth.set(name, ++deepest);
-  }
-  for (const name of names) {
-    if (isTerminal(name)) depth.set(name, deepest + 1);
-  }
-  const columns = [];
-  for (const name of names) {
-    const d = depth.get(name);
-    (columns[d] = columns[d] || []).push(name);
-  }
+  // Terminal states ordered by where the moves into them come from, so fewer arrows cross.
+  const topIndex = new Map(passing.map((n, i) => [n, i]));
+  const pull = (name) => {
+    const sources = edges.filter((e) => e.to === name && topIndex.has(e.from))
+      .map((e) => topIndex.get(e.from));
+    return sources.length ? sources.reduce((a, b) => a + b, 0) / sources.length : 1e9;
+  };
+  const terminals = names.filter(isTerminal).sort((a, b) => pull(a) - pull(b) || order(a, b));
+
   const boxW = 150;
   const boxH = 46;
-  const colGap = 210;
-  const rowGap = 26;
-  const margin = 24;
+  const topGap = 90;
+  const bottomGap = 24;
+  const margin = 28;
+  const arcStep = 26;
+  // Arcs between passing states nest by how far they reach.
+  const arcs = edges.filter((e) => topIndex.has(e.from) && topIndex.has(e.to));
+  const span = (e) => Math.abs(topIndex.get(e.to) - topIndex.get(e.from));
+  const levels = new Map();
+  const taken = [];
+  for (const e of arcs.slice().sort((a, b) => span(a) - span(b))) {
+    const lo = Math.min(topIndex.get(e.from), topIndex.get(e.to));
+    const hi = Math.max(topIndex.get(e.from), topIndex.get(e.to));
+    let level = 0;
+    while (taken.some((t) => t.level === level && t.lo < hi && lo < t.hi)) level += 1;
+    taken.push({ level, lo, hi });
+    levels.set(e, level);
+  }
+  const highest = Math.max(0, ...levels.values());
+  const topY = margin + 30 + (arcs.length ? (highest + 1) * arcStep : 0);
+  const bottomY = topY + boxH + 250;
+  const topW = passing.length * (boxW + topGap) - topGap;
+  const bottomW = terminals.length * (boxW + bottomGap) - bottomGap;
+  const width = margin * 2 + Math.max(topW, bottomW);
+  const height = bottomY + boxH + margin;
   const pos = new Map();
-  const tallest = Math.max(...columns.map((c) => (c ? c.length : 0)));
-  const height = tallest * (boxH + rowGap) + margin * 2 + 40;
-  columns.forEach((col, c) => {
-    if (!col) return;
-    col.forEach((name, r) => {
-      pos.set(name, {
-        x: margin + c * (boxW + colGap),
-        y: margin + 20 + r * (boxH + rowGap),
-      });
-    });
-  });
-  const width = margin * 2 + columns.length * (boxW + colGap) - colGap;
+  const topStart = margin + (width - margin * 2 - topW) / 2;
+  passing.forEach((name, i) => pos.set(name, { x: topStart + i * (boxW + topGap), y: topY }));
+  const bottomStart = margin + (width - margin * 2 - bottomW) / 2;
+  terminals.forEach((name, i) => pos.set(name, { x: bottomStart + i * (boxW + bottomGap),
+    y: bottomY }));
+
   const svg = s('svg', { class: 'machine', id: 'state-machine', width, height,
     viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': 'Thread state machine' },
   s('defs', {}, s('marker', { id: 'm-arrow', viewBox: '0 0 10 10', refX: 10, refY: 5,
     markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
   s('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead' }))));
-  const edges = [];
-  for (const name of names) {
-    const state = thread.states[name];
-    for (const t of state.transitions || []) {
-      edges.push({ from: name, to: t.to, label: `${t.performative} / ${t.from}`,
-        performative: t.performative, role: t.from, deadline: false,
-        reply: t.reply_by && t.reply_by.default_ms ? ` (reply ${t.reply_by.default_ms / 1000}s)` : '' });
-    }
-    if (state.on_deadline) {
-      edges.push({ from: name, to: state.on_deadline, label: 'deadline', performative: '',
-        role: '', deadline: true, reply: '' });
-    }
-  }
-  const pairCount = new Map();
   const edgeLayer = s('g', { class: 'edges' });
   const labelLayer = s('g', { class: 'edge-labels' });
-  edges.forEach((e, i) => {
+  // Where the arrows leave a box's bottom and enter a box's top, spread along its width.
+  const outgoing = new Map();
+  const incoming = new Map();
+  const downs = edges.filter((e) => !levels.has(e) && e.from !== e.to);
+  for (const e of downs) {
+    (outgoing.get(e.from) || outgoing.set(e.from, []).get(e.from)).push(e);
+    (incoming.get(e.to) || incoming.set(e.to, []).get(e.to)).push(e);
+  }
+  for (const list of [...outgoing.values(), ...incoming.values()]) {
+    list.sort((a, b) => (pos.get(a.to) || { x: 0 }).x - (pos.get(b.to) || { x: 0 }).x
+      || (pos.get(a.from) || { x: 0 }).x - (pos.get(b.from) || { x: 0 }).x);
+  }
+  const spread = (list, e, box) => {
+    const i = list.indexOf(e);
+    return box.x + 12 + ((boxW - 24) * (i + 1)) / (list.length + 1);
+  };
+  const middle = (e) => (spread(outgoing.get(e.from), e, pos.get(e.from))
+    + spread(incoming.get(e.to), e, pos.get(e.to))) / 2;
+  const slot = new Map(downs.filter((e) => pos.get(e.from) && pos.get(e.to))
+    .sort((a, b) => middle(a) - middle(b)).map((e, i) => [e, i]));
+  const lanes = new Map();
+  for (const e of edges) {
     const a = pos.get(e.from);
     const b = pos.get(e.to);
-    if (!a || !b) return;
-    const key = e.from + '\u0000' + e.to;
-    const nth = pairCount.get(key) || 0;
-    pairCount.set(key, nth + 1);
+    if (!a || !b) continue;
     let d;
     let lx;
     let ly;
     if (e.from === e.to) {
-      d = `M${a.x + boxW - 30},${a.y} c0,-34 40,-34 28,0`;
-      lx = a.x + boxW - 10;
-      ly = a.y - 30 - nth * 14;
-    } else if (b.x > a.x) {
-      const x1 = a.x + boxW;
-      const y1 = a.y + boxH / 2;
-      const x2 = b.x;
-      const y2 = b.y + boxH / 2;
-      const bend = (nth % 2 ? -1 : 1) * Math.ceil(nth / 2) * 18;
-      const c1 = [x1 + 80, y1 + bend];
-      const c2 = [x2 - 80, y2 + bend];
-      d = `M${x1},${y1} C${c1[0]},${c1[1]} ${c2[0]},${c2[1]} ${x2},${y2}`;
-      // The label sits on the curve, nearer the target when the source fans out widely.
-      const t = 0.62;
-      const u = 1 - t;
-      lx = u * u * u * x1 + 3 * u * u * t * c1[0] + 3 * u * t * t * c2[0] + t * t * t * x2;
-      ly = u * u * u * y1 + 3 * u * u * t * c1[1] + 3 * u * t * t * c2[1] + t * t * t * y2 + 4;
-    } else if (b.x === a.x) {
-      // Within a column: a bow on the left side.
-      const x = a.x;
-      const y1 = a.y + boxH / 2;
-      const y2 = b.y + boxH / 2;
-      const bow = 40 + nth * 14;
-      d = `M${x},${y1} C${x - bow},${y1} ${x - bow},${y2} ${x},${y2}`;
-      lx = x - bow * 0.75;
-      ly = (y1 + y2) / 2 + 4;
-    } else {
-      // Backwards: under the boxes.
-      const x1 = a.x + boxW / 2;
-      const y1 = a.y + boxH;
-      const x2 = b.x + boxW / 2 + 12;
-      const y2 = b.y + boxH;
-      const dip = 36 + nth * 16 + (i % 3) * 6;
-      d = `M${x1},${y1} C${x1},${Math.max(y1, y2) + dip} ${x2},${Math.max(y1, y2) + dip} ${x2},${y2}`;
+      const n = lanes.get(e.from) || 0;
+      lanes.set(e.from, n + 1);
+      d = `M${a.x + boxW - 40},${a.y} c0,-30 34,-30 26,0`;
+      lx = a.x + boxW - 24;
+      ly = a.y - 26 - n * 13;
+    } else if (levels.has(e)) {
+      const rise = 22 + levels.get(e) * arcStep;
+      const forward = b.x > a.x;
+      const x1 = a.x + (forward ? boxW * 0.7 : boxW * 0.3);
+      const x2 = b.x + (forward ? boxW * 0.3 : boxW * 0.7);
+      const y = a.y;
+      d = `M${x1},${y} C${x1},${y - rise * 1.33} ${x2},${y - rise * 1.33} ${x2},${y}`;
       lx = (x1 + x2) / 2;
-      ly = Math.max(y1, y2) + dip * 0.75 + 4;
+      ly = y - rise + 4;
+    } else {
+      const x1 = spread(outgoing.get(e.from), e, a);
+      const y1 = a.y + boxH;
+      const x2 = spread(incoming.get(e.to), e, b);
+      const y2 = b.y;
+      const dip = b.y > a.y ? 0 : 60;
+      d = `M${x1},${y1} C${x1},${y1 + 80 + dip} ${x2},${y2 - 80 - dip} ${x2},${y2}`;
+      // On the curve, at one of five heights in turn, so neighbouring labels do not overlap.
+      const t = 0.2 + 0.15 * (slot.get(e) % 5);
+      const u = 1 - t;
+      lx = u * u * u * x1 + 3 * u * u * t * x1 + 3 * u * t * t * x2 + t * t * t * x2;
+      ly = u * u * u * y1 + 3 * u * u * t * (y1 + 80 + dip) + 3 * u * t * t * (y2 - 80 - dip)
+        + t * t * t * y2 + 4;
     }
     edgeLayer.append(s('path', { d, class: 'edge' + (e.deadline ? ' deadline' : ''),
       'marker-end': 'url(#m-arrow)' }));
-    const text = e.label + e.reply;
     labelLayer.append(s('g', { class: 'edge-label' + (e.deadline ? ' deadline' : ''),
       'data-from-state': e.from, 'data-to-state': e.to, 'data-performative': e.performative,
       'data-role': e.role, 'data-deadline': e.deadline ? 'true' : 'false' },
-    s('text', { x: lx, y: ly, 'text-anchor': 'middle' }, text)));
-  });
+    s('text', { x: lx, y: ly, 'text-anchor': 'middle' }, e.label),
+    s('title', {}, `${e.from} → ${e.to}: ${e.label}`)));
+  }
   svg.append(edgeLayer);
   for (const name of names) {
     const p = pos.get(name);
