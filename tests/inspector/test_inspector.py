@@ -203,6 +203,11 @@ class Inspector(unittest.TestCase):
         row = wait_for(lambda: DRIVER.find_elements(
             By.CSS_SELECTOR, f'#conversations tr[data-id="{conversation}"]'), "the listed row")[0]
         self.assertIn("fipa-request", row.text)
+        # Newest first: the conversation started last (UUIDv7 ids grow) heads the list.
+        listed = [r.get_attribute("data-id")
+                  for r in DRIVER.find_elements(By.CSS_SELECTOR, "#conversations tbody tr")]
+        self.assertEqual(listed, sorted(listed, reverse=True))
+        self.assertEqual(listed[0], conversation)
         wait_for(lambda: "started" in DRIVER.find_element(By.ID, "counts").text, "the counts")
         screenshot("conversations")
         row.find_element(By.TAG_NAME, "a").click()

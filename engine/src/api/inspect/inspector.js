@@ -369,7 +369,7 @@ async function conversationsPage(params, signal) {
     agent: params.get('agent') || '',
   };
   const cursor = params.get('cursor') || '';
-  const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  const query = new URLSearchParams({ limit: String(PAGE_SIZE), order: 'desc' });
   if (filters.template) query.set('template', filters.template);
   if (filters.state) query.set('state', filters.state);
   if (filters.agent) query.set('participant', filters.agent);
@@ -430,8 +430,6 @@ async function conversationsPage(params, signal) {
   const page = await api('/v1/conversations?' + query, { signal });
   let rows = page.conversations;
   if (filters.outcome) rows = rows.filter((c) => c.outcome === filters.outcome);
-  // The API pages in id order (oldest first); within a page, the newest come first.
-  rows = rows.slice().reverse();
   const table = h('table', { class: 'list', id: 'conversations' },
     h('thead', {}, h('tr', {}, ['Conversation', 'Template', 'Initiator', 'Participants',
       'Status', 'Outcome', 'Events', 'Deadline'].map((t) => h('th', { scope: 'col' }, t)))),
