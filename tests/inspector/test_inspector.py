@@ -23,6 +23,7 @@ from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,6 +232,10 @@ class Inspector(unittest.TestCase):
         shown = wait_for(lambda: DRIVER.find_elements(By.ID, "message-json"), "the message JSON")
         self.assertIn("LV-0412", shown[0].text)
         self.assertIn("done", DRIVER.find_element(By.ID, "threads").text)
+        # And from the keyboard: up from the inform is the agree.
+        DRIVER.find_element(By.ID, "sequence").send_keys(Keys.ARROW_UP)
+        wait_for(lambda: '"performative": "agree"' in
+                 DRIVER.find_element(By.ID, "message-json").text, "the agree's JSON")
         screenshot("conversation")
 
     def test_a_message_sent_while_the_page_is_open_appears_without_reload(self):

@@ -338,7 +338,7 @@ function route() {
   main.replaceChildren();
   document.body.dataset.page = page;
   if (parts[0] === 'bench') {
-    benchPage(params);
+    benchPage(params, signal);
     return;
   }
   if (!credential()) {
@@ -621,7 +621,8 @@ class SequenceDiagram {
     this.model = model;
     this.onSelect = onSelect;
     this.scroller = h('div', { class: 'seq-scroll', id: 'sequence', tabindex: '0',
-      'aria-label': 'Sequence diagram' });
+      'aria-label': 'Sequence diagram: click a message, or use the up and down arrows, to '
+        + 'show its JSON' });
     this.head = s('svg', { class: 'seq-head', height: 36 });
     this.headBox = h('div', { class: 'seq-headbox' }, this.head);
     this.body = h('div', { class: 'seq-body' });
@@ -634,7 +635,37 @@ class SequenceDiagram {
       const row = event.target.closest('g.msg');
       if (row) this.select(row.dataset.seq);
     });
-    new ResizeObserver(() => this.schedule()).observe(this.scroller);
+    // Up and down arrows step through the messages, as a click on each would.
+    this.scroller.addEventListener('keydown', (event) => {
+      if (event.key !== 'ArrowDown' && event.key !== 'ArrowUp') return;
+      const index = this.model.rows.findIndex((r) => String(r.seq) === this.selected);
+      const step = event.key === 'ArrowDown' ? 1 : -1;
+      for (let i = (index < 0 && step < 0 ? this.model.rows.length : index) + step;
+        i >= 0 && i < this.model.rows.length; i += step) {
+        if (this.model.rows[i].kind === 'msg') {
+          event.preventDefault();
+          this.reveal(i);
+          this.select(String(this.model.rows[i].seq));
+          return;
+        }
+      }
+    });
+    this.resizes = new ResizeObserver(() => this.schedule());
+    this.resizes.observe(this.scroller);
+  }
+
+  /** Stops watching the diagram's size (the page moved on). */
+  close() {
+    this.resizes.disconnect();
+  }
+
+  /** Scrolls row `index` into view if it is not. */
+  reveal(index) {
+    const top = index * ROW + 36;
+    const el = this.scroller;
+    if (top < el.scrollTop + 36 || top + ROW > el.scrollTop + el.clientHeight) {
+      el.scrollTop = Math.max(0, top - el.clientHeight / 2);
+    }
   }
 
   laneWidth() {
@@ -826,6 +857,7 @@ async function conversationPage(id, signal) {
     selected = seq;
     refreshPanel();
   });
+  signal.addEventListener('abort', () => diagram.close());
   refreshPanel();
   diagram.schedule();
   let lastSeq = 0;
@@ -856,7 +888,7 @@ async function conversationPage(id, signal) {
 // ---------------------------------------------------------------------------------------
 // A made-up conversation, to measure drawing (docs/inspector.md, "Performance")
 
-function benchPage(params) {
+function benchPage(params, signal) {
   const messages = Math.min(Number(params.get('messages')) || 10000, 200000);
   const parties = Math.min(Math.max(Number(params.get('parties')) || 50, 2), 1000);
   const names = Array.from({ length: parties }, (_, i) => (i ? `bidder-${i}` : 'buyer'));
@@ -877,6 +909,7 @@ function benchPage(params) {
       transitions: out ? [] : [{ participant: bidder, from: 'called', to: 'proposed' }] });
   }
   const diagram = new SequenceDiagram(host, model, () => {});
+  signal.addEventListener('abort', () => diagram.close());
   diagram.render();
   requestAnimationFrame(() => requestAnimationFrame(() => {
     const drawn = performance.now() - started;
