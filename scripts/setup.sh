@@ -3,12 +3,13 @@
 # Rust 1.63 with the wasm32 std and the serde crates (Rust guests, offline), wabt (WAT), Zig
 # from PyPI, and the pinned component toolchains outside the clone (guest-sdk/python/setup.sh:
 # componentize-py in a virtualenv; guest-sdk/js/setup.sh: Debian's Node and npm if missing,
-# then componentize-qjs, esbuild and TypeScript from npm). Idempotent: a tool already present
-# is not installed again.
+# then componentize-qjs, esbuild and TypeScript from npm), and Debian's Chromium and its
+# driver for the web inspector's browser tests (tests/inspector/run.sh). Idempotent: a tool
+# already present is not installed again.
 set -euo pipefail
 
 packages=(clang lld wasi-libc libclang-rt-14-dev-wasm32 rustc cargo libstd-rust-dev-wasm32
-          librust-serde-json-dev librust-serde-derive-dev wabt)
+          librust-serde-json-dev librust-serde-derive-dev wabt chromium chromium-driver)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs the guest toolchains (once), builds every example hook from
 # source, then runs the whole workspace's tests (the hook tests load the fresh modules), then
-# the Python SDK's against the binary those built.
+# the Python SDK's and the web inspector's (in headless Chromium) against the binary those
+# tests built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian's old cargo (installed by setup.sh for guests) must not shadow rustup's.
@@ -14,3 +15,4 @@ python3 -m unittest discover -s guest-sdk/python/tests
 node --test guest-sdk/js/test/
 cargo test --workspace
 bash sdk/python/run-tests.sh
+bash tests/inspector/run.sh

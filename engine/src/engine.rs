@@ -667,6 +667,11 @@ impl Engine {
         self.inbox_wakeups.listen(agent)
     }
 
+    /// How many inbox streams and waiting long polls `agent` has open on this node.
+    pub fn inbox_listeners(&self, agent: &str) -> usize {
+        self.inbox_wakeups.listening(agent)
+    }
+
     /// Rung whenever conversation `id` gets events, from now on.
     pub fn listen_conversation(&self, id: &str) -> Listener {
         self.conversation_wakeups.listen(id)

@@ -39,15 +39,19 @@ pub struct ConversationFilter {
     pub status: Option<ConversationStatus>,
     /// Only those of this template.
     pub template: Option<String>,
-    /// Only ids after this one (the previous page's last id).
+    /// Only ids after this one (the previous page's last id); before it when
+    /// `newest_first`.
     pub after: Option<String>,
+    /// Newest first: ids in descending order (UUIDv7 ids order by creation time).
+    pub newest_first: bool,
     /// At most this many (cut to [`MAX_PAGE`]).
     pub limit: usize,
 }
 
 impl Engine {
     /// The conversations `viewer` may read (all of them for `None`, an administrator) that
-    /// match `filter`, ordered by id, plus whether more follow.
+    /// match `filter`, ordered by id (descending when `filter.newest_first`), plus whether
+    /// more follow.
     pub async fn list(
         &self,
         viewer: Option<&str>,
@@ -59,7 +63,9 @@ impl Engine {
         let mut page = Vec::new();
         let mut after: Option<Arc<str>> = filter.after.as_deref().map(Arc::from);
         loop {
-            let (ids, complete) = self.candidates(indexed_for, after.as_deref()).await;
+            let (ids, complete) = self
+                .candidates(indexed_for, after.as_deref(), filter.newest_first)
+                .await;
             for id in &ids {
                 let Some(summary) = self.listed(id, viewer, filter, indexed_for).await else {
                     continue;
@@ -76,17 +82,21 @@ impl Engine {
         }
     }
 
-    /// The ids a listing looks at, after `after` and in order, and whether they are all of
-    /// them. An administrator's listing over a durable store reads the store's index a chunk
-    /// at a time (`false`: go on after the last id); the others get every candidate at once.
+    /// The ids a listing looks at, after `after` and in order (before it and in reverse
+    /// order when `newest_first`), and whether they are all of them. An administrator's
+    /// listing over a durable store reads the store's index a chunk at a time (`false`: go on
+    /// from the last id); the others get every candidate at once.
     async fn candidates(
         &self,
         indexed_for: Option<&str>,
         after: Option<&str>,
+        newest_first: bool,
     ) -> (Vec<Arc<str>>, bool) {
         let mut ids: Vec<Arc<str>> = match indexed_for {
             Some(agent) => {
-                let mut ids = self.parties.of(agent, after);
+                let mut ids = self
+                    .parties
+                    .of(agent, if newest_first { None } else { after });
                 match self.store.conversations_of(agent).await {
                     Ok(Some(indexed)) => ids.extend(indexed),
                     Ok(None) => {}
@@ -95,7 +105,11 @@ impl Engine {
                 }
                 ids
             }
-            None => match self.store.conversation_ids(after, STORE_CHUNK).await {
+            None => match if newest_first {
+                self.store.conversation_ids_before(after, STORE_CHUNK).await
+            } else {
+                self.store.conversation_ids(after, STORE_CHUNK).await
+            } {
                 // Every stored conversation, loaded here or not, in id order.
                 Ok(Some(ids)) => {
                     let complete = ids.len() < STORE_CHUNK;
@@ -108,9 +122,20 @@ impl Engine {
                 }
             },
         };
-        ids.retain(|id| after.is_none_or(|after| &**id > after));
+        ids.retain(|id| {
+            after.is_none_or(|after| {
+                if newest_first {
+                    &**id < after
+                } else {
+                    &**id > after
+                }
+            })
+        });
         ids.sort_unstable();
         ids.dedup();
+        if newest_first {
+            ids.reverse();
+        }
         (ids, true)
     }
 
@@ -268,6 +293,16 @@ mod tests {
         let (page, more) = restarted.list(None, &filter(Some("c2"))).await;
         let listed: Vec<&str> = page.iter().map(|c| &*c.id).collect();
         assert_eq!((listed, more), (vec!["c3"], false));
+        let newest = |after: Option<&str>| ConversationFilter {
+            newest_first: true,
+            ..filter(after)
+        };
+        let (page, more) = restarted.list(None, &newest(None)).await;
+        let listed: Vec<&str> = page.iter().map(|c| &*c.id).collect();
+        assert_eq!((listed, more), (vec!["c3", "c2"], true));
+        let (page, more) = restarted.list(None, &newest(Some("c2"))).await;
+        let listed: Vec<&str> = page.iter().map(|c| &*c.id).collect();
+        assert_eq!((listed, more), (vec!["c1"], false));
         assert_eq!(
             restarted.live_count(),
             0,

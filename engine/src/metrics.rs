@@ -463,6 +463,14 @@ impl ConversationStore for MeteredStore {
         self.inner.conversation_ids(after, limit).await
     }
 
+    async fn conversation_ids_before(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        self.inner.conversation_ids_before(before, limit).await
+    }
+
     fn remote_changes(
         &self,
     ) -> Option<tokio::sync::broadcast::Receiver<crate::store::RemoteChange>> {

@@ -18,7 +18,14 @@ use tokio::sync::futures::OwnedNotified;
 
 use crate::keyed::{Hasher, SHARDS};
 
-type Listeners = DashMap<Arc<str>, Weak<Notify>, Hasher>;
+type Listeners = DashMap<Arc<str>, Weak<Held>, Hasher>;
+
+/// What the listeners of one key share. Only [`Listener`]s hold it strongly (a waiting
+/// future holds the `Notify` alone), so its strong count is how many listen.
+#[derive(Debug, Default)]
+struct Held {
+    notify: Arc<Notify>,
+}
 
 /// Keys (agent ids, conversation ids) with someone listening.
 #[derive(Debug)]
@@ -41,36 +48,43 @@ impl Wakeups {
     /// Listens on `key` until the listener is dropped.
     pub fn listen(&self, key: &str) -> Listener {
         let mut held = self.listeners.entry(Arc::from(key)).or_default();
-        let notify = held.upgrade().unwrap_or_else(|| {
-            let notify = Arc::new(Notify::new());
-            *held = Arc::downgrade(&notify);
-            notify
+        let shared = held.upgrade().unwrap_or_else(|| {
+            let shared = Arc::new(Held::default());
+            *held = Arc::downgrade(&shared);
+            shared
         });
         drop(held);
         Listener {
             key: Arc::from(key),
-            notify,
+            held: shared,
             listeners: self.listeners.clone(),
         }
     }
 
     /// Wakes whoever listens on `key`; nothing when nobody does.
     pub fn ring(&self, key: &str) {
-        let notify = self.listeners.get(key).and_then(|weak| weak.upgrade());
-        if let Some(notify) = notify {
-            notify.notify_waiters();
+        let held = self.listeners.get(key).and_then(|weak| weak.upgrade());
+        if let Some(held) = held {
+            held.notify.notify_waiters();
         }
+    }
+
+    /// How many listen on `key` now (open streams and waiting long polls).
+    pub fn listening(&self, key: &str) -> usize {
+        self.listeners
+            .get(key)
+            .map_or(0, |weak| weak.strong_count())
     }
 
     /// Wakes every listener: after this node missed notices, so streams read again.
     pub fn ring_all(&self) {
-        let listening: Vec<Arc<Notify>> = self
+        let listening: Vec<Arc<Held>> = self
             .listeners
             .iter()
             .filter_map(|entry| entry.value().upgrade())
             .collect();
-        for notify in listening {
-            notify.notify_waiters();
+        for held in listening {
+            held.notify.notify_waiters();
         }
     }
 }
@@ -79,7 +93,7 @@ impl Wakeups {
 #[derive(Debug)]
 pub struct Listener {
     key: Arc<str>,
-    notify: Arc<Notify>,
+    held: Arc<Held>,
     listeners: Arc<Listeners>,
 }
 
@@ -87,7 +101,7 @@ impl Listener {
     /// A future that completes at the next ring of this key after this call. Create it
     /// before reading what the ring would announce.
     pub fn next_ring(&self) -> OwnedNotified {
-        self.notify.clone().notified_owned()
+        self.held.notify.clone().notified_owned()
     }
 }
 
@@ -112,6 +126,8 @@ mod tests {
         let bob_again = wakeups.listen("bob");
         let carol = wakeups.listen("carol");
         assert_eq!(wakeups.listeners.len(), 2);
+        assert_eq!(wakeups.listening("bob"), 2);
+        assert_eq!(wakeups.listening("nobody"), 0);
         let (for_bob, for_bob_again, for_carol) =
             (bob.next_ring(), bob_again.next_ring(), carol.next_ring());
         // Rung after the futures were made, before they are polled: not missed.
@@ -131,6 +147,11 @@ mod tests {
         );
         drop(bob);
         assert_eq!(wakeups.listeners.len(), 2, "bob still has a listener");
+        assert_eq!(
+            wakeups.listening("bob"),
+            1,
+            "a listener, not its futures, counts"
+        );
         drop(bob_again);
         drop(carol);
         assert!(wakeups.listeners.is_empty());

@@ -105,3 +105,40 @@ pub struct Readiness {
     /// The templates new conversations can start, sorted.
     pub templates: Vec<String>,
 }
+
+/// How an agent of `GET /v1/agents` reaches the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    /// It calls the API with a bearer token (or names itself in open development mode).
+    Token,
+    /// A remote A2A agent the engine calls (it may have a token as well).
+    A2a,
+}
+
+/// One agent of `GET /v1/agents`, with what this node knows of its inbox now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    /// The agent's id.
+    pub id: AgentId,
+    /// How it reaches the engine.
+    pub kind: AgentKind,
+    /// Whether messages to it are kept in an inbox (`inbox: false` in the agents file: not).
+    pub inbox: bool,
+    /// Whether its inbox is also pushed to a webhook.
+    pub webhook: bool,
+    /// Inbox streams and waiting long polls it has open on this node.
+    pub inbox_streams: usize,
+    /// The `seq` of the newest entry its inbox has had (0: none yet).
+    pub inbox_head: u64,
+    /// Entries kept in its inbox, not yet acknowledged (from the oldest kept to the head).
+    pub unacknowledged: u64,
+}
+
+/// `GET /v1/agents`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentList {
+    /// The agents the caller may see, by id: every agent of the agents file for the
+    /// administrator, the caller alone for an agent.
+    pub agents: Vec<AgentInfo>,
+}

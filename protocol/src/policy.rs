@@ -38,6 +38,10 @@ pub struct ModuleRef {
     pub sha256: String,
     /// Size in bytes.
     pub size: u64,
+    /// `core_module` (ABI v1) or `component` (the hooks WIT world), read from the module's
+    /// first bytes; absent from managers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// `GET /v1/templates/{name}` with `Accept: application/json`.

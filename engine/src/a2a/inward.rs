@@ -362,6 +362,8 @@ async fn list_tasks(
             template: None,
             after: cursor.take(),
             limit: MAX_PAGE,
+            // The order is by change time, sorted below.
+            newest_first: false,
         };
         let (page, more) = engine.list(Some(caller), &filter).await;
         for summary in &page {

@@ -369,6 +369,25 @@ impl Identity {
         }
     }
 
+    /// Every agent of the agents file, by id (none in open mode, where anyone is one).
+    pub fn agents(&self) -> Vec<AgentId> {
+        match self {
+            Identity::Open => Vec::new(),
+            Identity::Tokens { callers, a2a, .. } => {
+                let mut agents: Vec<AgentId> = (callers.values())
+                    .filter_map(|caller| match caller {
+                        Caller::Agent(id) => Some(id.clone()),
+                        Caller::Admin => None,
+                    })
+                    .chain(a2a.keys().cloned())
+                    .collect();
+                agents.sort();
+                agents.dedup();
+                agents
+            }
+        }
+    }
+
     /// Remote A2A agents, with their endpoints.
     pub fn a2a_agents(&self) -> HashMap<AgentId, crate::a2a::Endpoint> {
         match self {

@@ -132,10 +132,22 @@ pub struct ListQuery {
     cursor: Option<String>,
     /// 0 is refused (400) rather than read as 1.
     limit: Option<NonZeroUsize>,
+    order: Option<ListOrder>,
 }
 
-/// `GET /v1/conversations?participant=&state=&template=&cursor=&limit=`: the conversations
-/// the caller may read, by id, a page at a time.
+/// The order of `GET /v1/conversations`: by id, oldest first (`asc`, the default) or newest
+/// first (`desc`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ListOrder {
+    /// Ascending ids: oldest first.
+    Asc,
+    /// Descending ids: newest first.
+    Desc,
+}
+
+/// `GET /v1/conversations?participant=&state=&template=&cursor=&limit=&order=`: the
+/// conversations the caller may read, by id, a page at a time.
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -146,6 +158,7 @@ pub async fn list(
         status: query.state,
         template: query.template,
         after: query.cursor,
+        newest_first: query.order == Some(ListOrder::Desc),
         limit: query.limit.map_or(DEFAULT_PAGE, NonZeroUsize::get),
     };
     let (conversations, more) = state.engine().list(caller.viewer(), &filter).await;

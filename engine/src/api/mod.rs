@@ -11,7 +11,8 @@
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
 //!   long-poll inbox.
 //! - The A2A endpoints' handlers (`/a2a/{agent}`) live with the rest of A2A, in
-//!   [`crate::a2a::inward`]; the router mounts them.
+//!   [`crate::a2a`]; the router mounts them.
+//! - [`agents`]: the agents a caller may see, with their inbox streams and depth.
 //! - [`acks`]: inbox acknowledgements, which let the store delete handled entries.
 //! - [`commitments`]: listing, releasing and cancelling commitments.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/v1/openapi.json`.
@@ -20,15 +21,18 @@
 //! - [`server`]: putting it together: engine, scheduler, webhooks, listener.
 //! - [`listen`]: the accept loop of every server here (HTTP/1.1, a deadline for request
 //!   heads, graceful shutdown).
+//! - [`inspect`]: the web inspector's page and assets at `/inspect` (`docs/inspector.md`).
 //! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
 
 pub mod acks;
+pub mod agents;
 pub mod auth;
 pub mod commitments;
 pub mod conversations;
 pub mod echo;
 pub mod error;
 pub mod extract;
+pub mod inspect;
 pub mod json;
 pub mod listen;
 pub mod ops;
@@ -99,13 +103,14 @@ impl AppState {
     }
 }
 
-/// The routes of the service, built from [`routes`].
+/// The routes of the service, built from [`routes`], and the web inspector's page.
 pub fn router(state: AppState) -> Router {
     routes()
         .into_iter()
         .fold(Router::new(), |router, route| {
             router.route(route.path, route.handler)
         })
+        .merge(inspect::router())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)
@@ -152,6 +157,7 @@ pub fn routes() -> Vec<Route> {
             post(conversations::send),
         ),
         route("get", "/v1/conversations/{id}/events", get(streams::events)),
+        route("get", "/v1/agents", get(agents::list)),
         route("get", "/v1/agents/{id}/inbox", get(streams::inbox)),
         route("get", "/v1/agents/{id}/inbox/poll", get(streams::poll)),
         route("post", "/v1/agents/{id}/inbox/ack", post(acks::acknowledge)),

@@ -316,6 +316,12 @@ async fn show(
                     .unwrap_or_default(),
                 sha256: module.sha256.to_string(),
                 size: module.bytes.len() as u64,
+                kind: crate::runtime::BinaryForm::of(&module.bytes)
+                    .ok()
+                    .map(|form| match form {
+                        crate::runtime::BinaryForm::Core => "core_module".to_owned(),
+                        crate::runtime::BinaryForm::Component => "component".to_owned(),
+                    }),
             }),
             template: serde_json::to_value(&template.source).unwrap_or_default(),
         };

@@ -378,6 +378,16 @@ pub async fn assert_conversation_ids_page_in_order(store: &dyn ConversationStore
         .await
         .expect("next page");
     assert_eq!(ids(next), ["c3"]);
+    let newest = store
+        .conversation_ids_before(None, 2)
+        .await
+        .expect("newest page");
+    assert_eq!(ids(newest), ["c3", "c2"]);
+    let older = store
+        .conversation_ids_before(Some("c2"), 2)
+        .await
+        .expect("older page");
+    assert_eq!(ids(older), ["c1"]);
     store.remove("c2").await.expect("remove");
     let all = store.conversation_ids(None, 10).await.expect("all");
     assert_eq!(ids(all), ["c1", "c3"]);

@@ -286,6 +286,17 @@ pub trait ConversationStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// [`conversation_ids`](Self::conversation_ids) the other way: up to `limit` ids before
+    /// `before` (all from the last when `None`), newest first, for a listing of the newest
+    /// conversations first. `None` where `conversation_ids` is.
+    async fn conversation_ids_before(
+        &self,
+        _before: Option<&str>,
+        _limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        Ok(None)
+    }
+
     /// Takes or keeps, for `lease_ms`, the lead of `role`: work that one engine node of
     /// those sharing the store should do, not each of them (webhook delivery). True while
     /// this node leads; it must ask again before the lease runs out to keep it. A store only

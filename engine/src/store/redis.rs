@@ -963,6 +963,27 @@ impl ConversationStore for RedisStore {
         Ok(Some(ids.into_iter().map(Arc::from).collect()))
     }
 
+    async fn conversation_ids_before(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        let mut connection = self.connection.clone();
+        // The same lexicographic range, from the top down, exclusive of `before`.
+        let to = before.map_or_else(|| "+".to_owned(), |before| format!("({before}"));
+        let ids: Vec<String> = ::redis::cmd("ZREVRANGEBYLEX")
+            .arg(self.keys.ids())
+            .arg(to)
+            .arg("-")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut connection)
+            .await
+            .map_err(store_error)?;
+        Ok(Some(ids.into_iter().map(Arc::from).collect()))
+    }
+
     fn remote_changes(&self) -> Option<broadcast::Receiver<RemoteChange>> {
         Some(self.changes.subscribe())
     }

@@ -1262,6 +1262,33 @@ impl ConversationStore for SqliteStore {
         })
         .await
     }
+
+    async fn conversation_ids_before(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
+        let before = before.map(str::to_owned);
+        self.read(move |connection| {
+            // The primary key backwards: a range scan too.
+            let mut select = connection
+                .prepare_cached(
+                    "SELECT id FROM conversations WHERE ?1 IS NULL OR id < ?1 \
+                     ORDER BY id DESC LIMIT ?2",
+                )
+                .map_err(internal)?;
+            let ids = select
+                .query_map(params![before, to_sql(limit as u64)], |row| {
+                    row.get::<_, String>(0)
+                })
+                .map_err(internal)?
+                .map(|row| row.map(Arc::from))
+                .collect::<Result<Vec<Arc<str>>, _>>()
+                .map_err(internal)?;
+            Ok(Some(ids))
+        })
+        .await
+    }
 }
 
 /// The events after `after_seq`: the rows of the commits that reach past it, decoded, less

@@ -162,6 +162,14 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
     for (name, revision) in &names {
         writeln!(out, "  {name:<20} {revision}")?;
     }
+    // The demo's agents have well-known tokens (`<agent>-demo-token`), so naming the pattern
+    // gives nothing away; the tokens themselves are never part of the URL.
+    writeln!(
+        out,
+        "Inspector, while the demo runs: {}/inspect (sign in with an agent's token, \
+         e.g. alice-demo-token)",
+        service.url()
+    )?;
     writeln!(out)?;
 
     let participants = Participants::start(&service).await?;

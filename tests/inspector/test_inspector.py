@@ -1,0 +1,413 @@
+"""The web inspector in a real browser: headless Debian Chromium driven by Selenium against a
+real `colloquy serve` on loopback (docs/inspector.md).
+
+Run by tests/inspector/run.sh. Every wait is bounded (WAIT seconds); nothing asserts a
+duration. Screenshots and the performance report go to $COLLOQUY_INSPECTOR_OUT (default
+target/inspector-screenshots).
+"""
+
+import gzip
+import json
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import unittest
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+BINARY = Path(os.environ.get("COLLOQUY_BIN", TARGET / "debug" / "colloquy"))
+OUT = Path(os.environ.get("COLLOQUY_INSPECTOR_OUT", TARGET / "inspector-screenshots"))
+#: The longest any one wait may take, in seconds.
+WAIT = 20
+
+AGENTS = ["alice", "bob", "carol", "dave", "buyer", "s1", "s2"]
+ADMIN = "inspector-admin-token"
+
+
+def token(agent):
+    return f"{agent}-inspector-token"
+
+
+def templates_with_a_hook(directory):
+    """The built-in templates and the auto-responder example, its WAT hook assembled with
+    wabt's wat2wasm (scripts/setup.sh installs it), in `directory`."""
+    directory.mkdir()
+    for template in (ROOT / "templates").glob("*.yaml"):
+        shutil.copy(template, directory)
+    example = ROOT / "templates" / "examples" / "auto-responder"
+    shutil.copy(example / "auto-responder.yaml", directory)
+    subprocess.run(["wat2wasm", str(example / "auto_responder.wat"), "-o",
+                    str(directory / "auto_responder.wasm")], check=True, timeout=WAIT)
+    return directory
+
+
+class Server:
+    """A `colloquy serve` on 127.0.0.1:0 with a memory store."""
+
+    def __init__(self, directory, agents_file=None, templates=ROOT / "templates"):
+        args = [str(BINARY), "serve", "--listen", "127.0.0.1:0", "--store", "memory",
+                "--templates", str(templates), "--data-dir", str(directory)]
+        if agents_file:
+            args += ["--agents", str(agents_file)]
+        self.log = open(Path(directory) / "serve.log", "wb")
+        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log,
+                                        stdin=subprocess.DEVNULL,
+                                        env={**os.environ, "RUST_LOG": "warn"})
+        found = queue.Queue()
+
+        def read():
+            for line in self.process.stdout:
+                text = line.decode(errors="replace").strip()
+                if text.startswith("colloquy listening on "):
+                    found.put(text.removeprefix("colloquy listening on "))
+            # Keeps the pipe drained until the server exits.
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            self.url = found.get(timeout=WAIT)
+        except queue.Empty:
+            self.stop()
+            raise RuntimeError(f"colloquy serve did not start; see {directory}/serve.log")
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=WAIT)
+        self.process.stdout.close()
+        self.log.close()
+
+    def call(self, method, path, who=None, body=None, agent_header=None):
+        """The API's JSON answer; raises urllib.error.HTTPError on a 4xx or 5xx."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if who:
+            headers["Authorization"] = f"Bearer {who}"
+        if agent_header:
+            headers["X-Agent-Id"] = agent_header
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers=headers)
+        with urllib.request.urlopen(request, timeout=WAIT) as response:
+            raw = response.read()
+            return json.loads(raw) if raw else None
+
+    def start(self, agent, template, participants, performative, content):
+        return self.call("POST", "/v1/conversations", token(agent), {
+            "template": template, "participants": participants,
+            "message": {"performative": performative, "content": content}})
+
+    def send(self, agent, conversation, performative, content, to=None):
+        body = {"performative": performative, "content": content}
+        if to:
+            body["to"] = to
+        return self.call("POST", f"/v1/conversations/{conversation}/messages", token(agent), body)
+
+
+def browser(width=1280, height=800):
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--disable-gpu", f"--window-size={width},{height}",
+                     "--no-first-run", "--disable-extensions"]:
+        options.add_argument(argument)
+    service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(WAIT)
+    driver.set_script_timeout(WAIT)
+    return driver
+
+
+def setUpModule():
+    global SERVER, DRIVER, WORK
+    if not BINARY.exists():
+        raise RuntimeError(f"{BINARY} is missing: build it with `cargo build -p colloquy-engine`")
+    OUT.mkdir(parents=True, exist_ok=True)
+    WORK = tempfile.mkdtemp(prefix="colloquy-inspector-")
+    agents_file = Path(WORK) / "agents.yaml"
+    lines = [f'admin_token: "{ADMIN}"', "agents:"]
+    lines += [f'  - {{id: {a}, token: "{token(a)}"}}' for a in AGENTS]
+    agents_file.write_text("\n".join(lines) + "\n")
+    SERVER = Server(WORK, agents_file, templates_with_a_hook(Path(WORK) / "templates"))
+    try:
+        DRIVER = browser()
+    except Exception:
+        SERVER.stop()
+        raise
+
+
+def tearDownModule():
+    DRIVER.quit()
+    SERVER.stop()
+    shutil.rmtree(WORK, ignore_errors=True)
+
+
+def wait_for(condition, what):
+    try:
+        return WebDriverWait(DRIVER, WAIT, poll_frequency=0.1).until(lambda d: condition())
+    except TimeoutException:
+        shot = OUT / ("failed-" + "".join(c if c.isalnum() else "-" for c in what)[:60] + ".png")
+        DRIVER.save_screenshot(str(shot))
+        raise AssertionError(f"timed out waiting for {what} (screenshot {shot})") from None
+
+
+def open_as(credential, hash_path):
+    """Opens the inspector at `hash_path` signed in with `credential` (through the form)."""
+    DRIVER.get(SERVER.url + "/inspect")
+    DRIVER.execute_script("sessionStorage.clear()")
+    DRIVER.get(SERVER.url + "/inspect#/conversations")
+    field = wait_for(lambda: DRIVER.find_elements(By.ID, "credential"), "the sign-in form")[0]
+    field.send_keys(credential)
+    DRIVER.find_element(By.ID, "signin").click()
+    wait_for(lambda: not DRIVER.find_elements(By.ID, "credential"), "signing in")
+    DRIVER.get(SERVER.url + "/inspect#" + hash_path)
+
+
+def arrows():
+    """The diagram's message arrows, in the order drawn (seq order)."""
+    found = DRIVER.execute_script("""
+        return [...document.querySelectorAll('#sequence g.msg')].map((g) => ({
+            seq: Number(g.dataset.seq), performative: g.dataset.performative,
+            from: g.dataset.from, to: g.dataset.to}));""")
+    return sorted(found, key=lambda a: a["seq"])
+
+
+def screenshot(name):
+    DRIVER.save_screenshot(str(OUT / f"{name}.png"))
+
+
+class Inspector(unittest.TestCase):
+    def tearDown(self):
+        DRIVER.set_window_size(1280, 800)
+
+    def test_a_started_conversation_is_listed_and_drawn_in_order(self):
+        started = SERVER.start("alice", "fipa-request", ["bob"], "request",
+                               {"action": "book-room", "room": "Lovelace"})
+        conversation = started["id"]
+        SERVER.send("bob", conversation, "agree", {})
+        SERVER.send("bob", conversation, "inform", {"done": True, "booking": "LV-0412"})
+        open_as(ADMIN, "/conversations")
+        row = wait_for(lambda: DRIVER.find_elements(
+            By.CSS_SELECTOR, f'#conversations tr[data-id="{conversation}"]'), "the listed row")[0]
+        self.assertIn("fipa-request", row.text)
+        # Newest first: the conversation started last (UUIDv7 ids grow) heads the list.
+        listed = [r.get_attribute("data-id")
+                  for r in DRIVER.find_elements(By.CSS_SELECTOR, "#conversations tbody tr")]
+        self.assertEqual(listed, sorted(listed, reverse=True))
+        self.assertEqual(listed[0], conversation)
+        wait_for(lambda: "started" in DRIVER.find_element(By.ID, "counts").text, "the counts")
+        screenshot("conversations")
+        row.find_element(By.TAG_NAME, "a").click()
+        wait_for(lambda: len(arrows()) == 3, "three arrows")
+        self.assertEqual([(a["performative"], a["from"], a["to"]) for a in arrows()],
+                         [("request", "alice", "bob"), ("agree", "bob", "alice"),
+                          ("inform", "bob", "alice")])
+        wait_for(lambda: DRIVER.find_elements(By.CSS_SELECTOR, "#sequence g.note.end"),
+                 "the completion mark")
+        notes = DRIVER.execute_script(
+            "return [...document.querySelectorAll('#sequence g.note')].map((g) => "
+            "g.dataset.tone + ':' + g.textContent)")
+        self.assertTrue(any(n.startswith("state:") and "requested → agreed" in n for n in notes),
+                        notes)
+        self.assertTrue(any(n.startswith("commit:") for n in notes), notes)
+        self.assertTrue(any(n.startswith("end:") and "success" in n for n in notes), notes)
+        # A message's JSON on click.
+        DRIVER.execute_script(
+            "document.querySelector('#sequence g.msg[data-performative=\"inform\"] .hit')"
+            ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+        shown = wait_for(lambda: DRIVER.find_elements(By.ID, "message-json"), "the message JSON")
+        self.assertIn("LV-0412", shown[0].text)
+        self.assertIn("done", DRIVER.find_element(By.ID, "threads").text)
+        # And from the keyboard: up from the inform is the agree.
+        DRIVER.find_element(By.ID, "sequence").send_keys(Keys.ARROW_UP)
+        wait_for(lambda: '"performative": "agree"' in
+                 DRIVER.find_element(By.ID, "message-json").text, "the agree's JSON")
+        screenshot("conversation")
+
+    def test_a_message_sent_while_the_page_is_open_appears_without_reload(self):
+        conversation = SERVER.start("alice", "fipa-request", ["bob"], "request",
+                                    {"action": "water-plants"})["id"]
+        open_as(token("alice"), f"/c/{conversation}")
+        wait_for(lambda: len(arrows()) == 1, "the request's arrow")
+        wait_for(lambda: DRIVER.find_element(By.ID, "live-state").text == "live", "a live stream")
+        DRIVER.execute_script("window.stillTheSamePage = true")
+        SERVER.send("bob", conversation, "agree", {})
+        wait_for(lambda: len(arrows()) == 2, "the agree arrow")
+        SERVER.send("bob", conversation, "inform", {"done": True})
+        wait_for(lambda: len(arrows()) == 3, "the inform arrow")
+        self.assertEqual([a["performative"] for a in arrows()], ["request", "agree", "inform"])
+        self.assertTrue(DRIVER.execute_script("return window.stillTheSamePage === true"),
+                        "the page was reloaded")
+        wait_for(lambda: "completed" in DRIVER.find_element(By.ID, "conv-status").text,
+                 "the side panel's status")
+
+    def test_a_templates_diagram_shows_its_states_and_transitions(self):
+        document = SERVER.call("GET", "/v1/templates/fipa-request", ADMIN)
+        thread = document["template"]["spec"]["thread"]
+        open_as(ADMIN, "/templates")
+        wait_for(lambda: DRIVER.find_elements(
+            By.CSS_SELECTOR, '#templates tr[data-template="fipa-contract-net"]'), "the list")
+        wait_for(lambda: DRIVER.find_elements(By.ID, "last-error"), "the reload status")
+        screenshot("templates")
+        DRIVER.get(SERVER.url + "/inspect#/templates/fipa-request")
+        wait_for(lambda: DRIVER.find_elements(By.CSS_SELECTOR, "#state-machine g.state"),
+                 "the state machine")
+        states = set(DRIVER.execute_script(
+            "return [...document.querySelectorAll('#state-machine g.state')]"
+            ".map((g) => g.dataset.state)"))
+        self.assertEqual(states, set(thread["states"]))
+        terminal = DRIVER.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll("
+            "'#state-machine g.state.terminal')].map((g) => [g.dataset.state, g.dataset.terminal]))")
+        self.assertEqual(terminal, {name: state["terminal"]
+                                    for name, state in thread["states"].items()
+                                    if "terminal" in state})
+        edges = {tuple(e) for e in DRIVER.execute_script(
+            "return [...document.querySelectorAll('#state-machine g.edge-label')].map((g) => "
+            "[g.dataset.fromState, g.dataset.toState, g.dataset.performative, g.dataset.role,"
+            " g.dataset.deadline])")}
+        expected = {(name, t["to"], t["performative"], t["from"], "false")
+                    for name, state in thread["states"].items()
+                    for t in state.get("transitions", [])}
+        expected |= {(name, state["on_deadline"], "", "", "true")
+                     for name, state in thread["states"].items() if "on_deadline" in state}
+        self.assertEqual(edges, expected)
+        self.assertIn(("requested", "agreed", "agree", "participant", "false"), edges)
+        self.assertIn(("requested", "timed_out", "", "", "true"), edges)
+        screenshot("template")
+
+    def test_the_hooks_and_agents_pages(self):
+        # The auto-responder's hook answers as the engine: an arrow from the engine's lane.
+        asked = SERVER.start("alice", "auto-responder", ["bob"], "query-ref", {"q": "open?"})
+        open_as(ADMIN, f"/c/{asked['id']}")
+        wait_for(lambda: any(a["from"] == "colloquy:engine" for a in arrows()),
+                 "the hook's answer")
+        document = SERVER.call("GET", "/v1/templates/auto-responder", ADMIN)
+        DRIVER.get(SERVER.url + "/inspect#/hooks")
+        row = wait_for(lambda: DRIVER.find_elements(
+            By.CSS_SELECTOR, '#hooks tr[data-template="auto-responder"]'), "the hook's row")[0]
+        for shown in ["auto_responder.wasm", "core module", "on_message", "fail_open",
+                      document["hook_module"]["sha256"][:16]]:
+            self.assertIn(shown, row.text)
+        calls = wait_for(lambda: DRIVER.find_elements(By.CSS_SELECTOR, "#hook-calls tbody tr"),
+                         "the hook calls")
+        self.assertTrue(any(r.text.startswith("on_message") for r in calls),
+                        [r.text for r in calls])
+        screenshot("hooks")
+        DRIVER.get(SERVER.url + "/inspect#/agents")
+        rows = wait_for(lambda: DRIVER.find_elements(By.CSS_SELECTOR, "#agents tbody tr"),
+                        "the agents")
+        self.assertEqual([r.get_attribute("data-agent") for r in rows], sorted(AGENTS))
+        screenshot("agents")
+        # An agent sees itself only.
+        open_as(token("bob"), "/agents")
+        rows = wait_for(lambda: DRIVER.find_elements(By.CSS_SELECTOR, "#agents tbody tr"),
+                        "bob's row")
+        self.assertEqual([r.get_attribute("data-agent") for r in rows], ["bob"])
+
+    def test_an_agent_sees_neither_another_agents_conversation_nor_sealed_bids(self):
+        private = SERVER.start("carol", "fipa-request", ["dave"], "request",
+                               {"action": "secret"})["id"]
+        tender = SERVER.start("buyer", "fipa-contract-net", ["s1", "s2"], "cfp",
+                              {"task": "deliver 40 chairs"})["id"]
+        SERVER.send("s1", tender, "propose", {"price": 1111})
+        SERVER.send("s2", tender, "propose", {"price": 2222})
+        open_as(token("alice"), "/conversations")
+        wait_for(lambda: DRIVER.find_elements(By.ID, "conversations")
+                 or "No conversations" in DRIVER.find_element(By.ID, "conversation-list").text,
+                 "alice's list")
+        self.assertNotIn(private, DRIVER.find_element(By.ID, "conversation-list").text)
+        DRIVER.get(SERVER.url + f"/inspect#/c/{private}")
+        alert = wait_for(lambda: DRIVER.find_elements(By.CSS_SELECTOR, "[role=alert]"),
+                         "a refusal")[0]
+        self.assertIn("403", alert.text)
+        self.assertNotIn("secret", DRIVER.find_element(By.ID, "main").text)
+        screenshot("forbidden")
+        # s1 sees the call and its own bid, not s2's.
+        open_as(token("s1"), f"/c/{tender}")
+        wait_for(lambda: len(arrows()) == 2, "s1's two arrows")
+        self.assertEqual([(a["performative"], a["from"]) for a in arrows()],
+                         [("cfp", "buyer"), ("propose", "s1")])
+        page = DRIVER.find_element(By.ID, "main").text
+        self.assertNotIn("2222", page)
+        self.assertNotIn("2222", DRIVER.page_source)
+        # The buyer sees both bids.
+        open_as(token("buyer"), f"/c/{tender}")
+        wait_for(lambda: len(arrows()) == 3, "the buyer's three arrows")
+        self.assertEqual(sorted(a["from"] for a in arrows() if a["performative"] == "propose"),
+                         ["s1", "s2"])
+
+    def test_phone_width(self):
+        conversation = SERVER.start("alice", "fipa-request", ["bob"], "request",
+                                    {"action": "phone"})["id"]
+        DRIVER.set_window_size(390, 844)
+        open_as(token("alice"), f"/c/{conversation}")
+        wait_for(lambda: len(arrows()) == 1, "the arrow")
+        overflow = DRIVER.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        self.assertLessEqual(overflow, 1, "the page scrolls sideways at phone width")
+        screenshot("conversation-phone")
+        DRIVER.get(SERVER.url + "/inspect#/conversations")
+        wait_for(lambda: DRIVER.find_elements(By.ID, "conversations"), "the list")
+        screenshot("conversations-phone")
+
+    def test_open_development_mode_is_said(self):
+        directory = tempfile.mkdtemp(prefix="colloquy-inspector-open-")
+        server = Server(directory)
+        try:
+            DRIVER.get(server.url + "/inspect")
+            DRIVER.execute_script("sessionStorage.clear()")
+            DRIVER.get(server.url + "/inspect#/conversations")
+            banner = wait_for(lambda: [b for b in DRIVER.find_elements(By.ID, "banner")
+                                       if b.is_displayed()], "the banner")[0]
+            self.assertIn("Open development mode", banner.text)
+            self.assertIn("Agent id", DRIVER.find_element(By.ID, "main").text)
+            screenshot("open-mode")
+        finally:
+            server.stop()
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def test_report_asset_size_and_render_time(self):
+        """Reports (asserts nothing about) what the assets weigh and how long 10,000 messages
+        between 50 parties take to draw (the page's #/bench view feeds the renderer)."""
+        sizes = {}
+        for path in ["/inspect", "/inspect/assets/inspector.js", "/inspect/assets/inspector.css"]:
+            with urllib.request.urlopen(SERVER.url + path, timeout=WAIT) as response:
+                self.assertEqual(response.status, 200)
+                body = response.read()
+                sizes[path] = (len(body), len(gzip.compress(body)))
+        DRIVER.get(SERVER.url + "/inspect#/bench?messages=10000&parties=50")
+        result = wait_for(lambda: [r for r in DRIVER.find_elements(By.ID, "bench-result")
+                                   if r.get_attribute("data-drawn-ms")], "the drawing")[0]
+        self.assertEqual(result.get_attribute("data-rows"), str(1 + 10000 + 5000))
+        drawn_groups = len(DRIVER.find_elements(By.CSS_SELECTOR, "#sequence g.msg, #sequence g.note"))
+        self.assertLess(drawn_groups, 200, "only the visible rows are in the page")
+        screenshot("bench-10000")
+        total = sum(raw for raw, _ in sizes.values())
+        total_gzip = sum(packed for _, packed in sizes.values())
+        lines = [f"{path}: {raw} bytes ({packed} gzipped)" for path, (raw, packed) in sizes.items()]
+        lines.append(f"assets in all: {total} bytes ({total_gzip} gzipped)")
+        lines.append("10,000 messages, 50 parties (15,001 rows): "
+                     f"first drawn in {result.get_attribute('data-drawn-ms')} ms, "
+                     f"a jump to the middle redrawn in {result.get_attribute('data-scroll-ms')} ms, "
+                     f"{drawn_groups} row groups in the page")
+        (OUT / "report.txt").write_text("\n".join(lines) + "\n")
+        print("\n" + "\n".join("REPORT " + line for line in lines))
+
+
+if __name__ == "__main__":
+    unittest.main()
