@@ -166,7 +166,7 @@ pub async fn run(templates: &Path, width: usize, out: &mut dyn Write) -> anyhow:
     // gives nothing away; the tokens themselves are never part of the URL.
     writeln!(
         out,
-        "Inspector, while the demo runs: {}/inspect (sign in with an agent's token, \
+        "Inspector, while the demo runs: {}/inspect\n  (sign in with an agent's token, \
          e.g. alice-demo-token)",
         service.url()
     )?;
