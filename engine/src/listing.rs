@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use colloquy_protocol::api::ConversationSummary;
-use colloquy_protocol::conversation::ConversationStatus;
+use colloquy_protocol::conversation::{ConversationStatus, Outcome};
 
 use crate::conversation::Conversation;
 use crate::engine::Engine;
@@ -37,6 +37,8 @@ pub struct ConversationFilter {
     pub participant: Option<String>,
     /// Only active or only completed ones.
     pub status: Option<ConversationStatus>,
+    /// Only those that ended with this outcome.
+    pub outcome: Option<Outcome>,
     /// Only those of this template.
     pub template: Option<String>,
     /// Only ids after this one (the previous page's last id); before it when
@@ -222,7 +224,10 @@ fn summary(
         .template
         .as_deref()
         .is_none_or(|name| &*started.template == name);
-    (readable && party && status && template).then(|| ConversationSummary {
+    let outcome = filter
+        .outcome
+        .is_none_or(|outcome| conversation.outcome == Some(outcome));
+    (readable && party && status && template && outcome).then(|| ConversationSummary {
         id: started.id.clone(),
         template: started.template.clone(),
         revision: started.revision.clone(),

@@ -359,6 +359,7 @@ async fn list_tasks(
         let filter = ConversationFilter {
             participant: Some(agent.to_owned()),
             status: None,
+            outcome: None,
             template: None,
             after: cursor.take(),
             limit: MAX_PAGE,

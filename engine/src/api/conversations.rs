@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use colloquy_protocol::api::ConversationPage;
-use colloquy_protocol::conversation::{ConversationStatus, ConversationView, SendReceipt};
+use colloquy_protocol::conversation::{ConversationStatus, ConversationView, Outcome, SendReceipt};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use serde::Deserialize;
 use tracing::Instrument as _;
@@ -128,6 +128,7 @@ pub async fn show(
 pub struct ListQuery {
     participant: Option<String>,
     state: Option<ConversationStatus>,
+    outcome: Option<Outcome>,
     template: Option<String>,
     cursor: Option<String>,
     /// 0 is refused (400) rather than read as 1.
@@ -156,6 +157,7 @@ pub async fn list(
     let filter = ConversationFilter {
         participant: query.participant,
         status: query.state,
+        outcome: query.outcome,
         template: query.template,
         after: query.cursor,
         newest_first: query.order == Some(ListOrder::Desc),

@@ -345,3 +345,53 @@ async fn commitments_come_a_page_at_a_time() {
     let (status, _) = call(server.as_agent(Method::GET, "/v1/commitments?limit=0", "alice")).await;
     assert_eq!(status, 400);
 }
+
+/// `outcome` keeps the conversations that ended with it; an unknown one is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_are_listed_by_outcome() {
+    let server = Server::start().await;
+    let alice = server.client("alice").await;
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let view = bounded(alice.start(&colloquy_protocol::StartConversation {
+            template: "fipa-request".into(),
+            participants: vec!["bob".into()],
+            message: Some(colloquy_protocol::SendMessage::new(
+                "request",
+                json!({"action": "file", "n": n}),
+            )),
+            ..Default::default()
+        }))
+        .await
+        .expect("started");
+        ids.push(view.id.to_string());
+    }
+    let bob = server.client("bob").await;
+    bounded(bob.send(
+        &ids[0],
+        &colloquy_protocol::SendMessage::new("refuse", json!({"reason": "busy"})),
+    ))
+    .await
+    .expect("refused");
+    let listed = |query: &'static str| {
+        let server = &server;
+        async move {
+            let (status, body) =
+                call(server.as_agent(Method::GET, &format!("/v1/conversations?{query}"), "alice"))
+                    .await;
+            assert_eq!(status, 200, "{body}");
+            body["conversations"]
+                .as_array()
+                .expect("conversations")
+                .iter()
+                .map(|c| c["id"].as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("outcome=refused").await, [ids[0].clone()]);
+    assert_eq!(listed("outcome=success").await, Vec::<String>::new());
+    assert_eq!(listed("state=active").await, [ids[1].clone()]);
+    let (status, body) =
+        call(server.as_agent(Method::GET, "/v1/conversations?outcome=maybe", "alice")).await;
+    assert_eq!(status, 400, "{body}");
+}

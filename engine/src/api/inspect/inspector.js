@@ -372,6 +372,7 @@ async function conversationsPage(params, signal) {
   const query = new URLSearchParams({ limit: String(PAGE_SIZE), order: 'desc' });
   if (filters.template) query.set('template', filters.template);
   if (filters.state) query.set('state', filters.state);
+  if (filters.outcome) query.set('outcome', filters.outcome);
   if (filters.agent) query.set('participant', filters.agent);
   if (cursor) query.set('cursor', cursor);
 
@@ -428,8 +429,7 @@ async function conversationsPage(params, signal) {
   });
 
   const page = await api('/v1/conversations?' + query, { signal });
-  let rows = page.conversations;
-  if (filters.outcome) rows = rows.filter((c) => c.outcome === filters.outcome);
+  const rows = page.conversations;
   const table = h('table', { class: 'list', id: 'conversations' },
     h('thead', {}, h('tr', {}, ['Conversation', 'Template', 'Initiator', 'Participants',
       'Status', 'Outcome', 'Events', 'Deadline'].map((t) => h('th', { scope: 'col' }, t)))),
@@ -444,10 +444,6 @@ async function conversationsPage(params, signal) {
       h('td', {}, c.outcome || ''),
       h('td', { class: 'num' }, String(c.version)),
       h('td', {}, c.deadline ? time(c.deadline) : '')))));
-  const note = filters.outcome
-    ? h('p', { class: 'muted' }, 'The outcome filter applies to this page (the API filters by '
-      + 'template, status and agent).')
-    : null;
   const paging = h('nav', { class: 'paging', 'aria-label': 'Pages' },
     cursor ? h('a', { href: hashLink('/conversations', { ...filters }) }, '« first page') : null,
     page.next_cursor
@@ -455,7 +451,7 @@ async function conversationsPage(params, signal) {
         { ...filters, cursor: page.next_cursor }) }, 'next page »')
       : h('span', { class: 'muted' }, 'last page'));
   list.replaceChildren(...[rows.length ? table : h('p', { class: 'muted' },
-    'No conversations here.'), note, paging].filter(Boolean));
+    'No conversations here.'), paging].filter(Boolean));
 }
 
 // ---------------------------------------------------------------------------------------
