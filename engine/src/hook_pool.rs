@@ -275,8 +275,11 @@ mod tests {
         let pool = pool(1, 1, Duration::from_secs(5));
         let (release, blocking) = occupy(&pool, "a").await;
         // The one thread is busy; fill the one place in the queue.
+        let (filler_ran, filler_done) = std::sync::mpsc::channel();
         let filler = Queued {
-            job: Box::new(|_| ()),
+            job: Box::new(move |_| {
+                let _ = filler_ran.send(());
+            }),
             queued_at: Instant::now(),
         };
         assert!(pool.sender.try_send(filler).is_ok());
@@ -286,6 +289,10 @@ mod tests {
         );
         drop(release);
         assert_eq!(blocking.await.expect("joins"), Ok(()));
+        // The thread has taken the filler off the queue once it runs it.
+        filler_done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the filler ran");
         assert_eq!(
             pool.run(&key("b"), || 1).await,
             Ok(1),
