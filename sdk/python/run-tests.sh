@@ -19,11 +19,14 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # CI runs as root; pip's warning about it says nothing here.
 export PIP_ROOT_USER_ACTION=ignore
-# The install is editable (the venv runs this tree's code), so it is needed again only when
-# pyproject.toml changes: a stamp of it spares each run a build and a trip to PyPI.
+# The install is editable (the venv runs the code of the tree it was installed from), so it
+# is needed again only when pyproject.toml changes or the venv runs another tree's code (an
+# earlier clone's): a stamp of it spares each run a build and a trip to PyPI.
 stamp="$venv/colloquy-sdk-pyproject.sha256"
+this_tree='import colloquy, pytest_asyncio, pytest_timeout, pathlib, sys
+sys.exit(not pathlib.Path(colloquy.__file__).resolve().is_relative_to(pathlib.Path("src").resolve()))'
 if ! sha256sum --status -c "$stamp" 2>/dev/null \
-        || ! "$venv/bin/python" -c 'import colloquy, pytest_asyncio, pytest_timeout' 2>/dev/null; then
+        || ! "$venv/bin/python" -c "$this_tree" 2>/dev/null; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
     sha256sum "$PWD/pyproject.toml" >"$stamp"
 fi

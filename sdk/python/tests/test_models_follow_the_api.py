@@ -39,6 +39,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "InboxAck": models.InboxAck,
     "InboxAcked": models.InboxAcked,
     "Readiness": models.Readiness,
+    "AgentInfo": models.AgentInfo,
+    "AgentList": models.AgentList,
 }
 
 

@@ -60,6 +60,9 @@ from .errors import (
     Unprocessable,
 )
 from .models import (
+    AgentInfo,
+    AgentKind,
+    AgentList,
     CommitmentState,
     CommitmentView,
     ConversationEvent,
@@ -87,6 +90,9 @@ from .sync import SyncAgent, SyncClient, SyncIncoming
 
 __all__ = [
     "Agent",
+    "AgentInfo",
+    "AgentKind",
+    "AgentList",
     "Answer",
     "AnswerTimeout",
     "ApiError",

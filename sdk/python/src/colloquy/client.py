@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from . import ask
 from .errors import DecodeError, TransportError, raise_for_answer
 from .models import (
+    AgentList,
     CommitmentList,
     CommitmentView,
     ConversationPage,
@@ -238,10 +239,12 @@ class Client:
         template: Optional[str] = None,
         cursor: Optional[str] = None,
         limit: Optional[int] = None,
+        outcome: Optional[str] = None,
     ) -> ConversationPage:
-        """``GET /v1/conversations``: one page of the conversations this agent may read."""
+        """``GET /v1/conversations``: one page of the conversations this agent may read
+        (``outcome``: only those that ended with it)."""
         params = {"participant": participant, "state": state, "template": template,
-                  "cursor": cursor, "limit": limit}
+                  "cursor": cursor, "limit": limit, "outcome": outcome}
         return await self._call(ConversationPage, "GET", "/v1/conversations", params=params)
 
     async def all_conversations(
@@ -287,6 +290,11 @@ class Client:
         """Withdraws from a commitment this agent owes (its debtor)."""
         path = f"/v1/commitments/{self._segment(commitment_id)}/cancel"
         return await self._call(CommitmentView, "POST", path)
+
+    async def agents(self) -> AgentList:
+        """``GET /v1/agents``: the agents this caller may see (an agent: itself), with their
+        inboxes now."""
+        return await self._call(AgentList, "GET", "/v1/agents")
 
     async def templates(self) -> TemplateList:
         """``GET /v1/templates``: the loaded templates and their revisions."""

@@ -257,6 +257,38 @@ class Readiness(_Answer):
     templates: list[str]
 
 
+class AgentKind(str, Enum):
+    """What an agent of the agents file is."""
+
+    #: It calls the API with its token.
+    TOKEN = "token"
+    #: A remote A2A agent the engine calls.
+    A2A = "a2a"
+
+
+class AgentInfo(_Answer):
+    """One agent of ``GET /v1/agents``, with its inbox as the engine sees it now."""
+
+    id: str
+    kind: AgentKind
+    #: Whether messages to it are kept in an inbox.
+    inbox: bool
+    #: Whether its inbox is also pushed to a webhook.
+    webhook: bool
+    #: Inbox streams and waiting long polls it has open on this node.
+    inbox_streams: int = Field(ge=0)
+    #: The ``seq`` of the newest entry its inbox has had (0: none yet).
+    inbox_head: int = Field(ge=0)
+    #: Entries kept in its inbox, not yet acknowledged.
+    unacknowledged: int = Field(ge=0)
+
+
+class AgentList(_Answer):
+    """``GET /v1/agents``: the agents the caller may see (an agent: itself)."""
+
+    agents: list[AgentInfo]
+
+
 class TemplateSummary(_Answer):
     """A loaded template and its revision (a content hash)."""
 

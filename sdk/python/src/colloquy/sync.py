@@ -95,6 +95,7 @@ class SyncClient:
     commitments = _blocking(Client.commitments)
     release_commitment = _blocking(Client.release_commitment)
     cancel_commitment = _blocking(Client.cancel_commitment)
+    agents = _blocking(Client.agents)
     templates = _blocking(Client.templates)
     poll_inbox = _blocking(Client.poll_inbox)
     acknowledge = _blocking(Client.acknowledge)
