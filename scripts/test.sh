@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs the guest toolchains (once), builds every example hook from
 # source, then runs the whole workspace's tests (the hook tests load the fresh modules), then
-# the Python SDK's and the web inspector's (in headless Chromium) against the binary those
-# tests built.
+# the Python SDK's, the web inspector's (in headless Chromium) and the A2A conformance kit's
+# against the binary those tests built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian's old cargo (installed by setup.sh for guests) must not shadow rustup's.
@@ -16,3 +16,4 @@ node --test guest-sdk/js/test/
 cargo test --workspace
 bash sdk/python/run-tests.sh
 bash tests/inspector/run.sh
+bash tests/a2a-tck/run.sh

@@ -31,10 +31,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use super::caller::A2aCaller;
 use super::stream::{self, Envelope};
 use super::v1::{self, Version};
 use crate::api::AppState;
-use crate::api::auth::{Caller, Identity};
+use crate::api::auth::Identity;
 use crate::api::error::ApiError;
 use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, RawBody};
 use crate::api::json::JsonResponse;
@@ -45,7 +46,12 @@ use crate::listing::{ConversationFilter, MAX_PAGE};
 /// Longest a blocking `message/send` waits for its conversation to end before it answers
 /// with the task as it stands.
 pub const BLOCKING_WAIT: Duration = Duration::from_secs(30);
-/// The template a `message/send` starts when its metadata names none.
+/// Longest a cancel waits for the participant to confirm it (the protocols end a task as
+/// cancelled only when the participant says so) before it answers with the task as it
+/// stands.
+pub const CANCEL_WAIT: Duration = Duration::from_secs(5);
+/// The template a `message/send` starts when its metadata names none, unless the server
+/// names another (`colloquy serve --a2a-template`).
 pub const DEFAULT_TEMPLATE: &str = "fipa-request";
 
 /// JSON-RPC and A2A error codes.
@@ -60,6 +66,7 @@ pub(super) mod code {
     pub const PUSH_NOTIFICATION_NOT_SUPPORTED: i64 = -32003;
     pub const UNSUPPORTED_OPERATION: i64 = -32004;
     pub const EXTENDED_AGENT_CARD_NOT_CONFIGURED: i64 = -32007;
+    pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
     pub const VERSION_NOT_SUPPORTED: i64 = -32009;
 }
 
@@ -81,13 +88,68 @@ const V03_METHODS: &[&str] = &[
     "tasks/resubscribe",
 ];
 
-/// `GET /a2a/{agent}/.well-known/agent-card.json`: no credentials needed, as A2A clients
-/// read the card before they authenticate; with an agents file, only its agents have one.
+/// `GET /a2a/{agent}/.well-known/agent-card.json`: the agent's card in v1.0's shape (its
+/// endpoints only in `supportedInterfaces`). No credentials needed, as A2A clients read the
+/// card before they authenticate; with an agents file, only its agents have one. Cached
+/// for a minute, with an `ETag` (the skills change when templates reload).
 pub async fn card(
     State(state): State<AppState>,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
-) -> Result<JsonResponse<AgentCard>, ApiError> {
+) -> Result<Response, ApiError> {
+    let card = card_of(&state, agent, &headers)?;
+    Ok(cached(&headers, &v1::agent_card(&card)))
+}
+
+/// `GET /a2a/{agent}/.well-known/agent.json`: the same card in v0.3's shape (`url`,
+/// `protocolVersion`, `preferredTransport` at its top), for v0.3 clients: v1.0's card
+/// schema allows no such fields, so the two shapes cannot share one document. (`agent.json`
+/// is the card's name before v0.3 renamed it.)
+pub async fn card_v03(
+    State(state): State<AppState>,
+    PathParams(agent): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let card = card_of(&state, agent, &headers)?;
+    Ok(cached(&headers, &json!(card)))
+}
+
+/// `card` as a cacheable response: `Cache-Control: max-age=60` and an `ETag` of its bytes;
+/// a request whose `If-None-Match` names it gets `304 Not Modified`.
+fn cached(headers: &HeaderMap, card: &Value) -> Response {
+    use sha2::{Digest, Sha256};
+    let body = card.to_string();
+    let digest = Sha256::digest(body.as_bytes());
+    let tag: String = digest[..12]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let etag = format!("\"{tag}\"");
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|asked| {
+            asked
+                .split(',')
+                .any(|one| one.trim() == etag || one.trim() == "*")
+        });
+    let cache = [
+        (header::CACHE_CONTROL, "public, max-age=60".to_owned()),
+        (header::ETAG, etag),
+    ];
+    if unchanged {
+        return (axum::http::StatusCode::NOT_MODIFIED, cache).into_response();
+    }
+    (
+        cache,
+        [(header::CONTENT_TYPE, "application/json".to_owned())],
+        body,
+    )
+        .into_response()
+}
+
+/// The agent's card (v0.3's type, which [`v1::agent_card`] respells).
+fn card_of(state: &AppState, agent: String, headers: &HeaderMap) -> Result<AgentCard, ApiError> {
     let identity = state.identity();
     if !identity.knows(&agent) {
         return Err(ApiError::NotFound(format!("no agent `{agent}` here")));
@@ -141,7 +203,7 @@ pub async fn card(
         protocol_binding: "HTTP+JSON".to_owned(),
         protocol_version: "1.0".to_owned(),
     });
-    Ok(JsonResponse(AgentCard {
+    Ok(AgentCard {
         supported_interfaces,
         protocol_version: PROTOCOL_VERSION.to_owned(),
         description: format!(
@@ -165,7 +227,7 @@ pub async fn card(
             needed.insert("bearer".to_owned(), json!([]));
             vec![needed]
         }),
-    }))
+    })
 }
 
 /// The performative an initiator opens a conversation of `template` with: the first its
@@ -184,7 +246,7 @@ fn opening_performative(template: &colloquy_policy::CompiledTemplate) -> Option<
 /// an HTTP error); everything after is a JSON-RPC answer with status 200.
 pub async fn rpc(
     State(state): State<AppState>,
-    caller: Caller,
+    A2aCaller(caller): A2aCaller,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
     RawBody(body): RawBody,
@@ -206,6 +268,16 @@ pub async fn rpc(
             ));
         }
     };
+    if let Some(media_type) = not_json(&headers) {
+        let error = rpc_error(
+            code::CONTENT_TYPE_NOT_SUPPORTED,
+            format!("a JSON-RPC request is `application/json`, not `{media_type}`"),
+        );
+        return Ok(answer(
+            Value::Null,
+            Err(super::rest::with_error_info(error)),
+        ));
+    }
     let request: Call = match serde_json::from_slice::<Value>(&body) {
         Err(error) => {
             let error = rpc_error(code::PARSE_ERROR, format!("not JSON: {error}"));
@@ -230,7 +302,15 @@ pub async fn rpc(
     let caller = caller.agent()?.clone();
     let version = match v1::version(&headers) {
         Ok(version) => version,
-        Err(why) => return Ok(answer(id, Err(rpc_error(code::VERSION_NOT_SUPPORTED, why)))),
+        Err(why) => {
+            let error = super::rest::with_error_info(rpc_error(code::VERSION_NOT_SUPPORTED, why));
+            return Ok(answer(id, Err(error)));
+        }
+    };
+    // v1.0's A2A errors carry their `ErrorInfo`; v0.3's carry nothing more.
+    let respelt = |error: RpcError| match version {
+        Version::V1_0 => super::rest::with_error_info(error),
+        Version::V0_3 => error,
     };
     let streamed = match (version, request.method.as_str()) {
         (Version::V1_0, "SendStreamingMessage") | (Version::V0_3, "message/stream") => {
@@ -255,17 +335,32 @@ pub async fn rpc(
         .await;
         return Ok(match opened {
             Ok(stream) => stream.into_response(),
-            Err(error) => answer(id, Err(error)),
+            Err(error) => answer(id, Err(respelt(error))),
         });
     }
     let result = match version {
         Version::V0_3 => call_v03(&state, &caller, &agent, request.method, request.params).await,
         Version::V1_0 => call_v1(&state, &caller, &agent, &request.method, request.params).await,
     };
-    Ok(answer(id, result))
+    Ok(answer(id, result.map_err(respelt)))
 }
 
 /// One v0.3 call: `message/send`, `tasks/get`, `tasks/cancel`.
+/// The request's `Content-Type` when it names one that is not JSON (`application/json`,
+/// or any `+json` type); a request without one is read as JSON.
+pub(super) fn not_json(headers: &HeaderMap) -> Option<String> {
+    let given = headers.get(header::CONTENT_TYPE)?;
+    let text = given.to_str().unwrap_or("?");
+    let media_type = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let json = media_type == "application/json" || media_type.ends_with("+json");
+    (!json).then(|| crate::log_safe::LogSafe(text).to_string())
+}
+
 async fn call_v03(
     state: &AppState,
     caller: &str,
@@ -304,6 +399,9 @@ pub(super) async fn call_v1(
             let history = request.history_length().map_err(invalid)?;
             let sent = send(state, caller, agent, request.into_v03().map_err(invalid)?).await?;
             let view = read_view(state, caller, &sent.id).await?;
+            if let Some(reply) = v1::direct_reply(&view) {
+                return Ok(reply);
+            }
             Ok(json!({"task": v1::task(&task_of(&view), &view, history)}))
         }
         "GetTask" => {
@@ -474,12 +572,12 @@ pub(super) async fn open_stream(
         (Streamed::Subscribe, _) => {
             let task: TaskIdParams = params(params_given)?;
             let view = read_view(state, caller, &task.id).await?;
-            if stream::is_final(&task_of(&view).status.state) {
+            if stream::is_terminal(&task_of(&view).status.state) {
                 return Err(rpc_error(
                     code::UNSUPPORTED_OPERATION,
                     format!(
-                        "task `{}` has ended (or waits for input): there is nothing to \
-                         subscribe to; GetTask reads it",
+                        "task `{}` has ended: there is nothing to subscribe to; GetTask \
+                         reads it",
                         task.id
                     ),
                 ));
@@ -487,12 +585,17 @@ pub(super) async fn open_stream(
             task.id
         }
     };
+    let until = match streamed {
+        Streamed::Send => stream::Until::Settled,
+        Streamed::Subscribe => stream::Until::Ended,
+    };
     Ok(stream::follow(
         state.clone(),
         caller.to_owned(),
         id,
         version,
         envelope,
+        until,
     ))
 }
 
@@ -612,13 +715,10 @@ async fn send(
     let engine = state.engine();
     let id = match &message.task_id {
         Some(task) => {
-            let performative = named("performative").ok_or_else(|| {
-                rpc_error(
-                    code::INVALID_PARAMS,
-                    "a message to a running task names its performative in \
-                     metadata.colloquy.performative",
-                )
-            })?;
+            let performative = match named("performative") {
+                Some(performative) => performative,
+                None => the_only_move(state, caller, task).await?,
+            };
             let mut send = SendMessage::new(&performative, content);
             send.message_id = Some(message.message_id.clone());
             engine
@@ -634,7 +734,7 @@ async fn send(
                     format!("`{caller}` cannot open a task with itself"),
                 ));
             }
-            let template = named("template").unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
+            let template = named("template").unwrap_or_else(|| state.a2a_template().to_owned());
             let opening = match named("performative") {
                 Some(performative) => performative,
                 None => engine
@@ -649,7 +749,8 @@ async fn send(
             };
             let mut opening = SendMessage::new(&opening, content);
             opening.message_id = Some(message.message_id.clone());
-            let id = conversation_id(caller, agent, &message.message_id);
+            let retry_safe = named("conversation").is_some();
+            let id = conversation_id(caller, agent, &message.message_id, retry_safe);
             let start = StartConversation {
                 template,
                 participants: vec![agent.to_owned()],
@@ -667,7 +768,7 @@ async fn send(
     };
     let blocking = params.configuration.is_some_and(|c| c.blocking);
     if blocking {
-        wait_until_ended(state, caller, &id).await?;
+        wait_until_settled(state, caller, &id).await?;
     }
     read_task(state, caller, &id).await
 }
@@ -675,7 +776,64 @@ async fn send(
 /// The id of the conversation a `message/send` starts: the same for the same caller, agent
 /// and A2A `messageId`, so a client that sends again after a lost answer gets the task its
 /// first send started instead of a second one.
-fn conversation_id(caller: &str, agent: &str, message_id: &str) -> String {
+/// The performative a message to a running task means when its metadata names none: the
+/// one move the task's protocol lets the caller make now besides `cancel` (in `a2a-task`,
+/// the `inform` that answers the participant's question). Refused when there is no such
+/// move, or more than one.
+async fn the_only_move(state: &AppState, caller: &str, task: &str) -> Result<String, RpcError> {
+    let view = read_view(state, caller, task).await?;
+    let template = state.engine().latest_template(&view.template);
+    let mut moves: Vec<String> = match (&template, view.threads.first()) {
+        (Some(template), Some(thread)) if &*view.initiator == caller => {
+            let machine = &template.machine;
+            machine
+                .id_of(&thread.state)
+                .map(|id| {
+                    machine
+                        .state(id)
+                        .transitions
+                        .iter()
+                        .filter(|transition| transition.from == Role::Initiator)
+                        .map(|transition| transition.performative.name().to_owned())
+                        .filter(|name| name != "cancel")
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    moves.dedup();
+    match moves.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => Err(rpc_error(
+            code::INVALID_PARAMS,
+            format!(
+                "task `{task}` takes no message from you now (it is {}); name a \
+                 performative in metadata.colloquy.performative, or cancel it",
+                task_of(&view).status.state
+            ),
+        )),
+        _ => Err(rpc_error(
+            code::INVALID_PARAMS,
+            format!(
+                "task `{task}` takes one of {} from you now: name it in \
+                 metadata.colloquy.performative",
+                moves.join(", ")
+            ),
+        )),
+    }
+}
+
+/// The conversation id of a new task. A message from another Colloquy engine's bridge
+/// (it names its conversation in `metadata.colloquy.conversation`) is idempotent by its
+/// message id: the bridge retries a send whose answer it lost, and the retry must find the
+/// first one's task, so the id is derived from caller, agent and message id. Any other
+/// client's message opens a fresh task, as A2A servers do: clients, the TCK among them,
+/// send one message id more than once and expect a task each time.
+fn conversation_id(caller: &str, agent: &str, message_id: &str, retry_safe: bool) -> String {
+    if !retry_safe {
+        return format!("a2a-{}", crate::engine::new_id());
+    }
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
     for part in [caller, agent, message_id] {
@@ -690,16 +848,26 @@ fn conversation_id(caller: &str, agent: &str, message_id: &str) -> String {
     format!("a2a-{hex}")
 }
 
-/// Waits until the conversation has ended or [`BLOCKING_WAIT`] has passed.
-async fn wait_until_ended(state: &AppState, caller: &str, id: &str) -> Result<(), RpcError> {
+/// Waits until the task ends or waits for the caller's input, or [`BLOCKING_WAIT`] passes.
+async fn wait_until_settled(state: &AppState, caller: &str, id: &str) -> Result<(), RpcError> {
+    wait_until(state, caller, id, BLOCKING_WAIT).await
+}
+
+/// Waits until the task ends or waits for the caller's input, or `longest` passes.
+async fn wait_until(
+    state: &AppState,
+    caller: &str,
+    id: &str,
+    longest: Duration,
+) -> Result<(), RpcError> {
     let engine = state.engine();
     let listener = engine.listen_conversation(id);
-    let give_up = tokio::time::Instant::now() + BLOCKING_WAIT;
+    let give_up = tokio::time::Instant::now() + longest;
     loop {
         // Armed before the read, so a change between the two still wakes the wait.
         let rung = listener.next_ring();
         let view = engine.view(id, Some(caller)).await.map_err(engine_error)?;
-        if view.status == ConversationStatus::Completed {
+        if stream::is_final(&task_of(&view).status.state) {
             return Ok(());
         }
         tokio::select! {
@@ -730,7 +898,10 @@ async fn cancel(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcErr
         .send(id, caller, SendMessage::new("cancel", json!({})))
         .await;
     match sent {
-        Ok(_) => read_task(state, caller, id).await,
+        Ok(_) => {
+            wait_until(state, caller, id, CANCEL_WAIT).await?;
+            read_task(state, caller, id).await
+        }
         Err(error) => {
             let refused = engine_error(error);
             // The cancel itself is well formed: a refusal means the protocol allows none now.
@@ -753,10 +924,32 @@ fn content_of(parts: &[Part]) -> Value {
 }
 
 /// The conversation as an A2A task.
+/// The performatives by which a participant asks the initiator for something.
+const QUESTIONS: [&str; 2] = ["query-ref", "query-if"];
+
+/// Whether the task waits for the caller (A2A's `input-required`): a participant's latest
+/// message is a question (`query-ref`, `query-if`) that the initiator has not answered
+/// yet. Protocols whose participants never ask (the FIPA ones) never wait so.
+fn waits_for_input(view: &ConversationView) -> bool {
+    let from_participant = |sender: &str| view.participants.iter().any(|p| &**p == sender);
+    let Some(asked) = view
+        .messages
+        .iter()
+        .rposition(|m| from_participant(&m.sender))
+    else {
+        return false;
+    };
+    QUESTIONS.contains(&view.messages[asked].performative.name())
+        && !view.messages[asked + 1..]
+            .iter()
+            .any(|m| m.sender == view.initiator)
+}
+
 pub fn task_of(view: &ConversationView) -> Task {
     let from_participant = |sender: &str| view.participants.iter().any(|p| &**p == sender);
     let answered = view.messages.iter().any(|m| from_participant(&m.sender));
     let state = match (view.status, view.outcome) {
+        (ConversationStatus::Active, _) if waits_for_input(view) => "input-required",
         (ConversationStatus::Active, _) if answered => "working",
         (ConversationStatus::Active, _) => "submitted",
         (ConversationStatus::Completed, Some(Outcome::Success)) => "completed",
@@ -785,9 +978,7 @@ pub fn task_of(view: &ConversationView) -> Task {
         .map(|m| Artifact {
             artifact_id: Some(m.id.to_string()),
             name: Some(m.performative.name().to_owned()),
-            parts: vec![Part::Data {
-                data: m.content.value(),
-            }],
+            parts: super::outward::parts_of(&m.content.value()),
         })
         .collect();
     let why = match state {

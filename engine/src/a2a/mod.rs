@@ -7,6 +7,7 @@
 //! | [`rest`] | A2A v1.0's HTTP+JSON binding of the same calls, under `/a2a/{agent}/rest` |
 //! | [`stream`] | a task followed over server-sent events (`SendStreamingMessage`, `SubscribeToTask`, v0.3's `message/stream`, `tasks/resubscribe`) |
 //! | [`v1`] | A2A v1.0 on the inward JSON-RPC endpoint, beside v0.3: the `A2A-Version` header, v1.0's methods and JSON shapes |
+//! | [`caller`] | who calls an A2A route (an unnamed client in open mode included) |
 //! | [`endpoint`] | where a remote agent is reached (from the agents file) |
 //!
 //! The wire types (JSON-RPC envelopes, messages, tasks, agent cards) are
@@ -16,6 +17,7 @@
 //! this module; of the API, only [`inward`] uses its plumbing (state, extractors, errors),
 //! and the API's router mounts [`inward`]'s handlers.
 
+pub mod caller;
 pub mod endpoint;
 pub mod inward;
 pub mod outward;

@@ -276,6 +276,47 @@ pub fn content_of(parts: Vec<&Part>) -> Value {
     Value::Object(content)
 }
 
+/// The parts a message's content shows as in A2A, the inverse of [`content_of`]: a string
+/// is one text part; an object of only `text` (a string), `data` (a list) and `files` (a
+/// list of A2A file objects) is those parts, in that order; any other value is one data
+/// part. So a participant answers with text (`"done"`), files
+/// (`{"files": [{"name": "a.txt", "mimeType": "text/plain", "bytes": "…"}]}`) or data
+/// (`{"total": 42}`), and an answer that came from A2A parts goes back as the same parts.
+pub fn parts_of(content: &Value) -> Vec<Part> {
+    if let Value::String(text) = content {
+        return vec![Part::Text { text: text.clone() }];
+    }
+    let as_parts = content.as_object().filter(|fields| {
+        !fields.is_empty()
+            && fields.iter().all(|(key, value)| match key.as_str() {
+                "text" => value.is_string(),
+                "data" => value.is_array(),
+                "files" => value
+                    .as_array()
+                    .is_some_and(|files| files.iter().all(Value::is_object)),
+                _ => false,
+            })
+    });
+    let Some(fields) = as_parts else {
+        return vec![Part::Data {
+            data: content.clone(),
+        }];
+    };
+    let mut parts = Vec::new();
+    if let Some(Value::String(text)) = fields.get("text") {
+        parts.push(Part::Text { text: text.clone() });
+    }
+    for (key, wrap) in [
+        ("data", (|data| Part::Data { data }) as fn(Value) -> Part),
+        ("files", |file| Part::File { file }),
+    ] {
+        if let Some(Value::Array(values)) = fields.get(key) {
+            parts.extend(values.iter().cloned().map(wrap));
+        }
+    }
+    parts
+}
+
 /// The `message/send` request for one inbox item.
 pub fn message_send(item: &InboxItem) -> Request<MessageSendParams> {
     let message = &item.message;
@@ -714,6 +755,36 @@ mod tests {
     use colloquy_protocol::a2a::{Artifact, TaskStatus};
     use colloquy_protocol::message::{Content, Message};
     use colloquy_protocol::{FipaAct, Performative};
+
+    #[test]
+    fn content_shows_as_the_parts_it_came_from() {
+        let file = json!({"name": "a.txt", "mimeType": "text/plain", "bytes": "dGNr"});
+        let parts = vec![
+            Part::Text { text: "hi".into() },
+            Part::Data { data: json!(1) },
+            Part::Data {
+                data: json!({"k": 2}),
+            },
+            Part::File { file: file.clone() },
+        ];
+        let content = content_of(parts.iter().collect());
+        assert_eq!(parts_of(&content), parts, "{content}");
+        assert_eq!(
+            parts_of(&json!("done")),
+            [Part::Text {
+                text: "done".into()
+            }]
+        );
+        // Any other value is one data part, keys that only look like parts' included.
+        for data in [
+            json!({"total": 42}),
+            json!({"text": 7}),
+            json!([1]),
+            json!({}),
+        ] {
+            assert_eq!(parts_of(&data), [Part::Data { data: data.clone() }]);
+        }
+    }
 
     #[test]
     fn an_answer_may_be_as_large_as_a_request_to_the_api() {

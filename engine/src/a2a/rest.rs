@@ -23,11 +23,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::caller::A2aCaller;
 use super::inward::{self, Streamed, code};
 use super::stream::Envelope;
 use super::v1::{self, Version};
 use crate::api::AppState;
-use crate::api::auth::Caller;
 use crate::api::error::ApiError;
 use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, QueryParams, RawBody};
 use crate::api::streams::SseStream;
@@ -44,7 +44,7 @@ pub struct TaskQuery {
 /// `POST /a2a/{agent}/rest/message:send`.
 pub async fn send_message(
     State(state): State<AppState>,
-    caller: Caller,
+    A2aCaller(caller): A2aCaller,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
     RawBody(body): RawBody,
@@ -65,7 +65,7 @@ pub async fn send_message(
 /// server-sent events (each a bare `StreamResponse`).
 pub async fn stream_message(
     State(state): State<AppState>,
-    caller: Caller,
+    A2aCaller(caller): A2aCaller,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
     RawBody(body): RawBody,
@@ -131,7 +131,7 @@ async fn subscribe(state: &AppState, caller: &str, agent: &str, id: &str) -> Res
 /// `GET /a2a/{agent}/rest/tasks/{task}`: the task (`ID`), or its events (`ID:subscribe`).
 pub async fn get_task(
     State(state): State<AppState>,
-    caller: Caller,
+    A2aCaller(caller): A2aCaller,
     PathParams((agent, task)): PathParams<(String, String)>,
     headers: HeaderMap,
     QueryParams(query): QueryParams<TaskQuery>,
@@ -158,7 +158,7 @@ pub async fn get_task(
 /// `POST /a2a/{agent}/rest/tasks/{task}`: `ID:cancel`, or `ID:subscribe`.
 pub async fn task_action(
     State(state): State<AppState>,
-    caller: Caller,
+    A2aCaller(caller): A2aCaller,
     PathParams((agent, task)): PathParams<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -183,7 +183,7 @@ pub async fn task_action(
 /// `ListTasks`, its params as the query (camelCase, as the spec's §11.5 names them).
 pub async fn list_tasks(
     State(state): State<AppState>,
-    caller: Caller,
+    A2aCaller(caller): A2aCaller,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
     QueryParams(query): QueryParams<ListQuery>,
@@ -219,11 +219,21 @@ pub struct ListQuery {
 }
 
 /// `GET /a2a/{agent}/rest/extendedAgentCard`: there is none.
-pub async fn extended_agent_card(caller: Caller) -> Result<Response, ApiError> {
+pub async fn extended_agent_card(A2aCaller(caller): A2aCaller) -> Result<Response, ApiError> {
     caller.agent()?;
     Ok(error_response(&unsupported(
         code::EXTENDED_AGENT_CARD_NOT_CONFIGURED,
         "this agent has no extended agent card",
+    )))
+}
+
+/// `/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs[/{config}]`, every method: this
+/// agent offers no push notifications (its card says so).
+pub async fn push_configs(A2aCaller(caller): A2aCaller) -> Result<Response, ApiError> {
+    caller.agent()?;
+    Ok(error_response(&unsupported(
+        code::PUSH_NOTIFICATION_NOT_SUPPORTED,
+        "this agent offers no push notifications (its card says pushNotifications: false)",
     )))
 }
 
@@ -297,13 +307,31 @@ pub fn error_response(error: &RpcError) -> Response {
         "message": error.message,
     }});
     if let Some(reason) = reason {
-        body["error"]["details"] = json!([{
-            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": reason,
-            "domain": "a2a-protocol.org",
-        }]);
+        body["error"]["details"] = json!([error_info(reason)]);
     }
     (status, axum::Json(body)).into_response()
+}
+
+/// A `google.rpc.ErrorInfo` naming an A2A error's reason, as v1.0 errors carry it (in
+/// `details` here, in `data` on JSON-RPC).
+fn error_info(reason: &str) -> Value {
+    json!({
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "a2a-protocol.org",
+    })
+}
+
+/// A JSON-RPC error as v1.0 answers it: an A2A error (not JSON-RPC's own) with its
+/// `ErrorInfo` in `data`.
+pub fn with_error_info(error: RpcError) -> RpcError {
+    match error_kind(error.code) {
+        (_, _, Some(reason)) => RpcError {
+            data: Some(json!([error_info(reason)])),
+            ..error
+        },
+        _ => error,
+    }
 }
 
 /// A JSON-RPC error code's HTTP status, gRPC status name and A2A reason (spec §5.4, §11.6).
@@ -329,6 +357,11 @@ fn error_kind(rpc_code: i64) -> (StatusCode, &'static str, Option<&'static str>)
             StatusCode::BAD_REQUEST,
             "FAILED_PRECONDITION",
             Some("EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+        ),
+        code::CONTENT_TYPE_NOT_SUPPORTED => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "INVALID_ARGUMENT",
+            Some("CONTENT_TYPE_NOT_SUPPORTED"),
         ),
         code::VERSION_NOT_SUPPORTED => (
             StatusCode::BAD_REQUEST,

@@ -46,6 +46,22 @@ pub fn is_final(state: &str) -> bool {
     FINAL_STATES.contains(&state)
 }
 
+/// Whether a task in `state` has ended: no message moves it any more.
+pub fn is_terminal(state: &str) -> bool {
+    is_final(state) && !matches!(state, "input-required" | "auth-required")
+}
+
+/// When a stream ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// When the task ends or waits for the client: the stream of the client's own message
+    /// (`SendStreamingMessage`), whose next move is the client's.
+    Settled,
+    /// When the task ends: a subscription (`SubscribeToTask`), which also sees a task that
+    /// waits for input go on once someone answers.
+    Ended,
+}
+
 /// The stream of conversation `id` as `caller` sees it, in `version`'s shapes.
 pub fn follow(
     state: AppState,
@@ -53,6 +69,7 @@ pub fn follow(
     id: String,
     version: Version,
     envelope: Envelope,
+    until: Until,
 ) -> SseStream {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     tokio::spawn(async move {
@@ -89,7 +106,11 @@ pub fn follow(
                     return;
                 }
             }
-            if is_final(&task.status.state) {
+            let over = match until {
+                Until::Settled => is_final(&task.status.state),
+                Until::Ended => is_terminal(&task.status.state),
+            };
+            if over {
                 return;
             }
             last_state = Some(task.status.state.clone());

@@ -15,7 +15,7 @@
 
 use axum::http::HeaderMap;
 use colloquy_protocol::a2a::{
-    A2aMessage, MessageSendParams, Part as PartV03, SendConfiguration, Task as TaskV03,
+    A2aMessage, AgentCard, MessageSendParams, Part as PartV03, SendConfiguration, Task as TaskV03,
 };
 use colloquy_protocol::conversation::ConversationView;
 use serde::Deserialize;
@@ -82,15 +82,19 @@ pub struct SendMessageRequest {
 pub struct SendMessageConfiguration {
     /// Media types the client takes (the engine answers JSON data and text parts).
     #[serde(default)]
+    #[serde(alias = "accepted_output_modes")]
     pub accepted_output_modes: Vec<String>,
     /// How many of the task's latest messages the answer carries.
     #[serde(default)]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
     /// Answer at once instead of when the task ends.
     #[serde(default)]
+    #[serde(alias = "return_immediately")]
     pub return_immediately: bool,
     /// Push notifications for the task: not offered (the card says so).
     #[serde(default)]
+    #[serde(alias = "task_push_notification_config")]
     pub task_push_notification_config: Option<Value>,
 }
 
@@ -99,12 +103,15 @@ pub struct SendMessageConfiguration {
 #[serde(rename_all = "camelCase")]
 pub struct Message {
     /// Its id (required).
+    #[serde(alias = "message_id")]
     pub message_id: String,
     /// The context (a conversation id).
     #[serde(default)]
+    #[serde(alias = "context_id")]
     pub context_id: Option<String>,
     /// The task it continues.
     #[serde(default)]
+    #[serde(alias = "task_id")]
     pub task_id: Option<String>,
     /// `ROLE_USER` for a client's message.
     pub role: Role,
@@ -118,6 +125,7 @@ pub struct Message {
     pub extensions: Vec<String>,
     /// Tasks it refers to.
     #[serde(default)]
+    #[serde(alias = "reference_task_ids")]
     pub reference_task_ids: Vec<String>,
 }
 
@@ -136,6 +144,9 @@ pub enum Role {
 }
 
 /// A v1.0 `Part`: exactly one of `text`, `raw`, `url`, `data`.
+///
+/// Every multi-word field here takes its proto field name (`history_length`) besides its
+/// JSON name (`historyLength`), as proto3 JSON parsers must.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Part {
@@ -152,7 +163,7 @@ pub struct Part {
     metadata: Option<Map<String, Value>>,
     #[serde(default)]
     filename: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "media_type")]
     media_type: Option<String>,
 }
 
@@ -164,6 +175,7 @@ pub struct GetTaskRequest {
     pub id: String,
     /// How many of its latest messages to include (none given: all).
     #[serde(default)]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
     /// A tenant (ignored).
     #[serde(default)]
@@ -176,24 +188,30 @@ pub struct GetTaskRequest {
 pub struct ListTasksRequest {
     /// Only the task of this context (a conversation id: one task per context here).
     #[serde(default)]
+    #[serde(alias = "context_id")]
     pub context_id: Option<String>,
     /// Only tasks in this state (`TASK_STATE_*`; `TASK_STATE_UNSPECIFIED`: any).
     #[serde(default)]
     pub status: Option<String>,
     /// At most this many (1 to [`MAX_PAGE_SIZE`], default [`DEFAULT_PAGE_SIZE`]).
     #[serde(default)]
+    #[serde(alias = "page_size")]
     pub page_size: Option<i32>,
     /// The previous page's `nextPageToken`.
     #[serde(default)]
+    #[serde(alias = "page_token")]
     pub page_token: Option<String>,
     /// How many of each task's latest messages to include (none given: none).
     #[serde(default)]
+    #[serde(alias = "history_length")]
     pub history_length: Option<i32>,
     /// Only tasks whose status changed at or after this time (RFC 3339).
     #[serde(default)]
+    #[serde(alias = "status_timestamp_after")]
     pub status_timestamp_after: Option<String>,
     /// Include each task's artifacts (default: left out).
     #[serde(default)]
+    #[serde(alias = "include_artifacts")]
     pub include_artifacts: Option<bool>,
     /// A tenant (ignored).
     #[serde(default)]
@@ -456,6 +474,51 @@ impl Part {
     }
 }
 
+/// An agent card as v1.0 writes it: the endpoints only in `supportedInterfaces`, the
+/// bearer scheme as an `httpAuthSecurityScheme` and `securityRequirements`.
+pub fn agent_card(card: &AgentCard) -> Value {
+    let mut out = Map::new();
+    out.insert("name".into(), json!(card.name));
+    out.insert("description".into(), json!(card.description));
+    out.insert(
+        "supportedInterfaces".into(),
+        json!(card.supported_interfaces),
+    );
+    out.insert("version".into(), json!(card.version));
+    out.insert(
+        "capabilities".into(),
+        json!({
+            "streaming": card.capabilities.streaming,
+            "pushNotifications": card.capabilities.push_notifications,
+        }),
+    );
+    if let Some(schemes) = &card.security_schemes {
+        let schemes: Map<String, Value> = schemes
+            .keys()
+            .map(|name| {
+                let scheme = json!({"httpAuthSecurityScheme": {
+                    "scheme": "bearer",
+                    "description": "A Colloquy agent token (the agents file's `token`)",
+                }});
+                (name.clone(), scheme)
+            })
+            .collect();
+        let requirements: Vec<Value> = schemes
+            .keys()
+            .map(|name| json!({"schemes": {name: {"list": []}}}))
+            .collect();
+        out.insert("securitySchemes".into(), Value::Object(schemes));
+        out.insert("securityRequirements".into(), Value::Array(requirements));
+    }
+    out.insert("defaultInputModes".into(), json!(card.default_input_modes));
+    out.insert(
+        "defaultOutputModes".into(),
+        json!(card.default_output_modes),
+    );
+    out.insert("skills".into(), json!(card.skills));
+    Value::Object(out)
+}
+
 /// A v0.3 task state (`input-required`) as v1.0 spells it (`TASK_STATE_INPUT_REQUIRED`).
 pub fn task_state(state: &str) -> String {
     format!(
@@ -541,6 +604,39 @@ fn history(view: &ConversationView, limit: Option<usize>) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// The performative of a participant's direct answer: a conversation that ended with it as
+/// the participant's only message answers a v1.0 `SendMessage` with that message, not a
+/// task (`a2a-task` declares it).
+pub const DIRECT_REPLY: &str = "reply";
+
+/// `SendMessage`'s answer when the conversation was a direct reply (see [`DIRECT_REPLY`]):
+/// `{"message": …}` with the participant's message as the agent's.
+pub fn direct_reply(view: &ConversationView) -> Option<Value> {
+    let from_participant = |sender: &str| view.participants.iter().any(|p| &**p == sender);
+    let answers: Vec<_> = view
+        .messages
+        .iter()
+        .filter(|m| from_participant(&m.sender))
+        .collect();
+    let [answer] = answers.as_slice() else {
+        return None;
+    };
+    let ended = view.status == colloquy_protocol::conversation::ConversationStatus::Completed;
+    if !ended || answer.performative.name() != DIRECT_REPLY {
+        return None;
+    }
+    let parts: Vec<Value> = super::outward::parts_of(&answer.content.value())
+        .iter()
+        .map(part)
+        .collect();
+    Some(json!({"message": {
+        "messageId": &*answer.id,
+        "contextId": &*view.id,
+        "role": "ROLE_AGENT",
+        "parts": parts,
+    }}))
 }
 
 /// When a task's status last changed: when the conversation's last message was sent.

@@ -65,6 +65,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Flips to `true` at shutdown so streams end and connections can drain.
     closing: watch::Receiver<bool>,
+    /// The template an A2A task starts when its message names none.
+    a2a_template: Arc<str>,
 }
 
 impl AppState {
@@ -80,7 +82,26 @@ impl AppState {
             identity,
             metrics,
             closing,
+            a2a_template: Arc::from(crate::a2a::inward::DEFAULT_TEMPLATE),
         }))
+    }
+
+    /// The same state, with `template` as the one A2A tasks start when their message names
+    /// none (`colloquy serve --a2a-template`).
+    pub fn with_a2a_template(self, template: &str) -> AppState {
+        let shared = &self.0;
+        AppState(Arc::new(Shared {
+            engine: shared.engine.clone(),
+            identity: shared.identity.clone(),
+            metrics: shared.metrics.clone(),
+            closing: shared.closing.clone(),
+            a2a_template: Arc::from(template),
+        }))
+    }
+
+    /// The template an A2A task starts when its message names none.
+    pub fn a2a_template(&self) -> &str {
+        &self.0.a2a_template
     }
 
     /// The engine.
@@ -187,7 +208,34 @@ pub fn routes() -> Vec<Route> {
             "/a2a/{agent}/.well-known/agent-card.json",
             get(a2a::inward::card),
         ),
+        route(
+            "get",
+            "/a2a/{agent}/.well-known/agent.json",
+            get(a2a::inward::card_v03),
+        ),
         route("post", "/a2a/{agent}", post(a2a::inward::rpc)),
+        // The interface URL with a slash after it, as some clients join paths.
+        route("post", "/a2a/{agent}/", post(a2a::inward::rpc)),
+        route(
+            "get",
+            "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs",
+            get(a2a::rest::push_configs),
+        ),
+        route(
+            "post",
+            "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs",
+            post(a2a::rest::push_configs),
+        ),
+        route(
+            "get",
+            "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}",
+            get(a2a::rest::push_configs),
+        ),
+        route(
+            "delete",
+            "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}",
+            axum::routing::delete(a2a::rest::push_configs),
+        ),
         route(
             "post",
             "/a2a/{agent}/rest/message:send",

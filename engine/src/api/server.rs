@@ -46,6 +46,9 @@ pub struct ServiceOptions {
     /// The wasm hook runtime; without one, templates that name a hook refuse (or, under
     /// `fail_open`, flag) every message that would call it.
     pub hooks: Option<Arc<crate::runtime::HookRuntime>>,
+    /// The template an A2A task starts when its message names none
+    /// ([`crate::a2a::inward::DEFAULT_TEMPLATE`] by default).
+    pub a2a_template: String,
 }
 
 impl Default for ServiceOptions {
@@ -60,6 +63,7 @@ impl Default for ServiceOptions {
             templates: None,
             routes: None,
             hooks: None,
+            a2a_template: crate::a2a::inward::DEFAULT_TEMPLATE.to_owned(),
         }
     }
 }
@@ -179,7 +183,8 @@ pub fn launch(
         options.identity,
         metrics.clone(),
         closing_rx.clone(),
-    );
+    )
+    .with_a2a_template(&options.a2a_template);
     let mut app = router(state);
     if let Some(routes) = options.routes {
         // The fallback goes to the routes registered before it, so again after the merge:

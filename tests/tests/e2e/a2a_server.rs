@@ -280,8 +280,33 @@ async fn listed(server: &Server, agent: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_card_is_public_and_names_the_agent_its_skills_and_bearer_security() {
     let server = Server::start().await;
-    let (status, card) =
+    // v1.0's card has the endpoints in supportedInterfaces only, and v1.0's security shape.
+    let (status, v1) =
         call(server.anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")).await;
+    assert_eq!(status, 200, "{v1:#}");
+    for legacy in ["protocolVersion", "url", "preferredTransport", "security"] {
+        assert!(
+            v1.get(legacy).is_none(),
+            "no {legacy} in v1.0's card: {v1:#}"
+        );
+    }
+    assert_eq!(v1["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
+    assert_eq!(v1["supportedInterfaces"][0]["protocolVersion"], "1.0");
+    assert_eq!(
+        v1["supportedInterfaces"][0]["url"],
+        format!("{}/a2a/bob", server.url)
+    );
+    assert_eq!(
+        v1["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "bearer",
+        "{v1:#}"
+    );
+    assert_eq!(
+        v1["securityRequirements"],
+        json!([{"schemes": {"bearer": {"list": []}}}])
+    );
+    // v0.3 clients read v0.3's shape from the card's earlier name.
+    let (status, card) =
+        call(server.anonymous(Method::GET, "/a2a/bob/.well-known/agent.json")).await;
     assert_eq!(status, 200, "{card:#}");
     assert_eq!(card["protocolVersion"], "0.3.0", "{card:#}");
     assert_eq!(card["name"], "bob", "{card:#}");
@@ -342,11 +367,30 @@ async fn the_agent_card_is_public_and_names_the_agent_its_skills_and_bearer_secu
     assert_eq!(status, 200, "{card:#}");
     assert_eq!(card["name"], "alice", "{card:#}");
     assert!(
-        card["url"]
+        card["supportedInterfaces"][0]["url"]
             .as_str()
             .is_some_and(|u| u.ends_with("//colloquy.example:8443/a2a/alice")),
         "{card:#}"
     );
+    // Cacheable: a client that names the card's ETag gets 304.
+    let response = server
+        .anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")
+        .send()
+        .await
+        .expect("a response");
+    let etag = response.headers()["etag"].clone();
+    assert!(
+        response.headers()["cache-control"]
+            .to_str()
+            .is_ok_and(|c| c.contains("max-age"))
+    );
+    let again = server
+        .anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .expect("a response");
+    assert_eq!(again.status(), 304);
 
     let (status, body) =
         call(server.anonymous(Method::GET, "/a2a/nobody/.well-known/agent-card.json")).await;
@@ -992,12 +1036,24 @@ async fn two_engines_talk_a2a_to_each_other() {
     );
 }
 
-/// A `message/send` sent again with the same `messageId` (the client lost the first
-/// answer) gets the task the first one started, not a second conversation.
+/// A `message/send` from another engine's bridge (it names its conversation in
+/// `metadata.colloquy.conversation`) sent again with the same `messageId` (the bridge lost
+/// the first answer) gets the task the first one started, not a second conversation. A
+/// plain client's message sent twice opens two tasks, as A2A servers do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_repeated_with_its_message_id_gets_the_same_task() {
     let server = Server::start().await;
-    let message = data_message("a2a-once", json!({"action": "book-room"}));
+    let plain = data_message("a2a-twice", json!({"action": "book-room"}));
+    let one = send(&server, "alice", "bob", plain.clone(), false).await;
+    let two = send(&server, "alice", "bob", plain, false).await;
+    assert_ne!(task_id(&one), task_id(&two), "{one:#}\n{two:#}");
+    let (status, listed) = call(server.as_agent(Method::GET, "/v1/conversations", "alice")).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["conversations"].as_array().map(Vec::len), Some(2));
+
+    let server = Server::start().await;
+    let mut message = data_message("a2a-once", json!({"action": "book-room"}));
+    message["metadata"] = json!({"colloquy": {"conversation": "on-engine-a"}});
     let first = send(&server, "alice", "bob", message.clone(), false).await;
     let again = send(&server, "alice", "bob", message.clone(), false).await;
     assert_eq!(task_id(&first), task_id(&again), "{first:#}\n{again:#}");
@@ -1617,5 +1673,80 @@ async fn a_subscription_follows_a_running_task_to_its_end() {
     assert_eq!(
         last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{last:#}"
+    );
+}
+
+/// v1.0 over `a2a-task`: bob asks back (`query-ref`), so alice's blocking `SendMessage`
+/// answers at once with the task `TASK_STATE_INPUT_REQUIRED`; her next message to the task,
+/// naming no performative, is the one move the protocol leaves her (`inform`, the answer),
+/// and bob's text `inform` completes the task with a text artifact. A request bob answers
+/// with `reply` gets a Message, not a Task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_task_waits_for_input_and_a_direct_reply_is_a_message() {
+    let server = Server::start().await;
+    let _bob = serve(
+        server.client("bob").await,
+        Handlers::new()
+            .on("a2a-task", "request", |msg| async move {
+                if msg.content()["text"] == "hello" {
+                    msg.reply("reply", json!("hi")).await?;
+                } else {
+                    msg.reply("query-ref", json!({"question": "which city?"}))
+                        .await?;
+                }
+                Ok(())
+            })
+            .on("a2a-task", "inform", |msg| async move {
+                msg.inform(json!("booked in Lisbon")).await?;
+                Ok(())
+            }),
+    );
+    let message = |id: &str, text: &str| {
+        json!({"messageId": id, "role": "ROLE_USER", "parts": [{"text": text}],
+            "metadata": {"colloquy": {"template": "a2a-task"}}})
+    };
+    let asked = v1_ok(
+        &server,
+        "SendMessage",
+        json!({"message": message("a2a-ask-1", "book a room")}),
+    )
+    .await;
+    assert_eq!(
+        asked["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked:#}"
+    );
+    let id = asked["task"]["id"].as_str().expect("a task id").to_owned();
+    let mut answer = message("a2a-ask-2", "Lisbon");
+    answer["taskId"] = json!(id);
+    answer["metadata"] = json!({});
+    let done = v1_ok(&server, "SendMessage", json!({"message": answer})).await;
+    assert_eq!(
+        done["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done:#}"
+    );
+    assert_eq!(
+        done["task"]["artifacts"][0]["parts"],
+        json!([{"text": "booked in Lisbon"}]),
+        "{done:#}"
+    );
+    let view = view(&server, "alice", &id).await;
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "query-ref", "inform", "inform"],
+        "{view:#}"
+    );
+
+    let direct = v1_ok(
+        &server,
+        "SendMessage",
+        json!({"message": message("a2a-hello", "hello")}),
+    )
+    .await;
+    assert!(direct.get("task").is_none(), "{direct:#}");
+    assert_eq!(direct["message"]["role"], "ROLE_AGENT", "{direct:#}");
+    assert_eq!(
+        direct["message"]["parts"],
+        json!([{"text": "hi"}]),
+        "{direct:#}"
     );
 }

@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// may hold half of them [default: 4 per core].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     hook_threads: Option<u16>,
+    /// The template an A2A client's task starts when its message names none in
+    /// `metadata.colloquy.template` (e.g. `a2a-task`, whose participants may ask for more
+    /// input).
+    #[arg(long, value_name = "NAME", default_value = colloquy_engine::a2a::inward::DEFAULT_TEMPLATE)]
+    a2a_template: String,
 }
 
 /// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
@@ -230,6 +235,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         templates: Some(templates.live.clone()),
         routes: Some(templates.routes.clone()),
         hooks: Some(hooks),
+        a2a_template: args.a2a_template.clone(),
         engine: EngineConfig {
             retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
             inbox_ttl_ms: u64::try_from(args.inbox_ttl.as_millis()).unwrap_or(u64::MAX),
