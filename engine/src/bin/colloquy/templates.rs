@@ -60,7 +60,10 @@ mod tests {
             .lines()
             .filter_map(|l| l.split_whitespace().next())
             .collect();
-        assert_eq!(names, ["fipa-contract-net", "fipa-query", "fipa-request"]);
+        assert_eq!(
+            names,
+            ["a2a-task", "fipa-contract-net", "fipa-query", "fipa-request"]
+        );
         assert!(
             out.lines()
                 .all(|l| l.contains("sha256:") && l.contains(" states ")),
