@@ -62,7 +62,12 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["a2a-task", "fipa-contract-net", "fipa-query", "fipa-request"]
+            [
+                "a2a-task",
+                "fipa-contract-net",
+                "fipa-query",
+                "fipa-request"
+            ]
         );
         assert!(
             out.lines()
