@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs the guest toolchains (once), builds every example hook from
 # source, then runs the whole workspace's tests (the hook tests load the fresh modules), then
-# the Python SDK's, the web inspector's (in headless Chromium) and the A2A conformance kit's
-# against the binary those tests built.
+# the Python SDK's, the web inspector's (in headless Chromium), the A2A conformance kit's and
+# the A2A Python SDK interop tests against the binary those tests built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Debian's old cargo (installed by setup.sh for guests) must not shadow rustup's.
@@ -17,3 +17,4 @@ cargo test --workspace
 bash sdk/python/run-tests.sh
 bash tests/inspector/run.sh
 bash tests/a2a-tck/run.sh
+bash tests/a2a-interop/run.sh

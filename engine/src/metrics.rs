@@ -436,6 +436,18 @@ impl ConversationStore for MeteredStore {
         self.inner.keep_remote_task(agent, task).await
     }
 
+    async fn push_configs(&self) -> Result<Vec<crate::store::PushConfig>, StoreError> {
+        self.inner.push_configs().await
+    }
+
+    async fn keep_push_config(&self, config: &crate::store::PushConfig) -> Result<(), StoreError> {
+        self.inner.keep_push_config(config).await
+    }
+
+    async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError> {
+        self.inner.forget_push_config(conversation_id, id).await
+    }
+
     async fn forget_remote_task(
         &self,
         agent: &str,

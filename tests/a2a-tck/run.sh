@@ -65,8 +65,9 @@ fi
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 port="$(free_port)"
 url="http://127.0.0.1:$port"
+# The kit's webhook receiver listens on loopback: push notifications must be allowed there.
 "$binary" serve --listen "127.0.0.1:$port" --store memory --templates "$root/templates" \
-    --a2a-template a2a-task >"$work/serve.log" 2>&1 &
+    --a2a-template a2a-task --a2a-push-allow-private >"$work/serve.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
     curl -fsS "$url/readyz" >/dev/null 2>&1 && break

@@ -32,6 +32,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::caller::A2aCaller;
+use super::push;
 use super::stream::{self, Envelope};
 use super::v1::{self, Version};
 use crate::api::AppState;
@@ -372,10 +373,11 @@ async fn call_v03(
         "message/send" => send(state, caller, agent, params(params_given)?).await?,
         "tasks/get" => {
             let task: TaskIdParams = params(params_given)?;
-            read_task(state, caller, &task.id).await?
+            task_of(&read_agents_view(state, caller, agent, &task.id).await?)
         }
         "tasks/cancel" => {
             let task: TaskIdParams = params(params_given)?;
+            read_agents_view(state, caller, agent, &task.id).await?;
             cancel(state, caller, &task.id).await?
         }
         other => return Err(no_method(other, Version::V0_3)),
@@ -395,9 +397,11 @@ pub(super) async fn call_v1(
     let invalid = |why: String| rpc_error(code::INVALID_PARAMS, why);
     match method {
         "SendMessage" => {
-            let request: v1::SendMessageRequest = params(params_given)?;
+            let mut request: v1::SendMessageRequest = params(params_given)?;
             let history = request.history_length().map_err(invalid)?;
+            let push = take_push(state, &mut request).await?;
             let sent = send(state, caller, agent, request.into_v03().map_err(invalid)?).await?;
+            attach_push(state, caller, &sent.id, push).await?;
             let view = read_view(state, caller, &sent.id).await?;
             if let Some(reply) = v1::direct_reply(&view) {
                 return Ok(reply);
@@ -407,25 +411,69 @@ pub(super) async fn call_v1(
         "GetTask" => {
             let request: v1::GetTaskRequest = params(params_given)?;
             let history = request.history().map_err(invalid)?;
-            let view = read_view(state, caller, &request.id).await?;
+            let view = read_agents_view(state, caller, agent, &request.id).await?;
             Ok(v1::task(&task_of(&view), &view, history))
         }
         "CancelTask" => {
             let request: v1::CancelTaskRequest = params(params_given)?;
+            read_agents_view(state, caller, agent, &request.id).await?;
             cancel(state, caller, &request.id).await?;
             let view = read_view(state, caller, &request.id).await?;
             Ok(v1::task(&task_of(&view), &view, None))
         }
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => Err(rpc_error(
-            code::PUSH_NOTIFICATION_NOT_SUPPORTED,
-            format!(
-                "`{method}`: this agent offers no push notifications (its card says \
-                 pushNotifications: false)"
-            ),
-        )),
+        "CreateTaskPushNotificationConfig" => {
+            let request: push::ConfigRequest = params(params_given)?;
+            let Some(task) = request.task_id.clone().filter(|task| !task.is_empty()) else {
+                return Err(invalid("params.taskId: required".to_owned()));
+            };
+            read_agents_view(state, caller, agent, &task).await?;
+            let config = request
+                .checked(&task, caller, state.a2a_push_allow_private())
+                .await
+                .map_err(|why| invalid(format!("params.{why}")))?;
+            Ok(push::config_json(&push::set(state, config).await?))
+        }
+        "GetTaskPushNotificationConfig" => {
+            let request: push::ConfigId = params(params_given)?;
+            read_agents_view(state, caller, agent, &request.task_id).await?;
+            let configs = push::of_task(state, &request.task_id).await?;
+            configs
+                .iter()
+                .find(|config| config.id == request.id && &*config.owner == caller)
+                .map(push::config_json)
+                .ok_or_else(|| {
+                    rpc_error(
+                        code::TASK_NOT_FOUND,
+                        format!(
+                            "task `{}` has no push config `{}` of yours",
+                            request.task_id, request.id
+                        ),
+                    )
+                })
+        }
+        "ListTaskPushNotificationConfigs" => {
+            let request: push::ConfigList = params(params_given)?;
+            read_agents_view(state, caller, agent, &request.task_id).await?;
+            let configs: Vec<Value> = push::of_task(state, &request.task_id)
+                .await?
+                .iter()
+                .filter(|config| &*config.owner == caller)
+                .map(push::config_json)
+                .collect();
+            Ok(json!({"configs": configs, "nextPageToken": ""}))
+        }
+        "DeleteTaskPushNotificationConfig" => {
+            let request: push::ConfigId = params(params_given)?;
+            read_agents_view(state, caller, agent, &request.task_id).await?;
+            let configs = push::of_task(state, &request.task_id).await?;
+            let someone_elses = configs
+                .iter()
+                .any(|config| config.id == request.id && &*config.owner != caller);
+            if !someone_elses {
+                push::delete(state, &request.task_id, &request.id).await?;
+            }
+            Ok(json!({}))
+        }
         "GetExtendedAgentCard" => Err(rpc_error(
             code::EXTENDED_AGENT_CARD_NOT_CONFIGURED,
             "this agent has no extended agent card",
@@ -559,10 +607,13 @@ pub(super) async fn open_stream(
     let invalid = |why: String| rpc_error(code::INVALID_PARAMS, why);
     let id = match (streamed, version) {
         (Streamed::Send, Version::V1_0) => {
-            let request: v1::SendMessageRequest = params(params_given)?;
+            let mut request: v1::SendMessageRequest = params(params_given)?;
+            let push = take_push(state, &mut request).await?;
             let mut sent = request.into_v03().map_err(invalid)?;
             sent.configuration = None;
-            send(state, caller, agent, sent).await?.id
+            let id = send(state, caller, agent, sent).await?.id;
+            attach_push(state, caller, &id, push).await?;
+            id
         }
         (Streamed::Send, Version::V0_3) => {
             let mut sent: MessageSendParams = params(params_given)?;
@@ -571,7 +622,7 @@ pub(super) async fn open_stream(
         }
         (Streamed::Subscribe, _) => {
             let task: TaskIdParams = params(params_given)?;
-            let view = read_view(state, caller, &task.id).await?;
+            let view = read_agents_view(state, caller, agent, &task.id).await?;
             if stream::is_terminal(&task_of(&view).status.state) {
                 return Err(rpc_error(
                     code::UNSUPPORTED_OPERATION,
@@ -654,7 +705,7 @@ fn answer(id: Value, result: Result<Value, RpcError>) -> Response {
     .into_response()
 }
 
-fn rpc_error(code: i64, message: impl Into<String>) -> RpcError {
+pub(super) fn rpc_error(code: i64, message: impl Into<String>) -> RpcError {
     RpcError {
         code,
         message: message.into(),
@@ -878,6 +929,70 @@ async fn wait_until(
 }
 
 /// `tasks/get`.
+/// `configuration.taskPushNotificationConfig` of a `SendMessage`, taken out and checked
+/// before the message is sent: a config that would be refused sends nothing.
+async fn take_push(
+    state: &AppState,
+    request: &mut v1::SendMessageRequest,
+) -> Result<Option<push::ConfigRequest>, RpcError> {
+    let field = "params.configuration.taskPushNotificationConfig";
+    let Some(given) = request
+        .configuration
+        .as_mut()
+        .and_then(|configuration| configuration.task_push_notification_config.take())
+    else {
+        return Ok(None);
+    };
+    let invalid = |why: String| rpc_error(code::INVALID_PARAMS, format!("{field}: {why}"));
+    let config: push::ConfigRequest =
+        serde_json::from_value(given).map_err(|error| invalid(error.to_string()))?;
+    push::check_url(&config.url, state.a2a_push_allow_private())
+        .await
+        .map_err(invalid)?;
+    Ok(Some(config))
+}
+
+/// Sets the push config a `SendMessage` carried on the task it opened (or sent into).
+async fn attach_push(
+    state: &AppState,
+    caller: &str,
+    task: &str,
+    config: Option<push::ConfigRequest>,
+) -> Result<(), RpcError> {
+    let Some(config) = config else {
+        return Ok(());
+    };
+    let config = config
+        .checked(task, caller, state.a2a_push_allow_private())
+        .await
+        .map_err(|why| {
+            rpc_error(
+                code::INVALID_PARAMS,
+                format!("params.configuration.taskPushNotificationConfig.{why}"),
+            )
+        })?;
+    push::set(state, config).await.map(drop)
+}
+
+/// Task `id` as the caller sees it, when `agent` (the agent of the URL it was asked
+/// through) is a party of it: a task of other agents is not found here.
+async fn read_agents_view(
+    state: &AppState,
+    caller: &str,
+    agent: &str,
+    id: &str,
+) -> Result<ConversationView, RpcError> {
+    let view = read_view(state, caller, id).await?;
+    let party = &*view.initiator == agent || view.participants.iter().any(|p| &**p == agent);
+    if !party {
+        return Err(rpc_error(
+            code::TASK_NOT_FOUND,
+            format!("agent `{agent}` has no task `{id}`"),
+        ));
+    }
+    Ok(view)
+}
+
 async fn read_task(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcError> {
     Ok(task_of(&read_view(state, caller, id).await?))
 }

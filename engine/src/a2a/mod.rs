@@ -8,6 +8,7 @@
 //! | [`stream`] | a task followed over server-sent events (`SendStreamingMessage`, `SubscribeToTask`, v0.3's `message/stream`, `tasks/resubscribe`) |
 //! | [`v1`] | A2A v1.0 on the inward JSON-RPC endpoint, beside v0.3: the `A2A-Version` header, v1.0's methods and JSON shapes |
 //! | [`caller`] | who calls an A2A route (an unnamed client in open mode included) |
+//! | [`push`] | push notifications: clients' webhooks for their tasks' updates, durable, retried, never to private addresses unless allowed |
 //! | [`endpoint`] | where a remote agent is reached (from the agents file) |
 //!
 //! The wire types (JSON-RPC envelopes, messages, tasks, agent cards) are
@@ -21,10 +22,30 @@ pub mod caller;
 pub mod endpoint;
 pub mod inward;
 pub mod outward;
+pub mod push;
 pub mod rest;
 pub mod stream;
 pub mod timestamp;
 pub mod v1;
 
 pub use endpoint::{A2A_TIMEOUT, Endpoint};
+
+/// How the engine serves A2A clients (`colloquy serve`'s `--a2a-*` options).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The template an A2A task starts when its message names none.
+    pub template: String,
+    /// Whether push notifications may go to loopback and private addresses (development,
+    /// tests): off by default, against SSRF.
+    pub push_allow_private: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            template: inward::DEFAULT_TEMPLATE.to_owned(),
+            push_allow_private: false,
+        }
+    }
+}
 pub use outward::{Lanes, MAX_IN_FLIGHT, Peer};

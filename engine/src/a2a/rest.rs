@@ -227,14 +227,107 @@ pub async fn extended_agent_card(A2aCaller(caller): A2aCaller) -> Result<Respons
     )))
 }
 
-/// `/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs[/{config}]`, every method: this
-/// agent offers no push notifications (its card says so).
-pub async fn push_configs(A2aCaller(caller): A2aCaller) -> Result<Response, ApiError> {
-    caller.agent()?;
-    Ok(error_response(&unsupported(
-        code::PUSH_NOTIFICATION_NOT_SUPPORTED,
-        "this agent offers no push notifications (its card says pushNotifications: false)",
-    )))
+/// `POST /a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs`: sets a push config (the
+/// body, a `TaskPushNotificationConfig`) on the task.
+pub async fn create_push_config(
+    State(state): State<AppState>,
+    A2aCaller(caller): A2aCaller,
+    PathParams((agent, task)): PathParams<(String, String)>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let mut params = match read_json(body)? {
+        Ok(params) => params,
+        Err(refused) => return Ok(error_response(&refused)),
+    };
+    if let Some(fields) = params.as_object_mut() {
+        fields.insert("taskId".to_owned(), json!(task));
+        fields.remove("task_id");
+    }
+    let answer = inward::call_v1(
+        &state,
+        &caller,
+        &agent,
+        "CreateTaskPushNotificationConfig",
+        params,
+    )
+    .await;
+    Ok(respond(answer))
+}
+
+/// `GET /a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs`: the caller's push configs of
+/// the task.
+pub async fn list_push_configs(
+    State(state): State<AppState>,
+    A2aCaller(caller): A2aCaller,
+    PathParams((agent, task)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let params = json!({"taskId": task});
+    let answer = inward::call_v1(
+        &state,
+        &caller,
+        &agent,
+        "ListTaskPushNotificationConfigs",
+        params,
+    )
+    .await;
+    Ok(respond(answer))
+}
+
+/// `GET /a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}`: one of them.
+pub async fn get_push_config(
+    State(state): State<AppState>,
+    A2aCaller(caller): A2aCaller,
+    PathParams((agent, task, config)): PathParams<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let params = json!({"taskId": task, "id": config});
+    let answer = inward::call_v1(
+        &state,
+        &caller,
+        &agent,
+        "GetTaskPushNotificationConfig",
+        params,
+    )
+    .await;
+    Ok(respond(answer))
+}
+
+/// `DELETE /a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}`: forgets it (no
+/// error when there is none).
+pub async fn delete_push_config(
+    State(state): State<AppState>,
+    A2aCaller(caller): A2aCaller,
+    PathParams((agent, task, config)): PathParams<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?.clone();
+    if let Err(refused) = check_version(&headers) {
+        return Ok(error_response(&refused));
+    }
+    let params = json!({"taskId": task, "id": config});
+    let answer = inward::call_v1(
+        &state,
+        &caller,
+        &agent,
+        "DeleteTaskPushNotificationConfig",
+        params,
+    )
+    .await;
+    Ok(respond(answer))
 }
 
 /// `ID:verb` split at its last colon, when what follows is a word; else the whole as the id

@@ -137,7 +137,7 @@ fn whole_task(task: &Task, view: &ConversationView, version: Version) -> Value {
 }
 
 /// What changed since the last event: new artifacts, then the new state if it moved.
-fn updates(
+pub(super) fn updates(
     task: &Task,
     view: &ConversationView,
     previous_state: &str,

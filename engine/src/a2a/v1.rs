@@ -92,7 +92,7 @@ pub struct SendMessageConfiguration {
     #[serde(default)]
     #[serde(alias = "return_immediately")]
     pub return_immediately: bool,
-    /// Push notifications for the task: not offered (the card says so).
+    /// Push notifications for the task (taken out and set by [`super::push`]).
     #[serde(default)]
     #[serde(alias = "task_push_notification_config")]
     pub task_push_notification_config: Option<Value>,
@@ -376,17 +376,6 @@ impl SendMessageRequest {
                     .map_err(|why| format!("params.message.parts[{index}]: {why}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if self
-            .configuration
-            .as_ref()
-            .is_some_and(|c| c.task_push_notification_config.is_some())
-        {
-            return Err(
-                "params.configuration.taskPushNotificationConfig: push notifications \
-                        are not offered by this agent (its card says so)"
-                    .to_owned(),
-            );
-        }
         let wait = !self
             .configuration
             .as_ref()
@@ -489,7 +478,8 @@ pub fn agent_card(card: &AgentCard) -> Value {
         "capabilities".into(),
         json!({
             "streaming": card.capabilities.streaming,
-            "pushNotifications": card.capabilities.push_notifications,
+            // v1.0's push notification methods are served (v0.3's are not: its card says no).
+            "pushNotifications": true,
         }),
     );
     if let Some(schemes) = &card.security_schemes {
@@ -787,10 +777,6 @@ mod tests {
             "parts": []}}))
         .unwrap_err();
         assert!(none.contains("params.message.parts"), "{none}");
-        let push = request(json!({"message": {"messageId": "m", "role": "ROLE_USER",
-            "parts": [{"text": "hi"}]}, "configuration": {"taskPushNotificationConfig": {"url": "http://x"}}}))
-        .unwrap_err();
-        assert!(push.contains("taskPushNotificationConfig"), "{push}");
         assert!(history_length(Some(-1), "f").is_err());
         assert_eq!(history_length(Some(0), "f"), Ok(Some(0)));
     }

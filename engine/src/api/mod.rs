@@ -65,8 +65,10 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Flips to `true` at shutdown so streams end and connections can drain.
     closing: watch::Receiver<bool>,
-    /// The template an A2A task starts when its message names none.
-    a2a_template: Arc<str>,
+    /// How A2A clients are served.
+    a2a: crate::a2a::Settings,
+    /// The push notification followers running here.
+    push_followers: Arc<crate::a2a::push::Followers>,
 }
 
 impl AppState {
@@ -82,26 +84,37 @@ impl AppState {
             identity,
             metrics,
             closing,
-            a2a_template: Arc::from(crate::a2a::inward::DEFAULT_TEMPLATE),
+            a2a: crate::a2a::Settings::default(),
+            push_followers: Arc::default(),
         }))
     }
 
-    /// The same state, with `template` as the one A2A tasks start when their message names
-    /// none (`colloquy serve --a2a-template`).
-    pub fn with_a2a_template(self, template: &str) -> AppState {
+    /// The same state, serving A2A clients as `settings` say (`colloquy serve --a2a-*`).
+    pub fn with_a2a(self, settings: crate::a2a::Settings) -> AppState {
         let shared = &self.0;
         AppState(Arc::new(Shared {
             engine: shared.engine.clone(),
             identity: shared.identity.clone(),
             metrics: shared.metrics.clone(),
             closing: shared.closing.clone(),
-            a2a_template: Arc::from(template),
+            a2a: settings,
+            push_followers: shared.push_followers.clone(),
         }))
     }
 
     /// The template an A2A task starts when its message names none.
     pub fn a2a_template(&self) -> &str {
-        &self.0.a2a_template
+        &self.0.a2a.template
+    }
+
+    /// Whether push notifications may go to private addresses.
+    pub fn a2a_push_allow_private(&self) -> bool {
+        self.0.a2a.push_allow_private
+    }
+
+    /// The push notification followers running here.
+    pub fn a2a_followers(&self) -> &crate::a2a::push::Followers {
+        &self.0.push_followers
     }
 
     /// The engine.
@@ -119,7 +132,7 @@ impl AppState {
         &self.0.metrics
     }
 
-    fn closing(&self) -> watch::Receiver<bool> {
+    pub(crate) fn closing(&self) -> watch::Receiver<bool> {
         self.0.closing.clone()
     }
 }
@@ -219,22 +232,22 @@ pub fn routes() -> Vec<Route> {
         route(
             "get",
             "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs",
-            get(a2a::rest::push_configs),
+            get(a2a::rest::list_push_configs),
         ),
         route(
             "post",
             "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs",
-            post(a2a::rest::push_configs),
+            post(a2a::rest::create_push_config),
         ),
         route(
             "get",
             "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}",
-            get(a2a::rest::push_configs),
+            get(a2a::rest::get_push_config),
         ),
         route(
             "delete",
             "/a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}",
-            axum::routing::delete(a2a::rest::push_configs),
+            axum::routing::delete(a2a::rest::delete_push_config),
         ),
         route(
             "post",

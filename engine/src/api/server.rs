@@ -46,9 +46,9 @@ pub struct ServiceOptions {
     /// The wasm hook runtime; without one, templates that name a hook refuse (or, under
     /// `fail_open`, flag) every message that would call it.
     pub hooks: Option<Arc<crate::runtime::HookRuntime>>,
-    /// The template an A2A task starts when its message names none
-    /// ([`crate::a2a::inward::DEFAULT_TEMPLATE`] by default).
-    pub a2a_template: String,
+    /// How A2A clients are served: the default template of their tasks, where push
+    /// notifications may go.
+    pub a2a: crate::a2a::Settings,
 }
 
 impl Default for ServiceOptions {
@@ -63,7 +63,7 @@ impl Default for ServiceOptions {
             templates: None,
             routes: None,
             hooks: None,
-            a2a_template: crate::a2a::inward::DEFAULT_TEMPLATE.to_owned(),
+            a2a: crate::a2a::Settings::default(),
         }
     }
 }
@@ -184,7 +184,9 @@ pub fn launch(
         metrics.clone(),
         closing_rx.clone(),
     )
-    .with_a2a_template(&options.a2a_template);
+    .with_a2a(options.a2a);
+    // Push notifications set before a restart go on from their cursors.
+    background.push(tokio::spawn(crate::a2a::push::resume(state.clone())));
     let mut app = router(state);
     if let Some(routes) = options.routes {
         // The fallback goes to the routes registered before it, so again after the merge:

@@ -7,7 +7,9 @@ use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
 use colloquy_protocol::message::{Content, Message};
 use colloquy_protocol::performative::{FipaAct, Performative};
 
-use super::{Commit, ConversationStore, Delivery, RemoteTask, StoreError};
+use super::{
+    Commit, ConversationStore, Delivery, PushAuthentication, PushConfig, RemoteTask, StoreError,
+};
 
 /// The `started` event (seq 1) of conversation `id`.
 pub fn started(id: &str) -> ConversationEvent {
@@ -354,6 +356,53 @@ pub async fn assert_remote_tasks_are_kept_replaced_and_forgotten(store: &dyn Con
         vec![remote_task("c1", "m1", "t-9")]
     );
     assert_eq!(store.remote_tasks("dave").await.expect("tasks"), vec![]);
+}
+
+/// Push config `id` of conversation `conversation_id`, set by alice, pushed through `delivered`.
+pub fn push_config(conversation_id: &str, id: &str, delivered: u64) -> PushConfig {
+    PushConfig {
+        conversation_id: Arc::from(conversation_id),
+        id: id.to_owned(),
+        owner: Arc::from("alice"),
+        url: format!("https://hooks.example/{id}"),
+        token: Some("tok".to_owned()),
+        authentication: Some(PushAuthentication {
+            scheme: "Bearer".to_owned(),
+            credentials: "secret".to_owned(),
+        }),
+        delivered,
+    }
+}
+
+/// Push configs are kept per conversation and id (keeping one again replaces it: its cursor
+/// moves), and forgotten one by one. Returns with `c1/p1` (delivered 3) and `c2/p1`, for a
+/// durable store's test to read again after a reopen.
+pub async fn assert_push_configs_are_kept_replaced_and_forgotten(store: &dyn ConversationStore) {
+    let sorted = |mut configs: Vec<PushConfig>| {
+        configs.sort_by(|a, b| (&a.conversation_id, &a.id).cmp(&(&b.conversation_id, &b.id)));
+        configs
+    };
+    assert_eq!(store.push_configs().await.expect("configs"), vec![]);
+    for config in [
+        push_config("c1", "p1", 0),
+        push_config("c1", "p2", 0),
+        push_config("c2", "p1", 0),
+    ] {
+        store.keep_push_config(&config).await.expect("keep");
+    }
+    store
+        .keep_push_config(&push_config("c1", "p1", 3))
+        .await
+        .expect("move the cursor");
+    store.forget_push_config("c1", "p2").await.expect("forget");
+    store
+        .forget_push_config("c9", "p9")
+        .await
+        .expect("forgetting what is not there");
+    assert_eq!(
+        sorted(store.push_configs().await.expect("configs")),
+        vec![push_config("c1", "p1", 3), push_config("c2", "p1", 0)]
+    );
 }
 
 /// The store's id index pages through conversations in id order, whatever order they were

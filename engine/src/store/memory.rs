@@ -9,7 +9,7 @@ use colloquy_protocol::event::ConversationEvent;
 use colloquy_protocol::message::AgentId;
 use dashmap::mapref::entry::Entry;
 
-use super::{Commit, ConversationStore, InboxEntry, RemoteTask, StoreError};
+use super::{Commit, ConversationStore, InboxEntry, PushConfig, RemoteTask, StoreError};
 use crate::keyed::{self, ConversationMap, Hasher};
 
 /// Entries kept per inbox; older ones are dropped. Memory inboxes are a development aid:
@@ -38,6 +38,7 @@ pub struct MemoryStore {
     conversations: ConversationMap<Record>,
     wakes: Mutex<BTreeSet<(u64, Arc<str>)>>,
     inboxes: Mutex<HashMap<Arc<str>, Inbox, Hasher>>,
+    push_configs: Mutex<Vec<PushConfig>>,
 }
 
 impl Default for MemoryStore {
@@ -53,6 +54,7 @@ impl MemoryStore {
             conversations: keyed::conversation_map(),
             wakes: Mutex::default(),
             inboxes: Mutex::default(),
+            push_configs: Mutex::default(),
         }
     }
 
@@ -76,6 +78,12 @@ impl MemoryStore {
 
     fn inboxes(&self) -> MutexGuard<'_, HashMap<Arc<str>, Inbox, Hasher>> {
         self.inboxes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn push_configs_locked(&self) -> MutexGuard<'_, Vec<PushConfig>> {
+        self.push_configs
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -232,6 +240,25 @@ impl ConversationStore for MemoryStore {
         Ok(())
     }
 
+    async fn push_configs(&self) -> Result<Vec<PushConfig>, StoreError> {
+        Ok(self.push_configs_locked().clone())
+    }
+
+    async fn keep_push_config(&self, config: &PushConfig) -> Result<(), StoreError> {
+        let mut configs = self.push_configs_locked();
+        configs.retain(|kept| {
+            (&kept.conversation_id, &kept.id) != (&config.conversation_id, &config.id)
+        });
+        configs.push(config.clone());
+        Ok(())
+    }
+
+    async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError> {
+        self.push_configs_locked()
+            .retain(|kept| (&*kept.conversation_id, kept.id.as_str()) != (conversation_id, id));
+        Ok(())
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
         Ok(self
             .conversations
@@ -348,5 +375,13 @@ mod tests {
     #[tokio::test]
     async fn remote_tasks_are_kept_replaced_and_forgotten() {
         assert_remote_tasks_are_kept_replaced_and_forgotten(&MemoryStore::new()).await;
+    }
+
+    #[tokio::test]
+    async fn push_configs_are_kept_replaced_and_forgotten() {
+        super::super::fixtures::assert_push_configs_are_kept_replaced_and_forgotten(
+            &MemoryStore::new(),
+        )
+        .await;
     }
 }

@@ -120,6 +120,40 @@ pub struct RemoteTask {
     pub cancel: Option<Arc<str>>,
 }
 
+/// Where an A2A client wants a task's updates pushed (A2A's `TaskPushNotificationConfig`),
+/// and how far they have been pushed. Kept in the store, so an engine restarted on it goes
+/// on pushing from there.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PushConfig {
+    /// The conversation (the task).
+    pub conversation_id: Arc<str>,
+    /// The config's id, unique within the task.
+    pub id: String,
+    /// Who set it: updates show the task as this agent sees it.
+    pub owner: Arc<str>,
+    /// Where updates are POSTed.
+    pub url: String,
+    /// Sent back in `X-A2A-Notification-Token`, for the receiver to check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The `Authorization` scheme (`Bearer`, …) and credentials to send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<PushAuthentication>,
+    /// How many of the conversation's messages the pushed updates cover (the cursor).
+    #[serde(default)]
+    pub delivered: u64,
+}
+
+/// A push config's `authentication`: `Authorization: {scheme} {credentials}`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PushAuthentication {
+    /// `Bearer`, `Basic`, …
+    pub scheme: String,
+    /// The token or credentials.
+    #[serde(default)]
+    pub credentials: String,
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -263,6 +297,18 @@ pub trait ConversationStore: Send + Sync + 'static {
         conversation_id: &str,
         message_id: &str,
     ) -> Result<(), StoreError>;
+
+    /// Every push config ([`PushConfig`]), in no particular order: few (one or two per task
+    /// whose client asked), read when a task's configs are listed and when push delivery
+    /// starts.
+    async fn push_configs(&self) -> Result<Vec<PushConfig>, StoreError>;
+
+    /// Records `config`, replacing the one with the same conversation and id.
+    async fn keep_push_config(&self, config: &PushConfig) -> Result<(), StoreError>;
+
+    /// Forgets the push config `id` of `conversation_id`; forgetting one that is not
+    /// recorded is no error.
+    async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError>;
 
     /// The ids of the conversations `agent` is a party of (initiator or participant), in id
     /// order, or `None` when the store keeps no such index. Durable stores keep one, because

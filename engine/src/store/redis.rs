@@ -49,7 +49,8 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{
-    CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, RemoteChange, RemoteTask, StoreError,
+    CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, PushConfig, RemoteChange, RemoteTask,
+    StoreError,
 };
 
 /// Key prefix unless one is given: lets several deployments (or tests) share a Redis.
@@ -254,6 +255,9 @@ impl Keys {
     }
     fn remote_tasks(&self, agent: &str) -> String {
         format!("{}:remote-tasks:{agent}", self.prefix)
+    }
+    fn push_configs(&self) -> String {
+        format!("{}:push-configs", self.prefix)
     }
     /// A remote task's field in its agent's hash: unambiguous whatever the ids hold.
     fn remote_task_field(conversation_id: &str, message_id: &str) -> String {
@@ -887,6 +891,49 @@ impl ConversationStore for RedisStore {
             .collect()
     }
 
+    async fn push_configs(&self) -> Result<Vec<PushConfig>, StoreError> {
+        let mut connection = self.connection.clone();
+        let bodies: Vec<String> = connection
+            .hvals(self.keys.push_configs())
+            .await
+            .map_err(store_error)?;
+        bodies
+            .iter()
+            .map(|body| {
+                serde_json::from_str(body).map_err(|error| {
+                    StoreError::Internal(format!("unreadable push config: {error}"))
+                })
+            })
+            .collect()
+    }
+
+    async fn keep_push_config(&self, config: &PushConfig) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let body = serde_json::to_string(config)
+            .map_err(|error| StoreError::Internal(format!("cannot encode a config: {error}")))?;
+        let _: i64 = connection
+            .hset(
+                self.keys.push_configs(),
+                Keys::remote_task_field(&config.conversation_id, &config.id),
+                body,
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = connection
+            .hdel(
+                self.keys.push_configs(),
+                Keys::remote_task_field(conversation_id, id),
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
     async fn keep_remote_task(&self, agent: &str, task: &RemoteTask) -> Result<(), StoreError> {
         let mut connection = self.connection.clone();
         let body = serde_json::to_string(task)
@@ -1097,6 +1144,21 @@ mod tests {
         for agent in ["bob", "dave"] {
             assert!(listed.iter().any(|listed| &**listed == agent), "{listed:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn push_configs_are_kept_replaced_forgotten_and_shared_by_nodes() {
+        let Some(url) = test_redis("push_configs_are_kept_replaced_forgotten_and_shared_by_nodes")
+        else {
+            return;
+        };
+        let prefix = unique_prefix("push-configs");
+        super::super::fixtures::assert_push_configs_are_kept_replaced_and_forgotten(
+            &open_store(&url, &prefix).await,
+        )
+        .await;
+        let other_node = open_store(&url, &prefix).await;
+        assert_eq!(other_node.push_configs().await.expect("configs").len(), 2);
     }
 
     #[tokio::test]

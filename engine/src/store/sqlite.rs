@@ -45,7 +45,9 @@ use colloquy_protocol::message::{AgentId, Message};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, RemoteTask, StoreError};
+use super::{
+    CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, PushConfig, RemoteTask, StoreError,
+};
 
 mod checkpoint;
 
@@ -183,6 +185,13 @@ const MIGRATIONS: &[&str] = &[
          cancel_message_id TEXT,
          PRIMARY KEY (agent, conversation_id, message_id)
      ) WITHOUT ROWID;",
+    // 7: where A2A clients want their tasks' updates pushed, and how far they have been.
+    "CREATE TABLE push_configs (
+         conversation_id TEXT NOT NULL,
+         id TEXT NOT NULL,
+         body TEXT NOT NULL,
+         PRIMARY KEY (conversation_id, id)
+     ) WITHOUT ROWID;",
 ];
 
 /// How far a commit must get before it is acknowledged.
@@ -274,6 +283,8 @@ enum Job {
     Acknowledge(String, u64, oneshot::Sender<Result<bool, StoreError>>),
     AdvanceWebhookCursor(String, u64, oneshot::Sender<Result<(), StoreError>>),
     KeepRemoteTask(String, RemoteTask, oneshot::Sender<Result<(), StoreError>>),
+    KeepPushConfig(PushConfig, oneshot::Sender<Result<(), StoreError>>),
+    ForgetPushConfig(String, String, oneshot::Sender<Result<(), StoreError>>),
     /// The agent, the conversation and the message.
     ForgetRemoteTask(
         String,
@@ -666,6 +677,24 @@ impl Writer {
                     }
                     Job::KeepRemoteTask(agent, task, reply) => {
                         keep_remote_task(&transaction, &agent, &task)?;
+                        Answer::Done(reply, Ok(()))
+                    }
+                    Job::KeepPushConfig(config, reply) => {
+                        let body = serde_json::to_string(&config).unwrap_or_default();
+                        transaction
+                            .prepare_cached(
+                                "INSERT OR REPLACE INTO push_configs (conversation_id, id, body)
+                                 VALUES (?1, ?2, ?3)",
+                            )?
+                            .execute(params![&*config.conversation_id, config.id, body])?;
+                        Answer::Done(reply, Ok(()))
+                    }
+                    Job::ForgetPushConfig(conversation, id, reply) => {
+                        transaction
+                            .prepare_cached(
+                                "DELETE FROM push_configs WHERE conversation_id = ?1 AND id = ?2",
+                            )?
+                            .execute(params![conversation, id])?;
                         Answer::Done(reply, Ok(()))
                     }
                     Job::ForgetRemoteTask(agent, conversation, message, reply) => {
@@ -1144,6 +1173,40 @@ impl ConversationStore for SqliteStore {
             .await
     }
 
+    async fn push_configs(&self) -> Result<Vec<PushConfig>, StoreError> {
+        self.read(|connection| {
+            let mut statement = connection
+                .prepare_cached("SELECT body FROM push_configs")
+                .map_err(internal)?;
+            let bodies = statement
+                .query_map([], |row| row.get::<_, String>(0))
+                .map_err(internal)?
+                .collect::<Result<Vec<String>, _>>()
+                .map_err(internal)?;
+            bodies
+                .iter()
+                .map(|body| {
+                    serde_json::from_str(body).map_err(|error| {
+                        StoreError::Internal(format!("unreadable push config: {error}"))
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn keep_push_config(&self, config: &PushConfig) -> Result<(), StoreError> {
+        let config = config.clone();
+        self.submit(|reply| Job::KeepPushConfig(config, reply))
+            .await
+    }
+
+    async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError> {
+        let (conversation, id) = (conversation_id.to_owned(), id.to_owned());
+        self.submit(|reply| Job::ForgetPushConfig(conversation, id, reply))
+            .await
+    }
+
     async fn forget_remote_task(
         &self,
         agent: &str,
@@ -1457,6 +1520,26 @@ mod tests {
         let mut listed = store.inbox_agents().await.expect("agents");
         listed.sort();
         assert_eq!(listed, ["bob", "dave"].map(AgentId::from));
+    }
+
+    #[tokio::test]
+    async fn push_configs_are_kept_replaced_forgotten_and_survive_a_reopen() {
+        let path = temp_db("push-configs");
+        {
+            let store = SqliteStore::open(&path).expect("open");
+            super::super::fixtures::assert_push_configs_are_kept_replaced_and_forgotten(&store)
+                .await;
+        }
+        let store = SqliteStore::open(&path).expect("reopen");
+        let mut configs = store.push_configs().await.expect("configs");
+        configs.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
+        assert_eq!(
+            configs,
+            [
+                super::super::fixtures::push_config("c1", "p1", 3),
+                super::super::fixtures::push_config("c2", "p1", 0),
+            ]
+        );
     }
 
     #[tokio::test]

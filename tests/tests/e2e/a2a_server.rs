@@ -1269,8 +1269,8 @@ async fn the_a2a_version_header_chooses_names_and_shapes() {
     .await;
     check_error(
         &push,
-        -32003,
-        "push notifications, which the card does not claim",
+        INVALID_PARAMS,
+        "a push config without its url and task",
     );
 
     let (status, card) =
@@ -1749,4 +1749,194 @@ async fn an_a2a_task_waits_for_input_and_a_direct_reply_is_a_message() {
         json!([{"text": "hi"}]),
         "{direct:#}"
     );
+}
+
+/// A push receiver on loopback: answers its first request 500 (so the engine retries), the
+/// rest 200, and hands each accepted request's head (lowercased) and JSON body over.
+async fn push_receiver() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<(String, Value)>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/a2a-push", listener.local_addr().expect("addr"));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buffer = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if buffer.len() >= end + 4 + length {
+                        let body: Vec<u8> =
+                            buffer.drain(..end + 4 + length).skip(end + 4).collect();
+                        let answer: &[u8] = if std::mem::take(&mut first) {
+                            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n"
+                        } else {
+                            let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                            let _ = tx.send((head, body));
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+                        };
+                        if socket.write_all(answer).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+                match socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                }
+            }
+        }
+    });
+    (url, rx)
+}
+
+/// The next push `push_receiver` took, within [`STEP`].
+async fn next_push(
+    pushed: &mut tokio::sync::mpsc::UnboundedReceiver<(String, Value)>,
+) -> (String, Value) {
+    tokio::time::timeout(STEP, pushed.recv())
+        .await
+        .expect("a push in time")
+        .expect("a push")
+}
+
+/// Push notifications, v1.0: alice's `SendMessage` names a webhook (with a token and bearer
+/// credentials); bob asks back, so the webhook gets the task's move to input-required (after
+/// one retry: the receiver fails its first request); alice answers, bob informs, and the
+/// webhook gets the artifact and the completion, each a `StreamResponse`, each with the
+/// credentials. The config is read back, listed and deleted. A server that does not allow
+/// private addresses refuses a loopback webhook and opens no task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_notifications_follow_a_task_to_its_webhook() {
+    let server = Server::with_options(
+        Vec::new(),
+        colloquy_engine::api::ServiceOptions {
+            identity: colloquy_tests::http::identity(&[]),
+            a2a: colloquy_engine::a2a::Settings {
+                template: "a2a-task".to_owned(),
+                push_allow_private: true,
+            },
+            ..colloquy_engine::api::ServiceOptions::default()
+        },
+    )
+    .await;
+    let _bob = serve(
+        server.client("bob").await,
+        Handlers::new()
+            .on("a2a-task", "request", |msg| async move {
+                msg.reply("query-ref", json!({"question": "which city?"}))
+                    .await?;
+                Ok(())
+            })
+            .on("a2a-task", "inform", |msg| async move {
+                msg.inform(json!("booked")).await?;
+                Ok(())
+            }),
+    );
+    let (url, mut pushed) = push_receiver().await;
+    let config = json!({"id": "hook-1", "url": url, "token": "tok-1",
+        "authentication": {"scheme": "Bearer", "credentials": "secret-1"}});
+    let asked = v1_ok(
+        &server,
+        "SendMessage",
+        json!({"message": {"messageId": "push-1", "role": "ROLE_USER",
+            "parts": [{"text": "book a room"}]},
+            "configuration": {"taskPushNotificationConfig": config}}),
+    )
+    .await;
+    let id = asked["task"]["id"].as_str().expect("a task id").to_owned();
+    let (head, body) = next_push(&mut pushed).await;
+    assert!(head.contains("authorization: bearer secret-1"), "{head}");
+    assert!(head.contains("x-a2a-notification-token: tok-1"), "{head}");
+    assert_eq!(body["statusUpdate"]["taskId"], id.as_str(), "{body:#}");
+    assert_eq!(
+        body["statusUpdate"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{body:#}"
+    );
+
+    let read = v1_ok(
+        &server,
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": id, "id": "hook-1"}),
+    )
+    .await;
+    assert_eq!(read["url"], url.as_str(), "{read:#}");
+    assert_eq!(read["taskId"], id.as_str(), "{read:#}");
+    let configs = v1_ok(
+        &server,
+        "ListTaskPushNotificationConfigs",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(
+        configs["configs"].as_array().map(Vec::len),
+        Some(1),
+        "{configs:#}"
+    );
+
+    let answer = json!({"messageId": "push-2", "role": "ROLE_USER", "taskId": id,
+        "parts": [{"text": "Lisbon"}]});
+    v1_ok(&server, "SendMessage", json!({"message": answer})).await;
+    // The answer may show as working first (when bob had not informed yet).
+    let mut artifact = next_push(&mut pushed).await.1;
+    if artifact["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING" {
+        artifact = next_push(&mut pushed).await.1;
+    }
+    assert_eq!(
+        artifact["artifactUpdate"]["artifact"]["parts"],
+        json!([{"text": "booked"}]),
+        "{artifact:#}"
+    );
+    let (head, done) = next_push(&mut pushed).await;
+    assert!(head.contains("authorization: bearer secret-1"), "{head}");
+    assert_eq!(
+        done["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done:#}"
+    );
+
+    v1_ok(
+        &server,
+        "DeleteTaskPushNotificationConfig",
+        json!({"taskId": id, "id": "hook-1"}),
+    )
+    .await;
+    let gone = rpc_as(
+        &server,
+        Some("1.0"),
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": id, "id": "hook-1"}),
+    )
+    .await;
+    assert_eq!(gone["error"]["code"], -32001, "{gone:#}");
+
+    // Without --a2a-push-allow-private, a loopback webhook is refused and nothing is sent.
+    let strict = Server::start().await;
+    let refused = rpc_as(
+        &strict,
+        Some("1.0"),
+        "SendMessage",
+        json!({"message": {"messageId": "push-3", "role": "ROLE_USER",
+            "parts": [{"text": "book"}]},
+            "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/x"}}}),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused:#}");
+    let why = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("private") && why.contains("taskPushNotificationConfig"),
+        "{why}"
+    );
+    assert!(listed(&strict, "alice").await.is_empty());
 }

@@ -80,6 +80,11 @@ pub struct ServeArgs {
     /// input).
     #[arg(long, value_name = "NAME", default_value = colloquy_engine::a2a::inward::DEFAULT_TEMPLATE)]
     a2a_template: String,
+    /// Let A2A push notifications go to loopback, private and link-local addresses. Off by
+    /// default: a client's webhook URL must not reach into the engine's own network (SSRF).
+    /// For development and tests on one machine.
+    #[arg(long)]
+    a2a_push_allow_private: bool,
 }
 
 /// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
@@ -235,7 +240,10 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         templates: Some(templates.live.clone()),
         routes: Some(templates.routes.clone()),
         hooks: Some(hooks),
-        a2a_template: args.a2a_template.clone(),
+        a2a: colloquy_engine::a2a::Settings {
+            template: args.a2a_template.clone(),
+            push_allow_private: args.a2a_push_allow_private,
+        },
         engine: EngineConfig {
             retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
             inbox_ttl_ms: u64::try_from(args.inbox_ttl.as_millis()).unwrap_or(u64::MAX),
