@@ -20,7 +20,11 @@ import urllib.request
 from pathlib import Path
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -157,8 +161,13 @@ def tearDownModule():
 
 
 def wait_for(condition, what):
+    # The page redraws as events arrive: an element found just before a redraw is stale by
+    # the time it is read, which only means "not yet", so the wait asks again.
     try:
-        return WebDriverWait(DRIVER, WAIT, poll_frequency=0.1).until(lambda d: condition())
+        return WebDriverWait(
+            DRIVER, WAIT, poll_frequency=0.1,
+            ignored_exceptions=(StaleElementReferenceException, NoSuchElementException),
+        ).until(lambda d: condition())
     except TimeoutException:
         shot = OUT / ("failed-" + "".join(c if c.isalnum() else "-" for c in what)[:60] + ".png")
         DRIVER.save_screenshot(str(shot))

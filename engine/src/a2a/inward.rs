@@ -1079,10 +1079,27 @@ pub fn task_of(view: &ConversationView) -> Task {
         .filter(|m| m.performative.name() == "cancel")
         .map(|m| &*m.id)
         .collect();
+    // A task that ended cancelled has no result: whatever a participant said after the
+    // cancel confirmed it (an `inform` in reply to the request, too, as fipa-request's
+    // `cancelling` state takes it).
+    let cancelled_at = (view.outcome == Some(Outcome::Cancelled))
+        .then(|| {
+            view.messages
+                .iter()
+                .position(|m| m.performative.name() == "cancel")
+        })
+        .flatten();
     let answers_a_cancel = |m: &&colloquy_protocol::message::Message| {
-        m.in_reply_to
-            .as_deref()
-            .is_some_and(|answered| cancels.contains(&answered))
+        let after_the_cancel = cancelled_at.is_some_and(|at| {
+            view.messages
+                .iter()
+                .position(|other| other.id == m.id)
+                .is_some_and(|index| index > at)
+        });
+        after_the_cancel
+            || m.in_reply_to
+                .as_deref()
+                .is_some_and(|answered| cancels.contains(&answered))
     };
     let artifacts = view
         .messages

@@ -3,8 +3,8 @@
 //! the task's updates there as they happen, each a v1.0 `StreamResponse` (`statusUpdate`,
 //! `artifactUpdate`), as the task's stream would carry them.
 //!
-//! - **Durable.** Configs are kept in the store ([`PushConfig`]) with a cursor: how many of
-//!   the conversation's messages the pushed updates cover. Updates are computed from the
+//! - **Durable.** Configs are kept in the store ([`PushConfig`]) with a cursor: how far the
+//!   pushed updates cover the conversation (its messages, and its end). Updates are computed from the
 //!   conversation's log past the cursor, so a config set after the task moved still gets
 //!   what happened, and an engine restarted on a durable store goes on from the cursor
 //!   ([`resume`]). Delivery is at least once.
@@ -23,7 +23,7 @@
 //! that resumes it); with several nodes over one Redis, each resumes every config at start,
 //! so an update may be pushed twice (at least once still holds).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -440,7 +440,7 @@ fn follow(state: AppState, mut config: PushConfig) {
                     continue;
                 }
             };
-            let covered = u64::try_from(view.messages.len()).unwrap_or(u64::MAX);
+            let covered = u64::try_from(stream::progress(&view)).unwrap_or(u64::MAX);
             if covered > config.delivered {
                 for event in updates_since(&view, config.delivered) {
                     if !state.a2a_followers().is_current(&key, generation) {
@@ -473,27 +473,17 @@ fn follow(state: AppState, mut config: PushConfig) {
     });
 }
 
-/// The `StreamResponse`s for what happened in `view` after its first `delivered` messages:
-/// new artifacts, then the state if it moved, as the task's stream carries them.
+/// The `StreamResponse`s for what happened in `view` after `delivered` steps (the
+/// stream's [`stream::progress`]), as the task's stream carries them.
 pub fn updates_since(view: &ConversationView, delivered: u64) -> Vec<Value> {
     let delivered = usize::try_from(delivered).unwrap_or(usize::MAX);
-    let mut before = view.clone();
-    before.messages.truncate(delivered);
-    before.status = ConversationStatus::Active;
-    before.outcome = None;
-    let earlier = task_of(&before);
-    let mut artifacts_sent = earlier
+    // The artifacts of the steps already pushed count as sent.
+    let mut artifacts_sent: HashSet<String> = task_of(&stream::at_step(view, delivered))
         .artifacts
-        .iter()
-        .filter_map(|artifact| artifact.artifact_id.clone())
+        .into_iter()
+        .filter_map(|artifact| artifact.artifact_id)
         .collect();
-    stream::updates(
-        &task_of(view),
-        view,
-        &earlier.status.state,
-        &mut artifacts_sent,
-        Version::V1_0,
-    )
+    stream::updates_since(view, delivered, &mut artifacts_sent, Version::V1_0)
 }
 
 /// POSTs one update, retrying as webhooks do. `Err` says why it was given up.

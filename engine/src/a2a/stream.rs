@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use axum::response::sse::Event;
 use colloquy_protocol::a2a::Task;
-use colloquy_protocol::conversation::ConversationView;
+use colloquy_protocol::conversation::{ConversationStatus, ConversationView};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -75,7 +75,8 @@ pub fn follow(
     tokio::spawn(async move {
         let engine = state.engine();
         let listener = engine.listen_conversation(&id);
-        let mut last_state: Option<String> = None;
+        // How far the events sent cover the conversation (see [`progress`]).
+        let mut covered: Option<usize> = None;
         let mut artifacts_sent: HashSet<String> = HashSet::new();
         loop {
             // Armed before the read, so a change between the two still wakes the stream.
@@ -84,13 +85,14 @@ pub fn follow(
                 return;
             };
             let task = task_of(&view);
-            let events = match &last_state {
+            let events = match covered {
                 None => {
                     artifacts_sent.extend(artifact_ids(&task));
                     vec![whole_task(&task, &view, version)]
                 }
-                Some(previous) => updates(&task, &view, previous, &mut artifacts_sent, version),
+                Some(covered) => updates_since(&view, covered, &mut artifacts_sent, version),
             };
+            covered = Some(progress(&view));
             for event in events {
                 let data = match &envelope {
                     Envelope::JsonRpc(request_id) => {
@@ -113,7 +115,6 @@ pub fn follow(
             if over {
                 return;
             }
-            last_state = Some(task.status.state.clone());
             if let Wake::Stop = wait(rung, &tx, &state).await {
                 return;
             }
@@ -136,8 +137,60 @@ fn whole_task(task: &Task, view: &ConversationView, version: Version) -> Value {
     }
 }
 
+/// How far a conversation has got, as its updates count it: one step per message, and one
+/// more when it has ended (a conversation can end without a message: its deadline).
+pub(super) fn progress(view: &ConversationView) -> usize {
+    view.messages.len() + usize::from(view.status == ConversationStatus::Completed)
+}
+
+/// Most steps [`updates_since`] takes one at a time; a longer way is one step (a client that
+/// reconnects to a long conversation gets where it stands, not every move on the way).
+const MAX_STEPS: usize = 64;
+
+/// The conversation as it stood at `step` (`0..=progress(view)`): its first `step`
+/// messages, still running, until the last step, which is `view` itself.
+pub(super) fn at_step(view: &ConversationView, step: usize) -> ConversationView {
+    let mut then = view.clone();
+    if step < progress(view) {
+        then.messages.truncate(step);
+        then.status = ConversationStatus::Active;
+        then.outcome = None;
+    }
+    then
+}
+
+/// The events for what happened in `view` after `covered` steps (see [`progress`]), one
+/// step at a time, so a client sees every state the task went through (`working` between
+/// an `agree` and an `inform` that came together), even when it reads them late.
+/// `artifacts_sent` holds the ids of the artifacts already sent, and grows.
+pub(super) fn updates_since(
+    view: &ConversationView,
+    covered: usize,
+    artifacts_sent: &mut HashSet<String>,
+    version: Version,
+) -> Vec<Value> {
+    let last = progress(view);
+    if covered >= last {
+        return Vec::new();
+    }
+    let steps: Vec<usize> = if last - covered > MAX_STEPS {
+        vec![last]
+    } else {
+        (covered + 1..=last).collect()
+    };
+    let mut previous = task_of(&at_step(view, covered)).status.state;
+    let mut events = Vec::new();
+    for step in steps {
+        let then = at_step(view, step);
+        let task = task_of(&then);
+        events.extend(updates(&task, &then, &previous, artifacts_sent, version));
+        previous = task.status.state;
+    }
+    events
+}
+
 /// What changed since the last event: new artifacts, then the new state if it moved.
-pub(super) fn updates(
+fn updates(
     task: &Task,
     view: &ConversationView,
     previous_state: &str,

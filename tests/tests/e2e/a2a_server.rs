@@ -1889,11 +1889,13 @@ async fn push_notifications_follow_a_task_to_its_webhook() {
     let answer = json!({"messageId": "push-2", "role": "ROLE_USER", "taskId": id,
         "parts": [{"text": "Lisbon"}]});
     v1_ok(&server, "SendMessage", json!({"message": answer})).await;
-    // The answer may show as working first (when bob had not informed yet).
-    let mut artifact = next_push(&mut pushed).await.1;
-    if artifact["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING" {
-        artifact = next_push(&mut pushed).await.1;
-    }
+    // Every step shows, however fast bob answered: alice's answer set the task working.
+    let (_, working) = next_push(&mut pushed).await;
+    assert_eq!(
+        working["statusUpdate"]["status"]["state"], "TASK_STATE_WORKING",
+        "{working:#}"
+    );
+    let (_, artifact) = next_push(&mut pushed).await;
     assert_eq!(
         artifact["artifactUpdate"]["artifact"]["parts"],
         json!([{"text": "booked"}]),
@@ -1920,6 +1922,53 @@ async fn push_notifications_follow_a_task_to_its_webhook() {
     )
     .await;
     assert_eq!(gone["error"]["code"], -32001, "{gone:#}");
+
+    // A config set on a task that has ended gets every step of it, from the log, through
+    // the HTTP+JSON binding this time.
+    let ended = v1_ok(
+        &server,
+        "SendMessage",
+        json!({"message": {"messageId": "push-4", "role": "ROLE_USER",
+            "parts": [{"text": "Porto, please"}]}}),
+    )
+    .await;
+    let ended = ended["task"]["id"].as_str().expect("a task id").to_owned();
+    let answer = json!({"messageId": "push-5", "role": "ROLE_USER", "taskId": ended,
+        "parts": [{"text": "Porto"}]});
+    v1_ok(&server, "SendMessage", json!({"message": answer})).await;
+    let (status, created) = call(
+        server
+            .as_agent(
+                Method::POST,
+                &format!("/a2a/bob/rest/tasks/{ended}/pushNotificationConfigs"),
+                "alice",
+            )
+            .json(&json!({"url": url})),
+    )
+    .await;
+    assert_eq!(status, 200, "{created:#}");
+    assert!(
+        created["id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{created:#}"
+    );
+    let mut states = Vec::new();
+    loop {
+        let (_, event) = next_push(&mut pushed).await;
+        if let Some(state) = event["statusUpdate"]["status"]["state"].as_str() {
+            states.push(state.to_owned());
+            if state == "TASK_STATE_COMPLETED" {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        states,
+        [
+            "TASK_STATE_INPUT_REQUIRED",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_COMPLETED"
+        ]
+    );
 
     // Without --a2a-push-allow-private, a loopback webhook is refused and nothing is sent.
     let strict = Server::start().await;
