@@ -98,8 +98,17 @@ pub async fn card(
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let card = card_of(&state, agent, &headers)?;
-    Ok(cached(&headers, &v1::agent_card(&card)))
+    let card = v1::agent_card(&card_of(&state, agent, &headers)?);
+    // Signing fails only on a fractional number, which these cards never hold.
+    let card = match state.a2a_card_signer().map(|signer| signer.sign(&card)) {
+        Some(Ok(signed)) => signed,
+        Some(Err(why)) => {
+            tracing::error!("the agent card is served unsigned: {why}");
+            card
+        }
+        None => card,
+    };
+    Ok(cached(&headers, &card))
 }
 
 /// `GET /a2a/{agent}/.well-known/agent.json`: the same card in v0.3's shape (`url`,

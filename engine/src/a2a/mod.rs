@@ -9,6 +9,7 @@
 //! | [`v1`] | A2A v1.0 on the inward JSON-RPC endpoint, beside v0.3: the `A2A-Version` header, v1.0's methods and JSON shapes |
 //! | [`caller`] | who calls an A2A route (an unnamed client in open mode included) |
 //! | [`push`] | push notifications: clients' webhooks for their tasks' updates, durable, retried, never to private addresses unless allowed |
+//! | [`signing`] | signed agent cards: JWS over the RFC 8785 canonical card, and the trust store that verifies remote ones |
 //! | [`endpoint`] | where a remote agent is reached (from the agents file) |
 //!
 //! The wire types (JSON-RPC envelopes, messages, tasks, agent cards) are
@@ -24,6 +25,7 @@ pub mod inward;
 pub mod outward;
 pub mod push;
 pub mod rest;
+pub mod signing;
 pub mod stream;
 pub mod timestamp;
 pub mod v1;
@@ -38,6 +40,8 @@ pub struct Settings {
     /// Whether push notifications may go to loopback and private addresses (development,
     /// tests): off by default, against SSRF.
     pub push_allow_private: bool,
+    /// Signs the v1.0 agent cards, when the operator gave a key.
+    pub card_signer: Option<std::sync::Arc<signing::CardSigner>>,
 }
 
 impl Default for Settings {
@@ -45,6 +49,7 @@ impl Default for Settings {
         Settings {
             template: inward::DEFAULT_TEMPLATE.to_owned(),
             push_allow_private: false,
+            card_signer: None,
         }
     }
 }

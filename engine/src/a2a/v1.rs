@@ -495,7 +495,9 @@ pub fn agent_card(card: &AgentCard) -> Value {
             .collect();
         let requirements: Vec<Value> = schemes
             .keys()
-            .map(|name| json!({"schemes": {name: {"list": []}}}))
+            // `{}`: an empty StringList, as proto3 JSON writes it (and as the signed,
+            // canonical card must hold it).
+            .map(|name| json!({"schemes": {name: {}}}))
             .collect();
         out.insert("securitySchemes".into(), Value::Object(schemes));
         out.insert("securityRequirements".into(), Value::Array(requirements));

@@ -107,6 +107,11 @@ impl AppState {
         &self.0.a2a.template
     }
 
+    /// The key that signs agent cards, if any.
+    pub fn a2a_card_signer(&self) -> Option<&crate::a2a::signing::CardSigner> {
+        self.0.a2a.card_signer.as_deref()
+    }
+
     /// Whether push notifications may go to private addresses.
     pub fn a2a_push_allow_private(&self) -> bool {
         self.0.a2a.push_allow_private

@@ -302,7 +302,7 @@ async fn the_agent_card_is_public_and_names_the_agent_its_skills_and_bearer_secu
     );
     assert_eq!(
         v1["securityRequirements"],
-        json!([{"schemes": {"bearer": {"list": []}}}])
+        json!([{"schemes": {"bearer": {}}}])
     );
     // v0.3 clients read v0.3's shape from the card's earlier name.
     let (status, card) =
@@ -1827,6 +1827,7 @@ async fn push_notifications_follow_a_task_to_its_webhook() {
             a2a: colloquy_engine::a2a::Settings {
                 template: "a2a-task".to_owned(),
                 push_allow_private: true,
+                ..colloquy_engine::a2a::Settings::default()
             },
             ..colloquy_engine::api::ServiceOptions::default()
         },
@@ -1988,4 +1989,45 @@ async fn push_notifications_follow_a_task_to_its_webhook() {
         "{why}"
     );
     assert!(listed(&strict, "alice").await.is_empty());
+}
+
+/// With a key, the v1.0 card is served signed: a client that trusts the key's JWK verifies
+/// it, and the card it verifies is the card it got (altered, it does not verify). A signed
+/// card is still cacheable: the same bytes, the same ETag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_is_served_signed_and_verifies_against_the_trusted_key() {
+    use colloquy_engine::a2a::signing::{CardSigner, TrustStore};
+    let der = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/a2a-card-key.der"),
+    )
+    .expect("the test key");
+    let signer = Arc::new(CardSigner::from_pkcs8(&der, "colloquy-test-1").expect("a key"));
+    let trusted = TrustStore::from_jwks(&json!({"keys": [signer.public_jwk()]})).expect("jwks");
+    let server = Server::with_options(
+        Vec::new(),
+        colloquy_engine::api::ServiceOptions {
+            identity: colloquy_tests::http::identity(&[]),
+            a2a: colloquy_engine::a2a::Settings {
+                card_signer: Some(signer),
+                ..colloquy_engine::a2a::Settings::default()
+            },
+            ..colloquy_engine::api::ServiceOptions::default()
+        },
+    )
+    .await;
+    let (status, card) =
+        call(server.anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")).await;
+    assert_eq!(status, 200, "{card:#}");
+    assert_eq!(
+        card["signatures"].as_array().map(Vec::len),
+        Some(1),
+        "{card:#}"
+    );
+    assert_eq!(trusted.verify(&card).as_deref(), Ok("colloquy-test-1"));
+    let mut altered = card.clone();
+    altered["skills"] = json!([]);
+    assert!(trusted.verify(&altered).is_err());
+    let (_, again) =
+        call(server.anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")).await;
+    assert_eq!(trusted.verify(&again).as_deref(), Ok("colloquy-test-1"));
 }

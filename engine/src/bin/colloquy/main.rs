@@ -57,7 +57,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the HTTP API over a template directory.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Play the built-in protocols with simulated agents and print each conversation as a
     /// sequence diagram drawn from the engine's event log.
     Demo {
@@ -151,7 +151,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            let served = runtime.block_on(serve::run(args, &mut out));
+            let served = runtime.block_on(serve::run(*args, &mut out));
             // Whatever is still running (a store write on a blocking thread) gets a moment,
             // not a veto over the exit.
             runtime.shutdown_timeout(RUNTIME_EXIT_GRACE);

@@ -85,6 +85,14 @@ pub struct ServeArgs {
     /// For development and tests on one machine.
     #[arg(long)]
     a2a_push_allow_private: bool,
+    /// Sign the A2A v1.0 agent cards (JWS over the RFC 8785 canonical card) with this
+    /// PKCS#8 private key, Ed25519 or P-256, PEM or DER. Its public key is logged at start
+    /// as a JWK, for those who verify.
+    #[arg(long, value_name = "FILE", requires = "a2a_card_key_id")]
+    a2a_card_key: Option<PathBuf>,
+    /// The key id (`kid`) the card signatures name.
+    #[arg(long, value_name = "KID", requires = "a2a_card_key")]
+    a2a_card_key_id: Option<String>,
 }
 
 /// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
@@ -234,6 +242,15 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     writeln!(out, "store: {store_description}")?;
     out.flush()?;
+    let card_signer = match (&args.a2a_card_key, &args.a2a_card_key_id) {
+        (Some(path), Some(kid)) => {
+            let signer = colloquy_engine::a2a::signing::CardSigner::from_file(path, kid)
+                .map_err(anyhow::Error::msg)?;
+            tracing::info!(jwk = %signer.public_jwk(), "A2A agent cards are signed; verify with this key");
+            Some(std::sync::Arc::new(signer))
+        }
+        _ => None,
+    };
     let options = ServiceOptions {
         identity,
         store: Some(store),
@@ -243,6 +260,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         a2a: colloquy_engine::a2a::Settings {
             template: args.a2a_template.clone(),
             push_allow_private: args.a2a_push_allow_private,
+            card_signer,
         },
         engine: EngineConfig {
             retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
