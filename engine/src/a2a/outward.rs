@@ -4,7 +4,10 @@
 //! (Agent2Agent, JSON-RPC 2.0), not Colloquy. Its inbox is followed like a webhook's
 //! (`crate::delivery`: one worker per agent, from a cursor kept in the store, on the node
 //! that leads push delivery; several messages at a time, each conversation's in order:
-//! [`Lanes`]), and each message in it becomes one A2A `message/send`:
+//! [`Lanes`]), and each message in it becomes one A2A `message/send`. The worker reads the
+//! agent's card first ([`Link`]): one that lists a JSON-RPC interface at v1.0 is spoken to
+//! in v1.0 (`SendMessage`, `GetTask`, `CancelTask`, v1.0's shapes: [`Dialect`]), any other
+//! in v0.3; the calls are written, and the answers read, in v0.3's types either way:
 //! - the conversation is the A2A *context* (`contextId` = the conversation id) and the
 //!   Colloquy message id is the A2A `messageId`; every message starts a new A2A task, as A2A
 //!   wants for a context whose last task ended;
@@ -17,8 +20,12 @@
 //! agent's thread may send next ([`Engine::replies_open_to`]), by what the answer says
 //! ([`Verdict`]): a finished task (or a plain message) is an `inform` where the thread may
 //! inform, a `propose` where it is called for proposals; a rejected task a `refuse`; a
-//! failed one a `failure`; an error or a task that wants input a `not-understood`. An agent
-//! that knows Colloquy can name the performative itself (`metadata.colloquy.performative`).
+//! failed one a `failure`; an error a `not-understood`. A task that wants input asks its
+//! question as a `query-ref` where the thread may ask one (`a2a-task`), and is recorded as
+//! waiting: the initiator's next message in the conversation is sent into that task
+//! (`taskId`), not as a new one; where the thread may not ask, it is a `not-understood`. An
+//! agent that knows Colloquy can name the performative itself
+//! (`metadata.colloquy.performative`).
 //! A task still running when `message/send` returns gets an `agree` where the thread may
 //! agree, and is then polled with `tasks/get` until it ends. Running tasks are recorded in
 //! the store ([`RemoteTask`]): an engine restarted on it, or the node that takes over the
@@ -50,7 +57,9 @@ use crate::metrics::{A2aCallResult, Metrics};
 use crate::retries::{ATTEMPTS, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::store::RemoteTask;
 
+mod dialect;
 mod lanes;
+pub use dialect::Dialect;
 pub use lanes::{Lanes, MAX_IN_FLIGHT};
 
 /// First wait before asking again about a task still running; doubled up to
@@ -64,6 +73,9 @@ pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// Most `tasks/get` calls for one task (about two hours at the longest wait), unless the
 /// conversation leaves the agent nothing to answer first.
 pub const MAX_POLLS: u32 = 250;
+/// Longest wait for an agent's card (less when the endpoint's timeout is shorter): a card
+/// is a small static document, and the worker's first call waits for it.
+pub const CARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an answer of the remote agent amounts to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,11 +86,13 @@ pub enum Verdict {
     Refused,
     /// It tried and failed, or the task was cancelled (`failed`, `canceled`).
     Failed,
-    /// It could not take the message: a JSON-RPC error, a task that wants input or
+    /// It could not take the message: a JSON-RPC error, a task that wants
     /// authentication, or a state this engine does not know.
     NotUnderstood,
     /// Still at it (`submitted`, `working`).
     Working,
+    /// It asks the sender something first (`input-required`).
+    WantsInput,
 }
 
 impl Verdict {
@@ -89,6 +103,7 @@ impl Verdict {
             "rejected" => Verdict::Refused,
             "failed" | "canceled" => Verdict::Failed,
             "submitted" | "working" => Verdict::Working,
+            "input-required" => Verdict::WantsInput,
             _ => Verdict::NotUnderstood,
         }
     }
@@ -101,6 +116,8 @@ impl Verdict {
             Verdict::Failed => &["failure"],
             Verdict::NotUnderstood => &["not-understood", "failure"],
             Verdict::Working => &["agree"],
+            // A question where the thread may ask one back, else it could not go on.
+            Verdict::WantsInput => &["query-ref", "not-understood", "failure"],
         }
     }
 }
@@ -133,6 +150,8 @@ pub fn reply_to(answer: &Answer, open: &[Arc<str>]) -> Option<Reply> {
             json!({ "reason": answer.reason() })
         }
         "agree" if answer.verdict() == Verdict::Working => json!({}),
+        // The question is the task's status message.
+        "query-ref" if answer.verdict() == Verdict::WantsInput => content_of(answer.status_parts()),
         _ => content_of(answer.parts()),
     };
     Some(Reply {
@@ -192,6 +211,21 @@ impl Answer {
             Said::Message(message) => message.parts.iter().collect(),
             Said::Error(_) => Vec::new(),
         }
+    }
+
+    /// The parts of a task's status message (what a task that wants input asks).
+    fn status_parts(&self) -> Vec<&Part> {
+        match self.said() {
+            Said::Task(task) => task.status.message.iter().flat_map(|m| &m.parts).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether it is a task that asks for input and `reply` asks the question in the
+    /// conversation: then the task waits for the initiator's answer.
+    fn asks(&self, reply: Option<&Reply>) -> bool {
+        self.verdict() == Verdict::WantsInput
+            && reply.is_some_and(|reply| reply.performative == "query-ref")
     }
 
     /// Why, for a refusal or a failure: the agent's words, or the state it named.
@@ -389,60 +423,164 @@ pub struct Peer {
     pub client: reqwest::Client,
 }
 
+/// A worker's line to its remote agent: the [`Peer`], and the A2A version its card calls
+/// for ([`Dialect`]), read once per worker ([`Lanes::new`] makes one) before its first call.
+/// A card that cannot be fetched (the agent unreachable, a 5xx) is asked for again at the
+/// next call, which meanwhile speaks v0.3; an agent without a card (a 4xx) or whose card
+/// lists no v1.0 JSON-RPC interface is spoken to in v0.3 for the worker's life.
+#[derive(Clone)]
+pub struct Link {
+    /// The agent.
+    pub peer: Peer,
+    dialect: Arc<tokio::sync::OnceCell<Dialect>>,
+}
+
+impl Link {
+    /// A line to `peer` whose card is not read yet.
+    pub fn new(peer: Peer) -> Link {
+        Link {
+            peer,
+            dialect: Arc::new(tokio::sync::OnceCell::new()),
+        }
+    }
+
+    /// How to speak to the agent: from its card, read at the first call.
+    pub async fn dialect(&self) -> Dialect {
+        let peer = &self.peer;
+        match self.dialect.get_or_try_init(|| read_dialect(peer)).await {
+            Ok(dialect) => dialect.clone(),
+            Err(error) => {
+                tracing::debug!(agent = %peer.agent, %error, "cannot read the A2A agent's card; speaking v0.3 until it can be read");
+                Dialect::V0_3
+            }
+        }
+    }
+}
+
+/// The dialect the agent's card calls for ([`Dialect::of_card`]), looked for below its URL,
+/// then at its origin ([`dialect::card_urls`]); v0.3 when there is none. `Err` when it
+/// could not be asked (unreachable, a 5xx).
+async fn read_dialect(peer: &Peer) -> Result<Dialect, CallError> {
+    let endpoint = &peer.endpoint;
+    for (index, url) in dialect::card_urls(&endpoint.url).iter().enumerate() {
+        let response = peer
+            .client
+            .get(url)
+            .timeout(endpoint.timeout.min(CARD_TIMEOUT))
+            .send()
+            .await
+            .map_err(|error| failed(error, endpoint))?;
+        let status = response.status();
+        if status.is_server_error() {
+            return Err(CallError::Unreachable(format!("{url} answered {status}")));
+        }
+        if !status.is_success() {
+            continue;
+        }
+        let body = read_capped(response, endpoint).await?;
+        let Ok(card) = serde_json::from_slice::<Value>(&body) else {
+            continue;
+        };
+        let dialect = Dialect::of_card(&card, &endpoint.url, index == 0);
+        tracing::debug!(agent = %peer.agent, card = url, ?dialect, "read the A2A agent's card");
+        return Ok(dialect);
+    }
+    Ok(Dialect::V0_3)
+}
+
 /// Bridges one inbox item: sends it and records the answer as the agent's reply. Returns
 /// the agent's task when it is still running, for [`follow_task`]; it is recorded in the
 /// store before the reply, so a restart goes on following it. A `cancel` in a conversation
-/// where the agent runs a task becomes `tasks/cancel` (`cancel_tasks`). Failures are
-/// logged; nothing is recorded for them.
-pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<RemoteTask> {
-    if item.message.performative.name() == "cancel" && cancel_tasks(peer, item).await {
-        return None;
+/// where the agent runs a task becomes `tasks/cancel` (`cancel_tasks`). A message in a
+/// conversation where the agent's task waits for input (it asked with `query-ref`) is sent
+/// into that task, as the answer to its question. Failures are logged; nothing is recorded
+/// for them.
+pub async fn bridge(link: &Link, item: &InboxItem) -> Option<RemoteTask> {
+    let peer = &link.peer;
+    let conversation = &item.conversation_id;
+    let tasks = tasks_in(peer, conversation).await;
+    if item.message.performative.name() == "cancel"
+        && let Some(follow) = cancel_tasks(link, item, &tasks).await
+    {
+        return follow;
     }
-    let answer = match call(peer, &message_send(item)).await {
+    let mut request = message_send(item);
+    let asked = tasks.iter().find(|task| task.awaits_input);
+    if let Some(asked) = asked {
+        // The answer to the task's question goes into that task; its context is the
+        // agent's, which may not be the conversation's id.
+        request.params.message.task_id = Some(asked.task_id.clone());
+        request.params.message.context_id = None;
+    }
+    let answer = match call(link, &request).await {
         Ok(answer) => answer,
         Err(error) => {
-            tracing::warn!(agent = %peer.agent, %error, conversation = %item.conversation_id,
+            tracing::warn!(agent = %peer.agent, %error, conversation = %conversation,
                 message = %item.message.id, "no answer from the A2A agent; none is recorded");
             return None;
         }
     };
-    let running = match answer.said() {
-        Said::Task(task) if answer.verdict() == Verdict::Working => Some(RemoteTask {
-            conversation_id: item.conversation_id.clone(),
+    if let Some(asked) = asked {
+        forget(peer, asked).await;
+    }
+    let task = |awaits_input| match answer.said() {
+        Said::Task(task) => Some(RemoteTask {
+            conversation_id: conversation.clone(),
             message_id: item.message.id.clone(),
             task_id: task.id.clone(),
             cancel: None,
+            awaits_input,
         }),
         _ => None,
     };
-    if let Some(task) = &running {
+    let open = open_to(peer, conversation).await;
+    let reply = open.as_deref().and_then(|open| reply_to(&answer, open));
+    let running = if answer.verdict() == Verdict::Working {
+        task(false)
+    } else {
+        None
+    };
+    let waiting = if answer.asks(reply.as_ref()) {
+        task(true)
+    } else {
+        None
+    };
+    for task in running.iter().chain(&waiting) {
         keep(peer, task).await;
     }
-    answer_in_conversation(peer, &item.conversation_id, &item.message.id, |open| {
-        reply_to(&answer, open)
-    })
-    .await;
+    send_reply(peer, conversation, &item.message.id, reply).await;
     running
 }
 
-/// Asks the agent to cancel the tasks it runs in the conversation of `cancel` (the
-/// initiator's `cancel`), and answers that message as the agent: `inform` when a task is
-/// canceled, `failure` with why when the agent will not; a task still winding down is
-/// answered by its follower when it ends. False when the agent runs no task there: then the
-/// cancel goes out as any message.
-async fn cancel_tasks(peer: &Peer, cancel: &InboxItem) -> bool {
-    let agent = &peer.agent;
-    let running: Vec<RemoteTask> = match peer.engine.store.remote_tasks(agent).await {
+/// The agent's tasks recorded in `conversation` (none when the store cannot say).
+async fn tasks_in(peer: &Peer, conversation: &str) -> Vec<RemoteTask> {
+    match peer.engine.store.remote_tasks(&peer.agent).await {
         Ok(tasks) => tasks
             .into_iter()
-            .filter(|task| task.conversation_id == cancel.conversation_id)
+            .filter(|task| &*task.conversation_id == conversation)
             .collect(),
         Err(error) => {
-            tracing::warn!(%agent, %error, "cannot read the A2A agent's running tasks");
-            return false;
+            tracing::warn!(agent = %peer.agent, %error, "cannot read the A2A agent's tasks");
+            Vec::new()
         }
-    };
-    for task in &running {
+    }
+}
+
+/// Asks the agent to cancel `tasks` (its tasks in the conversation of `cancel`, the
+/// initiator's `cancel`), and answers that message as the agent: `inform` when a task is
+/// canceled, `failure` with why when the agent will not; a task still winding down is
+/// answered by its follower when it ends. `None` when the agent runs no task there: then
+/// the cancel goes out as any message. Else a task to follow: one that waited for input
+/// (so had no follower) and now winds down.
+async fn cancel_tasks(
+    link: &Link,
+    cancel: &InboxItem,
+    tasks: &[RemoteTask],
+) -> Option<Option<RemoteTask>> {
+    let peer = &link.peer;
+    let agent = &peer.agent;
+    let mut follow = None;
+    for task in tasks {
         let request = Request::new(
             format!("{}/{}/cancel", cancel.conversation_id, cancel.message.id),
             "tasks/cancel",
@@ -450,7 +588,7 @@ async fn cancel_tasks(peer: &Peer, cancel: &InboxItem) -> bool {
                 id: task.task_id.clone(),
             },
         );
-        let answer = match call(peer, &request).await {
+        let answer = match call(link, &request).await {
             Ok(answer) => answer,
             Err(error) => {
                 tracing::warn!(%agent, %error, task = task.task_id, "no answer from the A2A agent to a cancel; none is recorded");
@@ -461,19 +599,26 @@ async fn cancel_tasks(peer: &Peer, cancel: &InboxItem) -> bool {
             // Winding down: its follower answers the cancel when the task ends.
             let cancelling = RemoteTask {
                 cancel: Some(cancel.message.id.clone()),
+                awaits_input: false,
                 ..task.clone()
             };
             keep(peer, &cancelling).await;
+            if task.awaits_input {
+                follow = Some(cancelling);
+            }
             continue;
+        }
+        if task.awaits_input && matches!(answer.said(), Said::Task(_)) {
+            // Ended; a task that waited for input has no follower to forget it.
+            forget(peer, task).await;
         }
         answer_in_conversation(peer, &cancel.conversation_id, &cancel.message.id, |open| {
             cancel_reply(&answer, open)
         })
         .await;
     }
-    !running.is_empty()
+    (!tasks.is_empty()).then_some(follow)
 }
-
 /// The reply to a cancel the agent was asked to carry out, once its task has ended (or
 /// the agent refused): `inform` when the task is `canceled`, `failure` with why otherwise (an
 /// error, or a task that ended another way first). `None` when the thread may send neither.
@@ -502,8 +647,11 @@ pub fn cancel_reply(answer: &Answer, open: &[Arc<str>]) -> Option<Reply> {
 /// Polls a running task until it ends and answers with its end; stops early when the
 /// conversation leaves the agent nothing to say. Either way the task is then forgotten
 /// (its record in the store goes). A task the agent was asked to cancel answers the cancel
-/// first. Returns the task, so its runner knows it is no longer followed.
-pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
+/// first. A task that comes to want input and asks in the conversation (`query-ref`) is
+/// kept as waiting for it instead. Returns the task, so its runner knows it is no longer
+/// followed.
+pub async fn follow_task(link: Link, task: RemoteTask) -> RemoteTask {
+    let peer = &link.peer;
     let agent = &peer.agent;
     let conversation = &*task.conversation_id;
     let mut wait = POLL_FIRST_WAIT;
@@ -530,7 +678,7 @@ pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
                 id: task.task_id.clone(),
             },
         );
-        match call(&peer, &request).await {
+        match call(&link, &request).await {
             Ok(answer) if answer.verdict() == Verdict::Working => {}
             Ok(answer) => break Some(answer),
             Err(error) => {
@@ -538,27 +686,31 @@ pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
             }
         }
     };
+    let mut waits = false;
     if let Some(answer) = ended {
         // The record, not `task`: a cancel may have come since the follower started.
-        let cancel = recorded(&peer, &task).await.and_then(|task| task.cancel);
+        let cancel = recorded(peer, &task).await.and_then(|task| task.cancel);
         if let Some(cancel) = &cancel {
-            answer_in_conversation(&peer, conversation, cancel, |open| {
+            answer_in_conversation(peer, conversation, cancel, |open| {
                 cancel_reply(&answer, open)
             })
             .await;
         }
-        answer_in_conversation(&peer, conversation, &task.message_id, |open| {
-            reply_to(&answer, open)
-        })
-        .await;
+        let open = open_to(peer, conversation).await;
+        let reply = open.as_deref().and_then(|open| reply_to(&answer, open));
+        if answer.asks(reply.as_ref()) {
+            waits = true;
+            let waiting = RemoteTask {
+                cancel: None,
+                awaits_input: true,
+                ..task.clone()
+            };
+            keep(peer, &waiting).await;
+        }
+        send_reply(peer, conversation, &task.message_id, reply).await;
     }
-    if let Err(error) = peer
-        .engine
-        .store
-        .forget_remote_task(agent, conversation, &task.message_id)
-        .await
-    {
-        tracing::warn!(%agent, %error, task = task.task_id, "cannot forget an A2A task that ended");
+    if !waits {
+        forget(peer, &task).await;
     }
     task
 }
@@ -592,6 +744,18 @@ async fn keep(peer: &Peer, task: &RemoteTask) {
     }
 }
 
+/// Forgets the record of `task`. Not fatal when the store cannot: a follower taking it up
+/// later finds the conversation done with it.
+async fn forget(peer: &Peer, task: &RemoteTask) {
+    let store = &peer.engine.store;
+    if let Err(error) = store
+        .forget_remote_task(&peer.agent, &task.conversation_id, &task.message_id)
+        .await
+    {
+        tracing::warn!(agent = %peer.agent, %error, task = task.task_id, "cannot forget an A2A task");
+    }
+}
+
 /// The store's record of `task` now.
 async fn recorded(peer: &Peer, task: &RemoteTask) -> Option<RemoteTask> {
     let tasks = peer.engine.store.remote_tasks(&peer.agent).await.ok()?;
@@ -608,15 +772,28 @@ async fn answer_in_conversation(
     replied: &str,
     choose: impl FnOnce(&[Arc<str>]) -> Option<Reply>,
 ) {
-    let (engine, agent) = (&peer.engine, &*peer.agent);
-    let open = match engine.replies_open_to(conversation, agent).await {
-        Ok(open) => open,
+    if let Some(open) = open_to(peer, conversation).await {
+        send_reply(peer, conversation, replied, choose(&open)).await;
+    }
+}
+
+/// The replies the agent's thread may send now; `None` (logged) when the conversation
+/// cannot be read.
+async fn open_to(peer: &Peer, conversation: &str) -> Option<Vec<Arc<str>>> {
+    let agent = &*peer.agent;
+    match peer.engine.replies_open_to(conversation, agent).await {
+        Ok(open) => Some(open),
         Err(error) => {
             tracing::warn!(%agent, %error, conversation, "cannot answer for an A2A agent");
-            return;
+            None
         }
-    };
-    let Some(reply) = choose(&open) else {
+    }
+}
+
+/// Sends `reply` as the agent, in reply to message `replied`; nothing when there is none.
+async fn send_reply(peer: &Peer, conversation: &str, replied: &str, reply: Option<Reply>) {
+    let (engine, agent) = (&peer.engine, &*peer.agent);
+    let Some(reply) = reply else {
         tracing::debug!(%agent, conversation, "nothing for the A2A agent's answer to say here");
         return;
     };
@@ -665,25 +842,38 @@ fn failed(error: reqwest::Error, endpoint: &Endpoint) -> CallError {
     }
 }
 
-/// One JSON-RPC call with retries: the answer, or why there was none.
-async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<Answer, CallError> {
+/// One JSON-RPC call with retries, in the agent's [`Dialect`] (`request` is written in
+/// v0.3's names and shapes): the answer, or why there was none.
+async fn call<P: serde::Serialize>(link: &Link, request: &Request<P>) -> Result<Answer, CallError> {
     let Peer {
         agent,
         endpoint,
         metrics,
         client,
         ..
-    } = peer;
-    // The methods the bridge calls, as metric labels.
-    let method = match request.method.as_str() {
-        "tasks/get" => "tasks/get",
-        "tasks/cancel" => "tasks/cancel",
-        _ => "message/send",
+    } = &link.peer;
+    let dialect = link.dialect().await;
+    // The methods the bridge calls, as metric labels, in the version spoken.
+    let (method, sends) = match (request.method.as_str(), dialect.is_v1()) {
+        ("tasks/get", false) => ("tasks/get", false),
+        ("tasks/cancel", false) => ("tasks/cancel", false),
+        (_, false) => ("message/send", true),
+        ("tasks/get", true) => ("GetTask", false),
+        ("tasks/cancel", true) => ("CancelTask", false),
+        (_, true) => ("SendMessage", true),
     };
+    let (url, body) = match &dialect {
+        Dialect::V0_3 => (endpoint.url.as_str(), serde_json::to_value(request)),
+        Dialect::V1_0 { url } => (
+            url.as_str(),
+            serde_json::to_value(dialect::spelt_v1(request)),
+        ),
+    };
+    let body = body.map_err(|error| CallError::Broken(format!("unwritable request: {error}")))?;
     let mut backoff = FIRST_BACKOFF;
     let mut last = String::new();
     for attempt in 1..=ATTEMPTS {
-        match call_once(client, endpoint, request).await {
+        match call_once(client, endpoint, url, &dialect, &body, method).await {
             Ok(answer) => {
                 metrics.a2a_call(method, A2aCallResult::Answered);
                 return Ok(answer);
@@ -693,7 +883,7 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
                 last = error;
             }
             // Asking about a task again, or asking again to cancel it, is harmless.
-            Err(CallError::TimedOut(error)) if method != "message/send" => {
+            Err(CallError::TimedOut(error)) if !sends => {
                 tracing::debug!(%agent, attempt, %error, method, "A2A call timed out");
                 last = error;
             }
@@ -710,20 +900,22 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
     }
     metrics.a2a_call(method, A2aCallResult::Failed);
     Err(CallError::Unreachable(format!(
-        "{} failed {ATTEMPTS} times, last: {last}",
-        request.method
+        "{method} failed {ATTEMPTS} times, last: {last}"
     )))
 }
 
-async fn call_once<P: serde::Serialize>(
+async fn call_once(
     client: &reqwest::Client,
     endpoint: &Endpoint,
-    request: &Request<P>,
+    url: &str,
+    dialect: &Dialect,
+    request: &Value,
+    method: &str,
 ) -> Result<Answer, CallError> {
-    let mut post = client
-        .post(&endpoint.url)
-        .timeout(endpoint.timeout)
-        .json(request);
+    let mut post = client.post(url).timeout(endpoint.timeout).json(request);
+    if dialect.is_v1() {
+        post = post.header(super::v1::VERSION_HEADER, dialect::V1_VERSION);
+    }
     if let Some(token) = &endpoint.token {
         post = post.bearer_auth(token);
     }
@@ -733,18 +925,30 @@ async fn call_once<P: serde::Serialize>(
         .and_then(reqwest::Response::error_for_status)
         .map_err(|error| failed(error, endpoint))?;
     let body = read_capped(response, endpoint).await?;
-    let response: Response<SendResult> = serde_json::from_slice(&body).map_err(|error| {
+    let broken = |error: &dyn std::fmt::Display| {
         CallError::Broken(format!(
-            "{} answered no A2A JSON-RPC response: {error}",
-            request.method
+            "{method} answered no A2A JSON-RPC response: {error}"
         ))
-    })?;
-    match (response.result, response.error) {
+    };
+    let (result, error) = if dialect.is_v1() {
+        let response: Response<Value> =
+            serde_json::from_slice(&body).map_err(|error| broken(&error))?;
+        let result = response
+            .result
+            .map(dialect::answer_from_v1)
+            .transpose()
+            .map_err(|error| broken(&error))?;
+        (result, response.error)
+    } else {
+        let response: Response<SendResult> =
+            serde_json::from_slice(&body).map_err(|error| broken(&error))?;
+        (response.result, response.error)
+    };
+    match (result, error) {
         (_, Some(error)) => Ok(Answer::Error(error)),
         (Some(result), None) => Ok(Answer::Result(Box::new(result))),
         (None, None) => Err(CallError::Broken(format!(
-            "{} answered a JSON-RPC response with neither result nor error",
-            request.method
+            "{method} answered a JSON-RPC response with neither result nor error"
         ))),
     }
 }
@@ -900,6 +1104,35 @@ mod tests {
             Some("failure"),
             "not-understood where the thread may not say it"
         );
+    }
+
+    /// A task that wants input asks its status message as a `query-ref` where the thread
+    /// may ask back; elsewhere it could not go on.
+    #[test]
+    fn a_task_that_wants_input_asks_where_the_thread_may_ask() {
+        let wants_input = task("input-required", Some("which room?"), vec![]);
+        let requested = open(&["agree", "query-ref", "inform", "failure", "not-understood"]);
+        let asked = reply_to(&wants_input, &requested);
+        assert_eq!(
+            asked,
+            Some(Reply {
+                performative: "query-ref".to_owned(),
+                content: json!({"text": "which room?"})
+            })
+        );
+        assert!(wants_input.asks(asked.as_ref()));
+        let elsewhere = reply_to(&wants_input, &open(&["inform", "not-understood"]));
+        assert_eq!(
+            elsewhere,
+            Some(Reply {
+                performative: "not-understood".to_owned(),
+                content: json!({"reason": "which room?"})
+            })
+        );
+        assert!(!wants_input.asks(elsewhere.as_ref()));
+        // A finished task is no question, wherever the thread may ask one.
+        let done = task("completed", None, vec![data_part(json!(1))]);
+        assert!(!done.asks(reply_to(&done, &requested).as_ref()));
     }
 
     #[test]

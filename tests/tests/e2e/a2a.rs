@@ -2,7 +2,9 @@
 //! remote agent speaking A2A (JSON-RPC 2.0). Each message to it is POSTed there as
 //! `message/send`, and the engine answers in the conversation as that agent, from the
 //! remote's Task or Message. The remote here is a fake A2A agent on `127.0.0.1:0` that
-//! records every request and answers from a per-test script.
+//! records every request and answers from a per-test script. It has no agent card unless a
+//! test gives it one ([`FakeAgent::serve_card`]): without, the bridge speaks v0.3; with a
+//! card listing JSON-RPC 1.0, v1.0.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +31,8 @@ use crate::support::{json_performatives, poll_until};
 #[derive(Clone, Debug)]
 struct Seen {
     content_type: Option<String>,
+    /// The `A2A-Version` header.
+    version: Option<String>,
     /// The JSON-RPC request (`null` if the body was not JSON).
     body: Value,
 }
@@ -45,6 +49,9 @@ struct Answer {
 struct FakeAgent {
     url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The card served at `/.well-known/agent-card.json` (none: 404), and how often it was
+    /// read.
+    card: Arc<Mutex<(Option<Value>, usize)>>,
 }
 
 type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
@@ -67,17 +74,30 @@ impl FakeAgent {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}/", listener.local_addr().expect("addr"));
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let card = Arc::new(Mutex::new((None, 0)));
         let script: Arc<Script> = Arc::new(script);
-        let log = Arc::clone(&seen);
+        let (log, served) = (Arc::clone(&seen), Arc::clone(&card));
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (log, script, gate) =
-                    (Arc::clone(&log), Arc::clone(&script), Arc::clone(&gate));
+                let (log, script, gate, served) = (
+                    Arc::clone(&log),
+                    Arc::clone(&script),
+                    Arc::clone(&gate),
+                    Arc::clone(&served),
+                );
                 let service = service_fn(move |request: Request<Incoming>| {
-                    let (log, script, gate) =
-                        (Arc::clone(&log), Arc::clone(&script), Arc::clone(&gate));
+                    let (log, script, gate, served) = (
+                        Arc::clone(&log),
+                        Arc::clone(&script),
+                        Arc::clone(&gate),
+                        Arc::clone(&served),
+                    );
                     async move {
-                        let answer = answer(request, &log, &*script, &*gate).await;
+                        let answer = if request.method() == hyper::Method::GET {
+                            card_answer(&request, &served)
+                        } else {
+                            answer(request, &log, &*script, &*gate).await
+                        };
                         let response = Response::builder()
                             .status(answer.status)
                             .header(CONTENT_TYPE, "application/json")
@@ -91,7 +111,23 @@ impl FakeAgent {
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
             }
         });
-        FakeAgent { url, seen }
+        FakeAgent { url, seen, card }
+    }
+
+    /// Serves a v1.0 card listing `interfaces` (`{url}` in a URL is the fake's).
+    fn serve_card(&self, interfaces: Value) {
+        let interfaces = interfaces
+            .to_string()
+            .replace("{url}", self.url.trim_end_matches('/'));
+        let card = json!({"name": "translator", "description": "a fake", "version": "1",
+            "supportedInterfaces": serde_json::from_str::<Value>(&interfaces).expect("json"),
+            "capabilities": {}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
+        self.card.lock().expect("lock").0 = Some(card);
+    }
+
+    /// How often the card was read.
+    fn card_reads(&self) -> usize {
+        self.card.lock().expect("lock").1
     }
 
     /// The JSON-RPC requests received so far with this method.
@@ -120,6 +156,22 @@ impl FakeAgent {
     }
 }
 
+/// The card, at its well-known path, if the fake has one; else 404.
+fn card_answer(request: &Request<Incoming>, served: &Mutex<(Option<Value>, usize)>) -> Answer {
+    let mut served = served.lock().expect("lock");
+    served.1 += 1;
+    match &served.0 {
+        Some(card) if request.uri().path() == "/.well-known/agent-card.json" => Answer {
+            status: 200,
+            body: card.clone(),
+        },
+        _ => Answer {
+            status: 404,
+            body: json!({"error": "no card"}),
+        },
+    }
+}
+
 /// Records `request` and asks the script for its answer.
 async fn answer(
     request: Request<Incoming>,
@@ -130,6 +182,11 @@ async fn answer(
     let content_type = request
         .headers()
         .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let version = request
+        .headers()
+        .get("a2a-version")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let bytes = request
@@ -147,6 +204,7 @@ async fn answer(
             .count();
         log.push(Seen {
             content_type,
+            version,
             body: body.clone(),
         });
         attempt
@@ -960,4 +1018,191 @@ async fn a_cancel_the_agent_refuses_is_a_failure_and_the_result_still_comes() {
         "{view:#}"
     );
     assert_eq!(view["outcome"], "success", "{view:#}");
+}
+
+/// An agent whose card lists a JSON-RPC 1.0 interface is spoken to in v1.0: `SendMessage`
+/// and `GetTask` with `A2A-Version: 1.0`, a message without `kind`, role `ROLE_USER`, parts
+/// without `kind`. Its v1.0 answers (`{"task"}`, a bare task, `TASK_STATE_*`) come back as
+/// the v0.3 ones do: agree, then inform with the artifact. The card is read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_card_lists_v1_is_spoken_to_in_v1() {
+    let fake = FakeAgent::start(|request, attempt| match request["method"].as_str() {
+        Some("SendMessage") => result(
+            request,
+            json!({"task": {"id": "t-1", "contextId": "remote-context",
+                "status": {"state": "TASK_STATE_WORKING"}}}),
+        ),
+        Some("GetTask") if attempt == 0 => result(
+            request,
+            json!({"id": "t-1", "status": {"state": "TASK_STATE_WORKING"}}),
+        ),
+        Some("GetTask") => result(
+            request,
+            json!({"id": "t-1", "status": {"state": "TASK_STATE_COMPLETED"},
+                "artifacts": [{"artifactId": "a1", "parts": [{"data": {"translated": "hallo"}}]}]}),
+        ),
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await;
+    fake.serve_card(json!([
+        {"url": "{url}", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "{url}", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}
+    ]));
+    let server = server_for(&fake).await;
+    let content = json!({"action": "translate", "text": "hello"});
+    let (id, request_id, view) = request_until_ended(&server, &fake, content.clone()).await;
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "agree", "inform"],
+        "{view:#}"
+    );
+    assert_eq!(
+        last_message(&view)["content"],
+        json!({"translated": "hallo"}),
+        "{view:#}"
+    );
+    fake.assert_calls("message/send", 0, "no v0.3 call");
+    let sent = fake.requests("SendMessage");
+    assert_eq!(sent.len(), 1, "{:#}", Value::from(fake.all()));
+    assert_eq!(sent[0].version.as_deref(), Some("1.0"));
+    let params = &sent[0].body["params"];
+    assert_eq!(
+        params["message"],
+        json!({"messageId": request_id, "contextId": id, "role": "ROLE_USER",
+            "parts": [{"data": content}],
+            "metadata": {"colloquy": {"conversation": id, "template": "fipa-request",
+                "performative": "request", "sender": "alice"}}}),
+        "{params:#}"
+    );
+    assert_eq!(params["configuration"], json!({"returnImmediately": false}));
+    let polls = fake.requests("GetTask");
+    assert_eq!(polls.len(), 2, "{:#}", Value::from(fake.all()));
+    for poll in &polls {
+        assert_eq!(poll.version.as_deref(), Some("1.0"));
+        assert_eq!(poll.body["params"], json!({"id": "t-1"}));
+    }
+    assert_eq!(fake.card_reads(), 1, "the card is read once per worker");
+}
+
+/// An agent without a card, or whose card lists no JSON-RPC 1.0 interface, is spoken to
+/// in v0.3, without an `A2A-Version` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_a_v1_card_is_spoken_to_in_v0_3() {
+    for card in [
+        None,
+        Some(json!([{"url": "{url}", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}])),
+    ] {
+        let fake = FakeAgent::start(|request, _| {
+            result(request, completed("t-1", json!({"translated": "hallo"})))
+        })
+        .await;
+        if let Some(card) = &card {
+            fake.serve_card(card.clone());
+        }
+        let server = server_for(&fake).await;
+        request_until_ended(&server, &fake, json!({"action": "translate"})).await;
+        let sent = fake.requests("message/send");
+        assert_eq!(sent.len(), 1, "{card:?}: {:#}", Value::from(fake.all()));
+        assert_eq!(sent[0].version, None, "{card:?}");
+        assert!(fake.card_reads() >= 1, "the card was looked for");
+    }
+}
+
+/// A task that wants input becomes translator's `query-ref` (its status message as
+/// content) where the thread may ask back (`a2a-task`); alice's `inform` answering it goes
+/// into that task (`taskId`), not into a new one, and the task's end answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_wants_input_asks_and_the_answer_goes_into_it() {
+    let fake = FakeAgent::start(|request, attempt| match request["method"].as_str() {
+        Some("message/send") if attempt == 0 => result(
+            request,
+            explained("t-1", "input-required", "which language?"),
+        ),
+        Some("message/send") => result(request, completed("t-1", json!({"translated": "hallo"}))),
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (id, request_id) = start(
+        &server,
+        "a2a-task",
+        &["translator"],
+        "request",
+        &json!({"text": "hello"}),
+    )
+    .await;
+    let asked = until(&server, &fake, &id, "query-ref", |view| {
+        json_performatives(view).contains(&"query-ref")
+    })
+    .await;
+    let question = last_message(&asked);
+    assert_eq!(question["sender"], "translator", "{asked:#}");
+    assert_eq!(question["in_reply_to"], request_id.as_str(), "{asked:#}");
+    assert_eq!(
+        question["content"],
+        json!({"text": "which language?"}),
+        "{asked:#}"
+    );
+    let (status, body) = call(
+        server
+            .as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "alice",
+            )
+            .json(&json!({"performative": "inform", "content": {"language": "de"}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let view = until(
+        &server,
+        &fake,
+        &id,
+        "completed conversation",
+        completed_view,
+    )
+    .await;
+    assert_eq!(view["outcome"], "success", "{view:#}");
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "query-ref", "inform", "inform"],
+        "{view:#}"
+    );
+    assert_eq!(
+        last_message(&view)["content"],
+        json!({"translated": "hallo"})
+    );
+    let sent = fake.requests("message/send");
+    assert_eq!(sent.len(), 2, "{:#}", Value::from(fake.all()));
+    let answer = &sent[1].body["params"]["message"];
+    assert_eq!(answer["taskId"], "t-1", "{answer:#}");
+    assert_eq!(
+        answer["parts"],
+        json!([{"kind": "data", "data": {"language": "de"}}])
+    );
+    assert!(answer.get("contextId").is_none(), "{answer:#}");
+}
+
+/// Where the thread may not ask back (`fipa-request`), a task that wants input is a
+/// `not-understood` with its question as the reason, and nothing waits for an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_wants_input_is_not_understood_where_the_thread_cannot_ask() {
+    let fake = FakeAgent::start(|request, _| {
+        result(
+            request,
+            explained("t-1", "input-required", "which language?"),
+        )
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (_, _, view) = request_until_ended(&server, &fake, json!({"text": "hello"})).await;
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "not-understood"],
+        "{view:#}"
+    );
+    assert_eq!(
+        last_message(&view)["content"],
+        json!({"reason": "which language?"})
+    );
 }

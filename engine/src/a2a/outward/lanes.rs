@@ -17,7 +17,7 @@ use colloquy_protocol::api::InboxItem;
 use tokio::sync::watch;
 use tokio::task::{self, JoinSet};
 
-use super::{Peer, bridge, follow_task};
+use super::{Link, Peer, bridge, follow_task};
 use crate::store::RemoteTask;
 
 /// Most messages of one agent under way at once.
@@ -25,7 +25,7 @@ pub const MAX_IN_FLIGHT: usize = 16;
 
 /// The messages of one agent under way, and how far its inbox is handled.
 pub struct Lanes {
-    peer: Peer,
+    link: Link,
     /// Each message's call and answer; yields the message's `seq` and, when the agent's
     /// task still runs, what to follow.
     running: JoinSet<(u64, Option<RemoteTask>)>,
@@ -44,10 +44,10 @@ pub struct Lanes {
 }
 
 impl Lanes {
-    /// No message under way yet.
+    /// No message under way yet; the agent's card is read before the first call.
     pub fn new(peer: Peer) -> Lanes {
         Lanes {
-            peer,
+            link: Link::new(peer),
             running: JoinSet::new(),
             seq_of: HashMap::new(),
             followers: JoinSet::new(),
@@ -72,7 +72,7 @@ impl Lanes {
         }
         let (finished, done) = watch::channel(false);
         let before = self.last.insert(item.conversation_id.clone(), done);
-        let peer = self.peer.clone();
+        let link = self.link.clone();
         let seq = item.seq;
         self.started.push_back(seq);
         let started = self.running.spawn(async move {
@@ -80,7 +80,7 @@ impl Lanes {
                 // An error means the earlier message's task is gone: nothing to wait for.
                 let _ = before.wait_for(|done| *done).await;
             }
-            let running = bridge(&peer, &item).await;
+            let running = bridge(&link, &item).await;
             let _ = finished.send(true);
             (seq, running)
         });
@@ -101,7 +101,7 @@ impl Lanes {
             Err(error) => {
                 let id = error.id();
                 let seq = self.seq_of.get(&id).copied()?;
-                tracing::error!(agent = %self.peer.agent, seq, %error, "A2A bridge task failed");
+                tracing::error!(agent = %self.link.peer.agent, seq, %error, "A2A bridge task failed");
                 (id, seq)
             }
         };
@@ -111,13 +111,14 @@ impl Lanes {
     }
 
     /// Follows the tasks the store says the agent still runs (recorded before a restart, or
-    /// by the node that led the agent's delivery before), except those followed already.
+    /// by the node that led the agent's delivery before), except those followed already and
+    /// those that wait for input (the initiator's next message goes into them).
     pub async fn resume(&mut self) {
         self.reap();
-        let peer = &self.peer;
+        let peer = &self.link.peer;
         match peer.engine.store.remote_tasks(&peer.agent).await {
             Ok(tasks) => {
-                for task in tasks {
+                for task in tasks.into_iter().filter(|task| !task.awaits_input) {
                     self.follow(task);
                 }
             }
@@ -131,7 +132,7 @@ impl Lanes {
     fn follow(&mut self, task: RemoteTask) {
         let key = (task.conversation_id.clone(), task.message_id.clone());
         if self.following.insert(key) {
-            self.followers.spawn(follow_task(self.peer.clone(), task));
+            self.followers.spawn(follow_task(self.link.clone(), task));
         }
     }
 
