@@ -27,7 +27,9 @@
 //! agent that knows Colloquy can name the performative itself
 //! (`metadata.colloquy.performative`).
 //! A task still running when `message/send` returns gets an `agree` where the thread may
-//! agree, and is then polled with `tasks/get` until it ends. Running tasks are recorded in
+//! agree, and is then polled with `tasks/get` until it ends. To a v1.0 agent that streams,
+//! the message goes out as `SendStreamingMessage` ([`Updates`]): a task is agreed to when it
+//! shows `working` and then followed over its stream, polled only once that ends early. Running tasks are recorded in
 //! the store ([`RemoteTask`]): an engine restarted on it, or the node that takes over the
 //! agent's delivery, goes on following them. A `cancel` from the initiator while the agent
 //! runs a task in the conversation becomes A2A's `tasks/cancel` for that task, not a new
@@ -59,8 +61,10 @@ use crate::store::RemoteTask;
 
 mod dialect;
 mod lanes;
+mod updates;
 pub use dialect::Dialect;
 pub use lanes::{Lanes, MAX_IN_FLIGHT};
+pub use updates::Updates;
 
 /// First wait before asking again about a task still running; doubled up to
 /// [`POLL_MAX_WAIT`].
@@ -488,21 +492,36 @@ async fn read_dialect(peer: &Peer) -> Result<Dialect, CallError> {
     Ok(Dialect::V0_3)
 }
 
+/// A task the agent still runs, to follow ([`follow_task`]), with the stream of its
+/// updates when it came over one.
+pub struct Running {
+    /// The task, as recorded.
+    pub task: RemoteTask,
+    /// Its updates, when the agent streams them.
+    pub updates: Option<Box<Updates>>,
+}
+
 /// Bridges one inbox item: sends it and records the answer as the agent's reply. Returns
 /// the agent's task when it is still running, for [`follow_task`]; it is recorded in the
-/// store before the reply, so a restart goes on following it. A `cancel` in a conversation
+/// store before the reply, so a restart goes on following it. To an agent that streams
+/// ([`Dialect::streams`]) the message goes out as `SendStreamingMessage`, and the task is
+/// handed to its follower, stream and all, once the agent works on it: a long task holds
+/// up none of its conversation's next messages (a `cancel`). A `cancel` in a conversation
 /// where the agent runs a task becomes `tasks/cancel` (`cancel_tasks`). A message in a
 /// conversation where the agent's task waits for input (it asked with `query-ref`) is sent
 /// into that task, as the answer to its question. Failures are logged; nothing is recorded
 /// for them.
-pub async fn bridge(link: &Link, item: &InboxItem) -> Option<RemoteTask> {
+pub async fn bridge(link: &Link, item: &InboxItem) -> Option<Running> {
     let peer = &link.peer;
     let conversation = &item.conversation_id;
     let tasks = tasks_in(peer, conversation).await;
     if item.message.performative.name() == "cancel"
         && let Some(follow) = cancel_tasks(link, item, &tasks).await
     {
-        return follow;
+        return follow.map(|task| Running {
+            task,
+            updates: None,
+        });
     }
     let mut request = message_send(item);
     let asked = tasks.iter().find(|task| task.awaits_input);
@@ -512,14 +531,15 @@ pub async fn bridge(link: &Link, item: &InboxItem) -> Option<RemoteTask> {
         request.params.message.task_id = Some(asked.task_id.clone());
         request.params.message.context_id = None;
     }
-    let answer = match call(link, &request).await {
-        Ok(answer) => answer,
+    let (answer, updates) = match send(link, request).await {
+        Ok(sent) => sent,
         Err(error) => {
             tracing::warn!(agent = %peer.agent, %error, conversation = %conversation,
                 message = %item.message.id, "no answer from the A2A agent; none is recorded");
             return None;
         }
     };
+    let answer = with_question(link, answer).await;
     if let Some(asked) = asked {
         forget(peer, asked).await;
     }
@@ -549,7 +569,74 @@ pub async fn bridge(link: &Link, item: &InboxItem) -> Option<RemoteTask> {
         keep(peer, task).await;
     }
     send_reply(peer, conversation, &item.message.id, reply).await;
-    running
+    running.map(|task| Running { task, updates })
+}
+
+/// Sends a message: as one blocking call, or to an agent that streams as
+/// `SendStreamingMessage`, read until the task ends, wants input or is `working` (then its
+/// stream comes back with it, for its follower). A stream that ends or breaks while the
+/// task is only `submitted` leaves it to be polled.
+async fn send(
+    link: &Link,
+    mut request: Request<MessageSendParams>,
+) -> Result<(Answer, Option<Box<Updates>>), CallError> {
+    if !link.dialect().await.streams() {
+        return call(link, &request).await.map(|answer| (answer, None));
+    }
+    request.method = STREAM_METHOD.to_owned();
+    let mut updates = match call_any(link, &request).await? {
+        Received::Answer(answer) => return Ok((answer, None)),
+        Received::Updates(updates) => updates,
+    };
+    let mut submitted = None;
+    loop {
+        match updates.next().await {
+            Ok(Some(answer)) if answer.verdict() != Verdict::Working => return Ok((answer, None)),
+            Ok(Some(answer)) if is_working(&answer) => return Ok((answer, Some(updates))),
+            Ok(Some(answer)) => submitted = Some(answer),
+            Ok(None) => {
+                return submitted.map(|answer| (answer, None)).ok_or_else(|| {
+                    CallError::Broken("the stream ended before it showed a task".to_owned())
+                });
+            }
+            Err(error) => return submitted.map(|answer| (answer, None)).ok_or(error),
+        }
+    }
+}
+
+/// The v0.3 name of a streamed send; v1.0's `SendStreamingMessage`.
+const STREAM_METHOD: &str = "message/stream";
+
+/// Whether the agent works on the task (`working`, not only `submitted`).
+fn is_working(answer: &Answer) -> bool {
+    matches!(answer.said(), Said::Task(task) if task.status.state == "working")
+}
+
+/// A task that wants input without saying what (a v1.0 stream's status update carries
+/// neither a message nor the history): the whole task from `GetTask`, whose history has
+/// the question ([`dialect`] reads it from there). As it was when that fails.
+async fn with_question(link: &Link, answer: Answer) -> Answer {
+    let silent = match answer.said() {
+        Said::Task(task) if answer.verdict() == Verdict::WantsInput => {
+            task.status.message.is_none().then(|| task.id.clone())
+        }
+        _ => None,
+    };
+    let Some(task_id) = silent.filter(|id| !id.is_empty()) else {
+        return answer;
+    };
+    if !link.dialect().await.is_v1() {
+        return answer;
+    }
+    let request = Request::new(
+        format!("{task_id}/question"),
+        "tasks/get",
+        TaskQueryParams { id: task_id },
+    );
+    match call(link, &request).await {
+        Ok(whole) if whole.verdict() == Verdict::WantsInput => whole,
+        _ => answer,
+    }
 }
 
 /// The agent's tasks recorded in `conversation` (none when the store cannot say).
@@ -644,19 +731,47 @@ pub fn cancel_reply(answer: &Answer, open: &[Arc<str>]) -> Option<Reply> {
         })
 }
 
-/// Polls a running task until it ends and answers with its end; stops early when the
-/// conversation leaves the agent nothing to say. Either way the task is then forgotten
+/// Follows a running task until it ends, over its stream of updates while there is one,
+/// else by polling, and answers with its end; stops early when the conversation leaves
+/// the agent nothing to say. Either way the task is then forgotten
 /// (its record in the store goes). A task the agent was asked to cancel answers the cancel
 /// first. A task that comes to want input and asks in the conversation (`query-ref`) is
-/// kept as waiting for it instead. Returns the task, so its runner knows it is no longer
-/// followed.
-pub async fn follow_task(link: Link, task: RemoteTask) -> RemoteTask {
+/// kept as waiting for it instead. A task that ends `canceled` without a cancel recorded for
+/// it was cancelled by the call that answers the cancel (`cancel_tasks`): the request gets
+/// no `failure` for it. Returns the task, so its runner knows it is no longer followed.
+pub async fn follow_task(
+    link: Link,
+    task: RemoteTask,
+    updates: Option<Box<Updates>>,
+) -> RemoteTask {
     let peer = &link.peer;
     let agent = &peer.agent;
     let conversation = &*task.conversation_id;
+    let mut updates = updates;
     let mut wait = POLL_FIRST_WAIT;
     let mut polls = 1..=MAX_POLLS;
     let ended = loop {
+        if let Some(stream) = updates.as_mut() {
+            match tokio::time::timeout(POLL_MAX_WAIT, stream.next()).await {
+                Ok(Ok(Some(answer))) if answer.verdict() == Verdict::Working => continue,
+                Ok(Ok(Some(answer))) => break Some(answer),
+                Ok(Ok(None)) => {
+                    tracing::debug!(%agent, task = task.task_id, "the A2A task's stream ended before the task; polling it");
+                    updates = None;
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(%agent, %error, task = task.task_id, "the A2A task's stream broke; polling it");
+                    updates = None;
+                }
+                // Quiet for a while: is the task still awaited at all?
+                Err(_) => {
+                    match still_awaited(peer.engine.replies_open_to(conversation, agent).await) {
+                        Awaited::No => break None,
+                        Awaited::Yes | Awaited::CannotTell(_) => continue,
+                    }
+                }
+            }
+        }
         let Some(poll) = polls.next() else {
             tracing::warn!(%agent, task = task.task_id, conversation, "A2A task still running after {MAX_POLLS} polls; no longer followed");
             break None;
@@ -688,6 +803,7 @@ pub async fn follow_task(link: Link, task: RemoteTask) -> RemoteTask {
     };
     let mut waits = false;
     if let Some(answer) = ended {
+        let answer = with_question(&link, answer).await;
         // The record, not `task`: a cancel may have come since the follower started.
         let cancel = recorded(peer, &task).await.and_then(|task| task.cancel);
         if let Some(cancel) = &cancel {
@@ -695,6 +811,9 @@ pub async fn follow_task(link: Link, task: RemoteTask) -> RemoteTask {
                 cancel_reply(&answer, open)
             })
             .await;
+        } else if matches!(answer.said(), Said::Task(ended) if ended.status.state == "canceled") {
+            forget(peer, &task).await;
+            return task;
         }
         let open = open_to(peer, conversation).await;
         let reply = open.as_deref().and_then(|open| reply_to(&answer, open));
@@ -842,9 +961,31 @@ fn failed(error: reqwest::Error, endpoint: &Endpoint) -> CallError {
     }
 }
 
+/// What a call got back: an answer, or (`SendStreamingMessage`) a stream of them.
+enum Received {
+    Answer(Answer),
+    Updates(Box<Updates>),
+}
+
 /// One JSON-RPC call with retries, in the agent's [`Dialect`] (`request` is written in
 /// v0.3's names and shapes): the answer, or why there was none.
 async fn call<P: serde::Serialize>(link: &Link, request: &Request<P>) -> Result<Answer, CallError> {
+    match call_any(link, request).await? {
+        Received::Answer(answer) => Ok(answer),
+        // Only a streamed send is read as a stream.
+        Received::Updates(_) => Err(CallError::Broken(format!(
+            "{} answered with a stream",
+            request.method
+        ))),
+    }
+}
+
+/// [`call`], or for [`STREAM_METHOD`] its stream of updates when the agent answers with
+/// one (it may answer a JSON-RPC response instead, an error say).
+async fn call_any<P: serde::Serialize>(
+    link: &Link,
+    request: &Request<P>,
+) -> Result<Received, CallError> {
     let Peer {
         agent,
         endpoint,
@@ -860,11 +1001,12 @@ async fn call<P: serde::Serialize>(link: &Link, request: &Request<P>) -> Result<
         (_, false) => ("message/send", true),
         ("tasks/get", true) => ("GetTask", false),
         ("tasks/cancel", true) => ("CancelTask", false),
+        (STREAM_METHOD, true) => ("SendStreamingMessage", true),
         (_, true) => ("SendMessage", true),
     };
     let (url, body) = match &dialect {
         Dialect::V0_3 => (endpoint.url.as_str(), serde_json::to_value(request)),
-        Dialect::V1_0 { url } => (
+        Dialect::V1_0 { url, .. } => (
             url.as_str(),
             serde_json::to_value(dialect::spelt_v1(request)),
         ),
@@ -904,6 +1046,8 @@ async fn call<P: serde::Serialize>(link: &Link, request: &Request<P>) -> Result<
     )))
 }
 
+/// One attempt of a call. The endpoint's timeout covers a stream too: one that outlasts
+/// it breaks, and its task is polled from then on.
 async fn call_once(
     client: &reqwest::Client,
     endpoint: &Endpoint,
@@ -911,10 +1055,14 @@ async fn call_once(
     dialect: &Dialect,
     request: &Value,
     method: &str,
-) -> Result<Answer, CallError> {
+) -> Result<Received, CallError> {
+    let streamed = method == "SendStreamingMessage";
     let mut post = client.post(url).timeout(endpoint.timeout).json(request);
     if dialect.is_v1() {
         post = post.header(super::v1::VERSION_HEADER, dialect::V1_VERSION);
+    }
+    if streamed {
+        post = post.header(reqwest::header::ACCEPT, "text/event-stream");
     }
     if let Some(token) = &endpoint.token {
         post = post.bearer_auth(token);
@@ -924,6 +1072,14 @@ async fn call_once(
         .await
         .and_then(reqwest::Response::error_for_status)
         .map_err(|error| failed(error, endpoint))?;
+    let is_stream = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"));
+    if streamed && is_stream {
+        return Ok(Received::Updates(Box::new(Updates::new(response))));
+    }
     let body = read_capped(response, endpoint).await?;
     let broken = |error: &dyn std::fmt::Display| {
         CallError::Broken(format!(
@@ -945,8 +1101,8 @@ async fn call_once(
         (response.result, response.error)
     };
     match (result, error) {
-        (_, Some(error)) => Ok(Answer::Error(error)),
-        (Some(result), None) => Ok(Answer::Result(Box::new(result))),
+        (_, Some(error)) => Ok(Received::Answer(Answer::Error(error))),
+        (Some(result), None) => Ok(Received::Answer(Answer::Result(Box::new(result)))),
         (None, None) => Err(CallError::Broken(format!(
             "{method} answered a JSON-RPC response with neither result nor error"
         ))),

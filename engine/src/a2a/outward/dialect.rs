@@ -29,6 +29,9 @@ pub enum Dialect {
     V1_0 {
         /// The card's JSONRPC 1.0 interface, as the bridge calls it.
         url: String,
+        /// The card says `capabilities.streaming: true`: messages go out as
+        /// `SendStreamingMessage` and their tasks are followed over its events.
+        streaming: bool,
     },
 }
 
@@ -48,6 +51,11 @@ impl Dialect {
         let Ok(endpoint_url) = reqwest::Url::parse(endpoint) else {
             return Dialect::V0_3;
         };
+        let streaming = card
+            .get("capabilities")
+            .and_then(|capabilities| capabilities.get("streaming"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let interfaces = card
             .get("supportedInterfaces")
             .and_then(Value::as_array)
@@ -67,10 +75,14 @@ impl Dialect {
             if url.host_str() == endpoint_url.host_str() && path(&url) == path(&endpoint_url) {
                 return Dialect::V1_0 {
                     url: endpoint.to_owned(),
+                    streaming,
                 };
             }
             if own && url.origin() == endpoint_url.origin() {
-                return Dialect::V1_0 { url: url.into() };
+                return Dialect::V1_0 {
+                    url: url.into(),
+                    streaming,
+                };
             }
         }
         Dialect::V0_3
@@ -79,6 +91,17 @@ impl Dialect {
     /// Whether it is v1.0.
     pub fn is_v1(&self) -> bool {
         matches!(self, Dialect::V1_0 { .. })
+    }
+
+    /// Whether messages go out as `SendStreamingMessage`.
+    pub fn streams(&self) -> bool {
+        matches!(
+            self,
+            Dialect::V1_0 {
+                streaming: true,
+                ..
+            }
+        )
     }
 }
 
@@ -102,6 +125,7 @@ pub fn card_urls(endpoint: &str) -> Vec<String> {
 pub fn v1_method(method: &str) -> &str {
     match method {
         "message/send" => "SendMessage",
+        "message/stream" => "SendStreamingMessage",
         "tasks/get" => "GetTask",
         "tasks/cancel" => "CancelTask",
         other => other,
@@ -178,6 +202,22 @@ pub fn answer_from_v1(result: Value) -> Result<SendResult, String> {
     let message: MessageV1 =
         serde_json::from_value(message.unwrap_or_default()).map_err(|error| error.to_string())?;
     message.into_v03().map(SendResult::Message)
+}
+
+/// A v1.0 `TaskStatus` (a `statusUpdate`'s) as v0.3's.
+pub fn status_from_v1(status: Value) -> Result<TaskStatus, String> {
+    let status: StatusV1 = serde_json::from_value(status).map_err(|error| error.to_string())?;
+    Ok(TaskStatus {
+        state: state_from_v1(&status.state),
+        message: status.message.map(MessageV1::into_v03).transpose()?,
+    })
+}
+
+/// A v1.0 `Artifact` (an `artifactUpdate`'s) as v0.3's.
+pub fn artifact_from_v1(artifact: Value) -> Result<Artifact, String> {
+    serde_json::from_value::<ArtifactV1>(artifact)
+        .map_err(|error| error.to_string())?
+        .into_v03()
 }
 
 /// A v1.0 task state (`TASK_STATE_INPUT_REQUIRED`) as v0.3 spells it (`input-required`).
@@ -273,13 +313,7 @@ impl TaskV1 {
         let artifacts = self
             .artifacts
             .into_iter()
-            .map(|artifact| {
-                Ok(Artifact {
-                    artifact_id: artifact.artifact_id,
-                    name: artifact.name,
-                    parts: parts_v03(artifact.parts)?,
-                })
-            })
+            .map(ArtifactV1::into_v03)
             .collect::<Result<_, String>>()?;
         Ok(Task {
             kind: "task".to_owned(),
@@ -288,6 +322,16 @@ impl TaskV1 {
             status: TaskStatus { state, message },
             artifacts,
             metadata: self.metadata,
+        })
+    }
+}
+
+impl ArtifactV1 {
+    fn into_v03(self) -> Result<Artifact, String> {
+        Ok(Artifact {
+            artifact_id: self.artifact_id,
+            name: self.name,
+            parts: parts_v03(self.parts)?,
         })
     }
 }
@@ -364,7 +408,8 @@ mod tests {
         assert_eq!(
             Dialect::of_card(&colloquy, ENDPOINT, true),
             Dialect::V1_0 {
-                url: ENDPOINT.to_owned()
+                url: ENDPOINT.to_owned(),
+                streaming: false
             }
         );
         let elsewhere_on_the_origin = card(json!([
@@ -373,7 +418,8 @@ mod tests {
         assert_eq!(
             Dialect::of_card(&elsewhere_on_the_origin, ENDPOINT, true),
             Dialect::V1_0 {
-                url: "https://b.example/rpc/v1".to_owned()
+                url: "https://b.example/rpc/v1".to_owned(),
+                streaming: false
             }
         );
         // Read at the origin, the card may be another agent's: only the endpoint's path.
@@ -382,6 +428,11 @@ mod tests {
             Dialect::V0_3
         );
         assert!(Dialect::of_card(&colloquy, ENDPOINT, false).is_v1());
+        // Streaming, when the card says so.
+        let mut streaming = colloquy.clone();
+        streaming["capabilities"] = json!({"streaming": true, "pushNotifications": false});
+        assert!(Dialect::of_card(&streaming, ENDPOINT, true).streams());
+        assert!(!Dialect::of_card(&colloquy, ENDPOINT, true).streams());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use colloquy_protocol::api::InboxItem;
 use tokio::sync::watch;
 use tokio::task::{self, JoinSet};
 
-use super::{Link, Peer, bridge, follow_task};
+use super::{Link, Peer, Running, Updates, bridge, follow_task};
 use crate::store::RemoteTask;
 
 /// Most messages of one agent under way at once.
@@ -28,7 +28,7 @@ pub struct Lanes {
     link: Link,
     /// Each message's call and answer; yields the message's `seq` and, when the agent's
     /// task still runs, what to follow.
-    running: JoinSet<(u64, Option<RemoteTask>)>,
+    running: JoinSet<(u64, Option<Running>)>,
     /// The `seq` of each running task, for one that panicked.
     seq_of: HashMap<task::Id, u64>,
     /// Tasks still running at the agent, each followed until it ends; yields the task.
@@ -93,8 +93,8 @@ impl Lanes {
     pub async fn settle(&mut self) -> Option<u64> {
         let (id, seq) = match self.running.join_next_with_id().await? {
             Ok((id, (seq, running))) => {
-                if let Some(task) = running {
-                    self.follow(task);
+                if let Some(Running { task, updates }) = running {
+                    self.follow(task, updates);
                 }
                 (id, seq)
             }
@@ -119,7 +119,7 @@ impl Lanes {
         match peer.engine.store.remote_tasks(&peer.agent).await {
             Ok(tasks) => {
                 for task in tasks.into_iter().filter(|task| !task.awaits_input) {
-                    self.follow(task);
+                    self.follow(task, None);
                 }
             }
             Err(error) => {
@@ -128,11 +128,13 @@ impl Lanes {
         }
     }
 
-    /// Follows `task` until it ends, unless it is followed already.
-    fn follow(&mut self, task: RemoteTask) {
+    /// Follows `task` until it ends (over `updates` while they come), unless it is
+    /// followed already.
+    fn follow(&mut self, task: RemoteTask, updates: Option<Box<Updates>>) {
         let key = (task.conversation_id.clone(), task.message_id.clone());
         if self.following.insert(key) {
-            self.followers.spawn(follow_task(self.link.clone(), task));
+            self.followers
+                .spawn(follow_task(self.link.clone(), task, updates));
         }
     }
 
