@@ -39,6 +39,9 @@ struct Seen {
 
 /// What the fake answers one request.
 struct Answer {
+    /// `body` is a list of JSON-RPC results, sent as server-sent events (one event each,
+    /// then the stream ends).
+    sse: bool,
     status: u16,
     body: Value,
 }
@@ -98,10 +101,20 @@ impl FakeAgent {
                         } else {
                             answer(request, &log, &*script, &*gate).await
                         };
+                        let (content_type, body) = if answer.sse {
+                            let events = answer.body.as_array().cloned().unwrap_or_default();
+                            let text: String = events
+                                .iter()
+                                .map(|event| format!("data: {event}\n\n"))
+                                .collect();
+                            ("text/event-stream", text)
+                        } else {
+                            ("application/json", answer.body.to_string())
+                        };
                         let response = Response::builder()
                             .status(answer.status)
-                            .header(CONTENT_TYPE, "application/json")
-                            .body(Full::new(Bytes::from(answer.body.to_string())))
+                            .header(CONTENT_TYPE, content_type)
+                            .body(Full::new(Bytes::from(body)))
                             .expect("a response");
                         Ok::<_, Infallible>(response)
                     }
@@ -116,12 +129,17 @@ impl FakeAgent {
 
     /// Serves a v1.0 card listing `interfaces` (`{url}` in a URL is the fake's).
     fn serve_card(&self, interfaces: Value) {
+        self.serve_card_with(interfaces, json!({}));
+    }
+
+    /// [`FakeAgent::serve_card`] with `capabilities`.
+    fn serve_card_with(&self, interfaces: Value, capabilities: Value) {
         let interfaces = interfaces
             .to_string()
             .replace("{url}", self.url.trim_end_matches('/'));
         let card = json!({"name": "translator", "description": "a fake", "version": "1",
             "supportedInterfaces": serde_json::from_str::<Value>(&interfaces).expect("json"),
-            "capabilities": {}, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
+            "capabilities": capabilities, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
         self.card.lock().expect("lock").0 = Some(card);
     }
 
@@ -162,10 +180,12 @@ fn card_answer(request: &Request<Incoming>, served: &Mutex<(Option<Value>, usize
     served.1 += 1;
     match &served.0 {
         Some(card) if request.uri().path() == "/.well-known/agent-card.json" => Answer {
+            sse: false,
             status: 200,
             body: card.clone(),
         },
         _ => Answer {
+            sse: false,
             status: 404,
             body: json!({"error": "no card"}),
         },
@@ -216,14 +236,30 @@ async fn answer(
 /// A JSON-RPC success answering `request`.
 fn result(request: &Value, result: Value) -> Answer {
     Answer {
+        sse: false,
         status: 200,
         body: json!({"jsonrpc": "2.0", "id": request["id"], "result": result}),
+    }
+}
+
+/// Server-sent events answering `request`: one JSON-RPC success per result.
+fn events(request: &Value, results: Vec<Value>) -> Answer {
+    Answer {
+        sse: true,
+        status: 200,
+        body: Value::Array(
+            results
+                .into_iter()
+                .map(|result| json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+                .collect(),
+        ),
     }
 }
 
 /// A JSON-RPC error answering `request`.
 fn rpc_error(request: &Value, code: i64, message: &str) -> Answer {
     Answer {
+        sse: false,
         status: 200,
         body: json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": code, "message": message}}),
     }
@@ -504,6 +540,7 @@ async fn a_failed_post_is_retried_and_the_retry_answered() {
     let fake = FakeAgent::start(|request, attempt| {
         if attempt == 0 {
             Answer {
+                sse: false,
                 status: 500,
                 body: json!({"error": "try again"}),
             }
@@ -667,6 +704,7 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
     let fake = FakeAgent::start(|request, _| {
         if text_of(request) == "first" {
             Answer {
+                sse: false,
                 status: 200,
                 body: json!({"hello": "not json-rpc"}),
             }
@@ -1205,4 +1243,68 @@ async fn a_task_that_wants_input_is_not_understood_where_the_thread_cannot_ask()
         last_message(&view)["content"],
         json!({"reason": "which language?"})
     );
+}
+
+/// A v1.0 agent whose card says `streaming: true` is sent `SendStreamingMessage`, and its
+/// events make the task as they come: `working` is an `agree`, an artifact sent in two
+/// appended pieces is one result. A stream that ends while the task still works leaves it
+/// to `GetTask`, whose end answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_agent_is_followed_over_its_events_then_polled() {
+    let status =
+        |state: &str| json!({"statusUpdate": {"taskId": "t-1", "status": {"state": state}}});
+    let piece = |text: &str, append: bool| {
+        json!({"artifactUpdate": {"taskId": "t-1", "append": append,
+            "artifact": {"artifactId": "a1", "parts": [{"text": text}]}}})
+    };
+    let fake = FakeAgent::start(move |request, attempt| match request["method"].as_str() {
+        // The first message's stream goes to the end; the second one's stops while the
+        // task works.
+        Some("SendStreamingMessage") if attempt == 0 => events(
+            request,
+            vec![
+                json!({"task": {"id": "t-1", "status": {"state": "TASK_STATE_SUBMITTED"}}}),
+                status("TASK_STATE_WORKING"),
+                piece("hal", false),
+                piece("lo", true),
+                status("TASK_STATE_COMPLETED"),
+            ],
+        ),
+        Some("SendStreamingMessage") => events(
+            request,
+            vec![json!({"task": {"id": "t-2", "status": {"state": "TASK_STATE_WORKING"}}})],
+        ),
+        Some("GetTask") => result(
+            request,
+            json!({"id": "t-2", "status": {"state": "TASK_STATE_COMPLETED"},
+                "artifacts": [{"artifactId": "a2", "parts": [{"text": "tschüss"}]}]}),
+        ),
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await;
+    fake.serve_card_with(
+        json!([{"url": "{url}", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]),
+        json!({"streaming": true}),
+    );
+    let server = server_for(&fake).await;
+    for (text, said) in [("hello", "hallo"), ("bye", "tschüss")] {
+        let (_, request_id, view) =
+            request_until_ended(&server, &fake, json!({"text": text})).await;
+        assert_eq!(
+            json_performatives(&view),
+            ["request", "agree", "inform"],
+            "{view:#}"
+        );
+        let inform = last_message(&view);
+        assert_eq!(inform["content"], json!({"text": said}), "{view:#}");
+        assert_eq!(inform["in_reply_to"], request_id.as_str(), "{view:#}");
+    }
+    fake.assert_calls("SendStreamingMessage", 2, "each message streamed");
+    fake.assert_calls("SendMessage", 0, "no blocking send");
+    assert!(
+        !fake.requests("GetTask").is_empty(),
+        "the cut stream's task is polled"
+    );
+    let sent = fake.requests("SendStreamingMessage");
+    assert_eq!(sent[0].version.as_deref(), Some("1.0"));
 }

@@ -6,7 +6,7 @@
 //! task as the events make it, and yields it after each event as an [`Answer`], read by the
 //! same rules as a call's.
 
-use colloquy_protocol::a2a::{RpcError, SendResult, Task};
+use colloquy_protocol::a2a::{Part, RpcError, SendResult, Task};
 use serde_json::Value;
 
 use super::dialect::{answer_from_v1, artifact_from_v1, status_from_v1};
@@ -151,7 +151,7 @@ impl TaskSoFar {
                 kept.artifact_id.is_some() && kept.artifact_id == artifact.artifact_id
             });
             match same {
-                Some(kept) if append => kept.parts.extend(artifact.parts),
+                Some(kept) if append => append_parts(&mut kept.parts, artifact.parts),
                 Some(kept) => *kept = artifact,
                 None => task.artifacts.push(artifact),
             }
@@ -171,10 +171,22 @@ impl TaskSoFar {
     }
 }
 
+/// Appends a chunk's parts to an artifact's: text that goes on from text is one text (a
+/// streamed answer arrives in pieces of a sentence, not in lines); other parts are added.
+fn append_parts(kept: &mut Vec<Part>, chunk: Vec<Part>) {
+    let mut chunk = chunk.into_iter();
+    if let (Some(Part::Text { text: last }), Some(Part::Text { text: first })) =
+        (kept.last_mut(), chunk.as_slice().first())
+    {
+        last.push_str(first);
+        chunk.next();
+    }
+    kept.extend(chunk);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use colloquy_protocol::a2a::Part;
     use serde_json::json;
 
     #[test]
@@ -232,11 +244,14 @@ mod tests {
         assert_eq!(done.status.state, "completed");
         assert_eq!(
             done.artifacts[0].parts,
-            [
-                Part::Text { text: "one".into() },
-                Part::Text { text: "two".into() }
-            ]
+            [Part::Text {
+                text: "onetwo".into()
+            }],
+            "appended text goes on from the text before"
         );
+        let mut parts = vec![Part::Text { text: "a".into() }];
+        append_parts(&mut parts, vec![Part::Data { data: json!(1) }]);
+        assert_eq!(parts.len(), 2, "other parts are added: {parts:?}");
         let error = TaskSoFar::default()
             .apply(r#"{"jsonrpc": "2.0", "id": 1, "error": {"code": -32004, "message": "no"}}"#);
         assert!(matches!(error, Ok(Some(Answer::Error(e))) if e.code == -32004));
