@@ -49,6 +49,7 @@ use colloquy_protocol::a2a::{
     SendResult, Task, TaskQueryParams,
 };
 use colloquy_protocol::api::InboxItem;
+use colloquy_protocol::conversation::ConversationStatus;
 use colloquy_protocol::message::{AgentId, SendMessage};
 use serde_json::{Map, Value, json};
 
@@ -77,6 +78,9 @@ pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// Most `tasks/get` calls for one task (about two hours at the longest wait), unless the
 /// conversation leaves the agent nothing to answer first.
 pub const MAX_POLLS: u32 = 250;
+/// How often a worker forgets the tasks that wait for an answer nobody will give (their
+/// conversation ended or is gone): [`sweep_waiting`]. Also when it takes up the agent.
+pub const WAITING_SWEEP: Duration = Duration::from_secs(600);
 /// Longest wait for an agent's card (less when the endpoint's timeout is shorter): a card
 /// is a small static document, and the worker's first call waits for it.
 pub const CARD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -834,6 +838,24 @@ pub async fn follow_task(
     task
 }
 
+/// Forgets the agent's tasks that wait for input in conversations that have ended (or are
+/// gone): nobody will answer their questions. Nothing when the store cannot say.
+pub async fn sweep_waiting(peer: Peer) {
+    let Ok(tasks) = peer.engine.store.remote_tasks(&peer.agent).await else {
+        return;
+    };
+    for task in tasks.iter().filter(|task| task.awaits_input) {
+        let over = match peer.engine.view(&task.conversation_id, None).await {
+            Ok(view) => view.status == ConversationStatus::Completed,
+            Err(EngineError::UnknownConversation(_)) => true,
+            Err(_) => false,
+        };
+        if over {
+            forget(&peer, task).await;
+        }
+    }
+}
+
 /// Whether a conversation still waits for a running task's answer.
 #[derive(Debug)]
 enum Awaited {
@@ -1405,6 +1427,83 @@ mod tests {
             )))),
             Awaited::CannotTell(_)
         ));
+    }
+
+    /// A task waiting for input is swept away once its conversation has ended or is gone;
+    /// one in a conversation still going, and a running task, stay.
+    #[tokio::test]
+    async fn waiting_tasks_of_conversations_that_are_over_are_swept() {
+        use crate::clock::SystemClock;
+        use crate::engine::EngineConfig;
+        use crate::store::MemoryStore;
+        use colloquy_policy::{Catalog, TemplateCompiler};
+        use colloquy_protocol::message::StartConversation;
+
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/a2a-task.yaml");
+        let template = TemplateCompiler::new()
+            .compile_file(&path)
+            .unwrap_or_else(|diagnostics| panic!("{diagnostics}"));
+        let engine = Arc::new(Engine::new(
+            Arc::new(Catalog::new([Arc::new(template)])),
+            Arc::new(MemoryStore::new()),
+            Arc::new(SystemClock),
+            EngineConfig::default(),
+        ));
+        for id in ["going", "ended"] {
+            let request = StartConversation {
+                template: "a2a-task".to_owned(),
+                participants: vec!["bob".to_owned()],
+                conversation_id: Some(id.to_owned()),
+                message: Some(SendMessage::new("request", json!({"action": "x"}))),
+                ..StartConversation::default()
+            };
+            engine.start("alice", request).await.expect("start");
+        }
+        engine
+            .send("ended", "bob", SendMessage::new("refuse", json!({})))
+            .await
+            .expect("refuse");
+        let waiting = |conversation: &str| RemoteTask {
+            conversation_id: Arc::from(conversation),
+            message_id: Arc::from("m"),
+            task_id: format!("t-{conversation}"),
+            cancel: None,
+            awaits_input: true,
+        };
+        let running = RemoteTask {
+            awaits_input: false,
+            ..waiting("ended")
+        };
+        let store = &engine.store;
+        for task in [waiting("going"), waiting("gone"), running.clone()] {
+            store.keep_remote_task("bob", &task).await.expect("keep");
+        }
+        store
+            .keep_remote_task(
+                "bob",
+                &RemoteTask {
+                    message_id: Arc::from("m2"),
+                    ..waiting("ended")
+                },
+            )
+            .await
+            .expect("keep");
+        let peer = Peer {
+            agent: Arc::from("bob"),
+            endpoint: Endpoint {
+                url: "http://127.0.0.1:9/".to_owned(),
+                token: None,
+                timeout: Duration::from_secs(1),
+            },
+            engine: engine.clone(),
+            metrics: Arc::new(Metrics::new()),
+            client: reqwest::Client::new(),
+        };
+        sweep_waiting(peer).await;
+        let mut left = store.remote_tasks("bob").await.expect("tasks");
+        left.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
+        assert_eq!(left, [running, waiting("going")]);
     }
 
     /// A canceled task confirms the cancel; an error, or a task that ended another way

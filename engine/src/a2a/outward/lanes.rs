@@ -16,8 +16,9 @@ use std::sync::Arc;
 use colloquy_protocol::api::InboxItem;
 use tokio::sync::watch;
 use tokio::task::{self, JoinSet};
+use tokio::time::Instant;
 
-use super::{Link, Peer, Running, Updates, bridge, follow_task};
+use super::{Link, Peer, Running, Updates, WAITING_SWEEP, bridge, follow_task, sweep_waiting};
 use crate::store::RemoteTask;
 
 /// Most messages of one agent under way at once.
@@ -41,6 +42,8 @@ pub struct Lanes {
     done: HashSet<u64>,
     /// Per conversation, whether its last started message is done: the next one waits.
     last: HashMap<Arc<str>, watch::Receiver<bool>>,
+    /// When tasks waiting for input were last swept ([`sweep_waiting`]).
+    swept: Option<Instant>,
 }
 
 impl Lanes {
@@ -55,6 +58,7 @@ impl Lanes {
             started: VecDeque::new(),
             done: HashSet::new(),
             last: HashMap::new(),
+            swept: None,
         }
     }
 
@@ -69,6 +73,12 @@ impl Lanes {
         let mut handled = None;
         while self.running.len() >= MAX_IN_FLIGHT {
             handled = self.settle().await.or(handled);
+        }
+        if self
+            .swept
+            .is_none_or(|swept| swept.elapsed() >= WAITING_SWEEP)
+        {
+            self.sweep();
         }
         let (finished, done) = watch::channel(false);
         let before = self.last.insert(item.conversation_id.clone(), done);
@@ -115,6 +125,7 @@ impl Lanes {
     /// those that wait for input (the initiator's next message goes into them).
     pub async fn resume(&mut self) {
         self.reap();
+        self.sweep();
         let peer = &self.link.peer;
         match peer.engine.store.remote_tasks(&peer.agent).await {
             Ok(tasks) => {
@@ -126,6 +137,12 @@ impl Lanes {
                 tracing::warn!(agent = %peer.agent, %error, "cannot read the A2A agent's running tasks; they are not followed");
             }
         }
+    }
+
+    /// Forgets, in the background, the tasks that wait for answers nobody will give.
+    fn sweep(&mut self) {
+        self.swept = Some(Instant::now());
+        tokio::spawn(sweep_waiting(self.link.peer.clone()));
     }
 
     /// Follows `task` until it ends (over `updates` while they come), unless it is
