@@ -1069,6 +1069,28 @@ fn waits_for_input(view: &ConversationView) -> bool {
             .any(|m| m.sender == view.initiator)
 }
 
+/// The participant's question, as the status message of a task that waits for input: the
+/// client reads what it is asked there (its parts are the question's content).
+fn question(view: &ConversationView) -> Option<A2aMessage> {
+    if !waits_for_input(view) {
+        return None;
+    }
+    let asked = view
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.sender != view.initiator)?;
+    Some(A2aMessage {
+        task_id: Some(view.id.to_string()),
+        parts: super::outward::parts_of(&asked.content.value()),
+        ..A2aMessage::agent_text(
+            asked.id.to_string(),
+            Some(view.id.to_string()),
+            String::new(),
+        )
+    })
+}
+
 pub fn task_of(view: &ConversationView) -> Task {
     let from_participant = |sender: &str| view.participants.iter().any(|p| &**p == sender);
     let answered = view.messages.iter().any(|m| from_participant(&m.sender));
@@ -1148,14 +1170,16 @@ pub fn task_of(view: &ConversationView) -> Task {
         context_id: Some(view.id.to_string()),
         status: TaskStatus {
             state: state.to_owned(),
-            message: why.map(|text| A2aMessage {
-                task_id: Some(view.id.to_string()),
-                ..A2aMessage::agent_text(
-                    format!("{}-status", view.id),
-                    Some(view.id.to_string()),
-                    text,
-                )
-            }),
+            message: why
+                .map(|text| A2aMessage {
+                    task_id: Some(view.id.to_string()),
+                    ..A2aMessage::agent_text(
+                        format!("{}-status", view.id),
+                        Some(view.id.to_string()),
+                        text,
+                    )
+                })
+                .or_else(|| question(view)),
         },
         artifacts,
         metadata: Some(metadata),

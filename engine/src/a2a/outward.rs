@@ -4,7 +4,10 @@
 //! (Agent2Agent, JSON-RPC 2.0), not Colloquy. Its inbox is followed like a webhook's
 //! (`crate::delivery`: one worker per agent, from a cursor kept in the store, on the node
 //! that leads push delivery; several messages at a time, each conversation's in order:
-//! [`Lanes`]), and each message in it becomes one A2A `message/send`:
+//! [`Lanes`]), and each message in it becomes one A2A `message/send`. The worker reads the
+//! agent's card first ([`Link`]): one that lists a JSON-RPC interface at v1.0 is spoken to
+//! in v1.0 (`SendMessage`, `GetTask`, `CancelTask`, v1.0's shapes: [`Dialect`]), any other
+//! in v0.3; the calls are written, and the answers read, in v0.3's types either way:
 //! - the conversation is the A2A *context* (`contextId` = the conversation id) and the
 //!   Colloquy message id is the A2A `messageId`; every message starts a new A2A task, as A2A
 //!   wants for a context whose last task ended;
@@ -17,10 +20,16 @@
 //! agent's thread may send next ([`Engine::replies_open_to`]), by what the answer says
 //! ([`Verdict`]): a finished task (or a plain message) is an `inform` where the thread may
 //! inform, a `propose` where it is called for proposals; a rejected task a `refuse`; a
-//! failed one a `failure`; an error or a task that wants input a `not-understood`. An agent
-//! that knows Colloquy can name the performative itself (`metadata.colloquy.performative`).
+//! failed one a `failure`; an error a `not-understood`. A task that wants input asks its
+//! question as a `query-ref` where the thread may ask one (`a2a-task`), and is recorded as
+//! waiting: the initiator's next message in the conversation is sent into that task
+//! (`taskId`), not as a new one; where the thread may not ask, it is a `not-understood`. An
+//! agent that knows Colloquy can name the performative itself
+//! (`metadata.colloquy.performative`).
 //! A task still running when `message/send` returns gets an `agree` where the thread may
-//! agree, and is then polled with `tasks/get` until it ends. Running tasks are recorded in
+//! agree, and is then polled with `tasks/get` until it ends. To a v1.0 agent that streams,
+//! the message goes out as `SendStreamingMessage` ([`Updates`]): a task is agreed to when it
+//! shows `working` and then followed over its stream, polled only once that ends early. Running tasks are recorded in
 //! the store ([`RemoteTask`]): an engine restarted on it, or the node that takes over the
 //! agent's delivery, goes on following them. A `cancel` from the initiator while the agent
 //! runs a task in the conversation becomes A2A's `tasks/cancel` for that task, not a new
@@ -40,6 +49,7 @@ use colloquy_protocol::a2a::{
     SendResult, Task, TaskQueryParams,
 };
 use colloquy_protocol::api::InboxItem;
+use colloquy_protocol::conversation::ConversationStatus;
 use colloquy_protocol::message::{AgentId, SendMessage};
 use serde_json::{Map, Value, json};
 
@@ -50,8 +60,12 @@ use crate::metrics::{A2aCallResult, Metrics};
 use crate::retries::{ATTEMPTS, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::store::RemoteTask;
 
+mod dialect;
 mod lanes;
+mod updates;
+pub use dialect::Dialect;
 pub use lanes::{Lanes, MAX_IN_FLIGHT};
+pub use updates::Updates;
 
 /// First wait before asking again about a task still running; doubled up to
 /// [`POLL_MAX_WAIT`].
@@ -64,6 +78,12 @@ pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// Most `tasks/get` calls for one task (about two hours at the longest wait), unless the
 /// conversation leaves the agent nothing to answer first.
 pub const MAX_POLLS: u32 = 250;
+/// How often a worker forgets the tasks that wait for an answer nobody will give (their
+/// conversation ended or is gone): [`sweep_waiting`]. Also when it takes up the agent.
+pub const WAITING_SWEEP: Duration = Duration::from_secs(600);
+/// Longest wait for an agent's card (less when the endpoint's timeout is shorter): a card
+/// is a small static document, and the worker's first call waits for it.
+pub const CARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an answer of the remote agent amounts to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,11 +94,13 @@ pub enum Verdict {
     Refused,
     /// It tried and failed, or the task was cancelled (`failed`, `canceled`).
     Failed,
-    /// It could not take the message: a JSON-RPC error, a task that wants input or
+    /// It could not take the message: a JSON-RPC error, a task that wants
     /// authentication, or a state this engine does not know.
     NotUnderstood,
     /// Still at it (`submitted`, `working`).
     Working,
+    /// It asks the sender something first (`input-required`).
+    WantsInput,
 }
 
 impl Verdict {
@@ -89,6 +111,7 @@ impl Verdict {
             "rejected" => Verdict::Refused,
             "failed" | "canceled" => Verdict::Failed,
             "submitted" | "working" => Verdict::Working,
+            "input-required" => Verdict::WantsInput,
             _ => Verdict::NotUnderstood,
         }
     }
@@ -101,6 +124,8 @@ impl Verdict {
             Verdict::Failed => &["failure"],
             Verdict::NotUnderstood => &["not-understood", "failure"],
             Verdict::Working => &["agree"],
+            // A question where the thread may ask one back, else it could not go on.
+            Verdict::WantsInput => &["query-ref", "not-understood", "failure"],
         }
     }
 }
@@ -133,6 +158,8 @@ pub fn reply_to(answer: &Answer, open: &[Arc<str>]) -> Option<Reply> {
             json!({ "reason": answer.reason() })
         }
         "agree" if answer.verdict() == Verdict::Working => json!({}),
+        // The question is the task's status message.
+        "query-ref" if answer.verdict() == Verdict::WantsInput => content_of(answer.status_parts()),
         _ => content_of(answer.parts()),
     };
     Some(Reply {
@@ -192,6 +219,21 @@ impl Answer {
             Said::Message(message) => message.parts.iter().collect(),
             Said::Error(_) => Vec::new(),
         }
+    }
+
+    /// The parts of a task's status message (what a task that wants input asks).
+    fn status_parts(&self) -> Vec<&Part> {
+        match self.said() {
+            Said::Task(task) => task.status.message.iter().flat_map(|m| &m.parts).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether it is a task that asks for input and `reply` asks the question in the
+    /// conversation: then the task waits for the initiator's answer.
+    fn asks(&self, reply: Option<&Reply>) -> bool {
+        self.verdict() == Verdict::WantsInput
+            && reply.is_some_and(|reply| reply.performative == "query-ref")
     }
 
     /// Why, for a refusal or a failure: the agent's words, or the state it named.
@@ -389,60 +431,247 @@ pub struct Peer {
     pub client: reqwest::Client,
 }
 
+/// A worker's line to its remote agent: the [`Peer`], and the A2A version its card calls
+/// for ([`Dialect`]), read once per worker ([`Lanes::new`] makes one) before its first call.
+/// A card that cannot be fetched (the agent unreachable, a 5xx) is asked for again at the
+/// next call, which meanwhile speaks v0.3; an agent without a card (a 4xx) or whose card
+/// lists no v1.0 JSON-RPC interface is spoken to in v0.3 for the worker's life.
+#[derive(Clone)]
+pub struct Link {
+    /// The agent.
+    pub peer: Peer,
+    dialect: Arc<tokio::sync::OnceCell<Dialect>>,
+}
+
+impl Link {
+    /// A line to `peer` whose card is not read yet.
+    pub fn new(peer: Peer) -> Link {
+        Link {
+            peer,
+            dialect: Arc::new(tokio::sync::OnceCell::new()),
+        }
+    }
+
+    /// How to speak to the agent: from its card, read at the first call.
+    pub async fn dialect(&self) -> Dialect {
+        let peer = &self.peer;
+        match self.dialect.get_or_try_init(|| read_dialect(peer)).await {
+            Ok(dialect) => dialect.clone(),
+            Err(error) => {
+                tracing::debug!(agent = %peer.agent, %error, "cannot read the A2A agent's card; speaking v0.3 until it can be read");
+                Dialect::V0_3
+            }
+        }
+    }
+}
+
+/// The dialect the agent's card calls for ([`Dialect::of_card`]), looked for below its URL,
+/// then at its origin ([`dialect::card_urls`]); v0.3 when there is none. `Err` when it
+/// could not be asked (unreachable, a 5xx).
+async fn read_dialect(peer: &Peer) -> Result<Dialect, CallError> {
+    let endpoint = &peer.endpoint;
+    for (index, url) in dialect::card_urls(&endpoint.url).iter().enumerate() {
+        let response = peer
+            .client
+            .get(url)
+            .timeout(endpoint.timeout.min(CARD_TIMEOUT))
+            .send()
+            .await
+            .map_err(|error| failed(error, endpoint))?;
+        let status = response.status();
+        if status.is_server_error() {
+            return Err(CallError::Unreachable(format!("{url} answered {status}")));
+        }
+        if !status.is_success() {
+            continue;
+        }
+        let body = read_capped(response, endpoint).await?;
+        let Ok(card) = serde_json::from_slice::<Value>(&body) else {
+            continue;
+        };
+        let dialect = Dialect::of_card(&card, &endpoint.url, index == 0);
+        tracing::debug!(agent = %peer.agent, card = url, ?dialect, "read the A2A agent's card");
+        return Ok(dialect);
+    }
+    Ok(Dialect::V0_3)
+}
+
+/// A task the agent still runs, to follow ([`follow_task`]), with the stream of its
+/// updates when it came over one.
+pub struct Running {
+    /// The task, as recorded.
+    pub task: RemoteTask,
+    /// Its updates, when the agent streams them.
+    pub updates: Option<Box<Updates>>,
+}
+
 /// Bridges one inbox item: sends it and records the answer as the agent's reply. Returns
 /// the agent's task when it is still running, for [`follow_task`]; it is recorded in the
-/// store before the reply, so a restart goes on following it. A `cancel` in a conversation
-/// where the agent runs a task becomes `tasks/cancel` (`cancel_tasks`). Failures are
-/// logged; nothing is recorded for them.
-pub async fn bridge(peer: &Peer, item: &InboxItem) -> Option<RemoteTask> {
-    if item.message.performative.name() == "cancel" && cancel_tasks(peer, item).await {
-        return None;
+/// store before the reply, so a restart goes on following it. To an agent that streams
+/// ([`Dialect::streams`]) the message goes out as `SendStreamingMessage`, and the task is
+/// handed to its follower, stream and all, once the agent works on it: a long task holds
+/// up none of its conversation's next messages (a `cancel`). A `cancel` in a conversation
+/// where the agent runs a task becomes `tasks/cancel` (`cancel_tasks`). A message in a
+/// conversation where the agent's task waits for input (it asked with `query-ref`) is sent
+/// into that task, as the answer to its question. Failures are logged; nothing is recorded
+/// for them.
+pub async fn bridge(link: &Link, item: &InboxItem) -> Option<Running> {
+    let peer = &link.peer;
+    let conversation = &item.conversation_id;
+    let tasks = tasks_in(peer, conversation).await;
+    if item.message.performative.name() == "cancel"
+        && let Some(follow) = cancel_tasks(link, item, &tasks).await
+    {
+        return follow.map(|task| Running {
+            task,
+            updates: None,
+        });
     }
-    let answer = match call(peer, &message_send(item)).await {
-        Ok(answer) => answer,
+    let mut request = message_send(item);
+    let asked = tasks.iter().find(|task| task.awaits_input);
+    if let Some(asked) = asked {
+        // The answer to the task's question goes into that task; its context is the
+        // agent's, which may not be the conversation's id.
+        request.params.message.task_id = Some(asked.task_id.clone());
+        request.params.message.context_id = None;
+    }
+    let (answer, updates) = match send(link, request).await {
+        Ok(sent) => sent,
         Err(error) => {
-            tracing::warn!(agent = %peer.agent, %error, conversation = %item.conversation_id,
+            tracing::warn!(agent = %peer.agent, %error, conversation = %conversation,
                 message = %item.message.id, "no answer from the A2A agent; none is recorded");
             return None;
         }
     };
-    let running = match answer.said() {
-        Said::Task(task) if answer.verdict() == Verdict::Working => Some(RemoteTask {
-            conversation_id: item.conversation_id.clone(),
+    let answer = with_question(link, answer).await;
+    if let Some(asked) = asked {
+        forget(peer, asked).await;
+    }
+    let task = |awaits_input| match answer.said() {
+        Said::Task(task) => Some(RemoteTask {
+            conversation_id: conversation.clone(),
             message_id: item.message.id.clone(),
             task_id: task.id.clone(),
             cancel: None,
+            awaits_input,
         }),
         _ => None,
     };
-    if let Some(task) = &running {
+    let open = open_to(peer, conversation).await;
+    let reply = open.as_deref().and_then(|open| reply_to(&answer, open));
+    let running = if answer.verdict() == Verdict::Working {
+        task(false)
+    } else {
+        None
+    };
+    let waiting = if answer.asks(reply.as_ref()) {
+        task(true)
+    } else {
+        None
+    };
+    for task in running.iter().chain(&waiting) {
         keep(peer, task).await;
     }
-    answer_in_conversation(peer, &item.conversation_id, &item.message.id, |open| {
-        reply_to(&answer, open)
-    })
-    .await;
-    running
+    send_reply(peer, conversation, &item.message.id, reply).await;
+    running.map(|task| Running { task, updates })
 }
 
-/// Asks the agent to cancel the tasks it runs in the conversation of `cancel` (the
-/// initiator's `cancel`), and answers that message as the agent: `inform` when a task is
-/// canceled, `failure` with why when the agent will not; a task still winding down is
-/// answered by its follower when it ends. False when the agent runs no task there: then the
-/// cancel goes out as any message.
-async fn cancel_tasks(peer: &Peer, cancel: &InboxItem) -> bool {
-    let agent = &peer.agent;
-    let running: Vec<RemoteTask> = match peer.engine.store.remote_tasks(agent).await {
+/// Sends a message: as one blocking call, or to an agent that streams as
+/// `SendStreamingMessage`, read until the task ends, wants input or is `working` (then its
+/// stream comes back with it, for its follower). A stream that ends or breaks while the
+/// task is only `submitted` leaves it to be polled.
+async fn send(
+    link: &Link,
+    mut request: Request<MessageSendParams>,
+) -> Result<(Answer, Option<Box<Updates>>), CallError> {
+    if !link.dialect().await.streams() {
+        return call(link, &request).await.map(|answer| (answer, None));
+    }
+    request.method = STREAM_METHOD.to_owned();
+    let mut updates = match call_any(link, &request).await? {
+        Received::Answer(answer) => return Ok((answer, None)),
+        Received::Updates(updates) => updates,
+    };
+    let mut submitted = None;
+    loop {
+        match updates.next().await {
+            Ok(Some(answer)) if answer.verdict() != Verdict::Working => return Ok((answer, None)),
+            Ok(Some(answer)) if is_working(&answer) => return Ok((answer, Some(updates))),
+            Ok(Some(answer)) => submitted = Some(answer),
+            Ok(None) => {
+                return submitted.map(|answer| (answer, None)).ok_or_else(|| {
+                    CallError::Broken("the stream ended before it showed a task".to_owned())
+                });
+            }
+            Err(error) => return submitted.map(|answer| (answer, None)).ok_or(error),
+        }
+    }
+}
+
+/// The v0.3 name of a streamed send; v1.0's `SendStreamingMessage`.
+const STREAM_METHOD: &str = "message/stream";
+
+/// Whether the agent works on the task (`working`, not only `submitted`).
+fn is_working(answer: &Answer) -> bool {
+    matches!(answer.said(), Said::Task(task) if task.status.state == "working")
+}
+
+/// A task that wants input without saying what (a v1.0 stream's status update carries
+/// neither a message nor the history): the whole task from `GetTask`, whose history has
+/// the question ([`dialect`] reads it from there). As it was when that fails.
+async fn with_question(link: &Link, answer: Answer) -> Answer {
+    let silent = match answer.said() {
+        Said::Task(task) if answer.verdict() == Verdict::WantsInput => {
+            task.status.message.is_none().then(|| task.id.clone())
+        }
+        _ => None,
+    };
+    let Some(task_id) = silent.filter(|id| !id.is_empty()) else {
+        return answer;
+    };
+    if !link.dialect().await.is_v1() {
+        return answer;
+    }
+    let request = Request::new(
+        format!("{task_id}/question"),
+        "tasks/get",
+        TaskQueryParams { id: task_id },
+    );
+    match call(link, &request).await {
+        Ok(whole) if whole.verdict() == Verdict::WantsInput => whole,
+        _ => answer,
+    }
+}
+
+/// The agent's tasks recorded in `conversation` (none when the store cannot say).
+async fn tasks_in(peer: &Peer, conversation: &str) -> Vec<RemoteTask> {
+    match peer.engine.store.remote_tasks(&peer.agent).await {
         Ok(tasks) => tasks
             .into_iter()
-            .filter(|task| task.conversation_id == cancel.conversation_id)
+            .filter(|task| &*task.conversation_id == conversation)
             .collect(),
         Err(error) => {
-            tracing::warn!(%agent, %error, "cannot read the A2A agent's running tasks");
-            return false;
+            tracing::warn!(agent = %peer.agent, %error, "cannot read the A2A agent's tasks");
+            Vec::new()
         }
-    };
-    for task in &running {
+    }
+}
+
+/// Asks the agent to cancel `tasks` (its tasks in the conversation of `cancel`, the
+/// initiator's `cancel`), and answers that message as the agent: `inform` when a task is
+/// canceled, `failure` with why when the agent will not; a task still winding down is
+/// answered by its follower when it ends. `None` when the agent runs no task there: then
+/// the cancel goes out as any message. Else a task to follow: one that waited for input
+/// (so had no follower) and now winds down.
+async fn cancel_tasks(
+    link: &Link,
+    cancel: &InboxItem,
+    tasks: &[RemoteTask],
+) -> Option<Option<RemoteTask>> {
+    let peer = &link.peer;
+    let agent = &peer.agent;
+    let mut follow = None;
+    for task in tasks {
         let request = Request::new(
             format!("{}/{}/cancel", cancel.conversation_id, cancel.message.id),
             "tasks/cancel",
@@ -450,7 +679,7 @@ async fn cancel_tasks(peer: &Peer, cancel: &InboxItem) -> bool {
                 id: task.task_id.clone(),
             },
         );
-        let answer = match call(peer, &request).await {
+        let answer = match call(link, &request).await {
             Ok(answer) => answer,
             Err(error) => {
                 tracing::warn!(%agent, %error, task = task.task_id, "no answer from the A2A agent to a cancel; none is recorded");
@@ -461,19 +690,26 @@ async fn cancel_tasks(peer: &Peer, cancel: &InboxItem) -> bool {
             // Winding down: its follower answers the cancel when the task ends.
             let cancelling = RemoteTask {
                 cancel: Some(cancel.message.id.clone()),
+                awaits_input: false,
                 ..task.clone()
             };
             keep(peer, &cancelling).await;
+            if task.awaits_input {
+                follow = Some(cancelling);
+            }
             continue;
+        }
+        if task.awaits_input && matches!(answer.said(), Said::Task(_)) {
+            // Ended; a task that waited for input has no follower to forget it.
+            forget(peer, task).await;
         }
         answer_in_conversation(peer, &cancel.conversation_id, &cancel.message.id, |open| {
             cancel_reply(&answer, open)
         })
         .await;
     }
-    !running.is_empty()
+    (!tasks.is_empty()).then_some(follow)
 }
-
 /// The reply to a cancel the agent was asked to carry out, once its task has ended (or
 /// the agent refused): `inform` when the task is `canceled`, `failure` with why otherwise (an
 /// error, or a task that ended another way first). `None` when the thread may send neither.
@@ -499,16 +735,47 @@ pub fn cancel_reply(answer: &Answer, open: &[Arc<str>]) -> Option<Reply> {
         })
 }
 
-/// Polls a running task until it ends and answers with its end; stops early when the
-/// conversation leaves the agent nothing to say. Either way the task is then forgotten
+/// Follows a running task until it ends, over its stream of updates while there is one,
+/// else by polling, and answers with its end; stops early when the conversation leaves
+/// the agent nothing to say. Either way the task is then forgotten
 /// (its record in the store goes). A task the agent was asked to cancel answers the cancel
-/// first. Returns the task, so its runner knows it is no longer followed.
-pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
+/// first. A task that comes to want input and asks in the conversation (`query-ref`) is
+/// kept as waiting for it instead. A task that ends `canceled` without a cancel recorded for
+/// it was cancelled by the call that answers the cancel (`cancel_tasks`): the request gets
+/// no `failure` for it. Returns the task, so its runner knows it is no longer followed.
+pub async fn follow_task(
+    link: Link,
+    task: RemoteTask,
+    updates: Option<Box<Updates>>,
+) -> RemoteTask {
+    let peer = &link.peer;
     let agent = &peer.agent;
     let conversation = &*task.conversation_id;
+    let mut updates = updates;
     let mut wait = POLL_FIRST_WAIT;
     let mut polls = 1..=MAX_POLLS;
     let ended = loop {
+        if let Some(stream) = updates.as_mut() {
+            match tokio::time::timeout(POLL_MAX_WAIT, stream.next()).await {
+                Ok(Ok(Some(answer))) if answer.verdict() == Verdict::Working => continue,
+                Ok(Ok(Some(answer))) => break Some(answer),
+                Ok(Ok(None)) => {
+                    tracing::debug!(%agent, task = task.task_id, "the A2A task's stream ended before the task; polling it");
+                    updates = None;
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(%agent, %error, task = task.task_id, "the A2A task's stream broke; polling it");
+                    updates = None;
+                }
+                // Quiet for a while: is the task still awaited at all?
+                Err(_) => {
+                    match still_awaited(peer.engine.replies_open_to(conversation, agent).await) {
+                        Awaited::No => break None,
+                        Awaited::Yes | Awaited::CannotTell(_) => continue,
+                    }
+                }
+            }
+        }
         let Some(poll) = polls.next() else {
             tracing::warn!(%agent, task = task.task_id, conversation, "A2A task still running after {MAX_POLLS} polls; no longer followed");
             break None;
@@ -530,7 +797,7 @@ pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
                 id: task.task_id.clone(),
             },
         );
-        match call(&peer, &request).await {
+        match call(&link, &request).await {
             Ok(answer) if answer.verdict() == Verdict::Working => {}
             Ok(answer) => break Some(answer),
             Err(error) => {
@@ -538,29 +805,55 @@ pub async fn follow_task(peer: Peer, task: RemoteTask) -> RemoteTask {
             }
         }
     };
+    let mut waits = false;
     if let Some(answer) = ended {
+        let answer = with_question(&link, answer).await;
         // The record, not `task`: a cancel may have come since the follower started.
-        let cancel = recorded(&peer, &task).await.and_then(|task| task.cancel);
+        let cancel = recorded(peer, &task).await.and_then(|task| task.cancel);
         if let Some(cancel) = &cancel {
-            answer_in_conversation(&peer, conversation, cancel, |open| {
+            answer_in_conversation(peer, conversation, cancel, |open| {
                 cancel_reply(&answer, open)
             })
             .await;
+        } else if matches!(answer.said(), Said::Task(ended) if ended.status.state == "canceled") {
+            forget(peer, &task).await;
+            return task;
         }
-        answer_in_conversation(&peer, conversation, &task.message_id, |open| {
-            reply_to(&answer, open)
-        })
-        .await;
+        let open = open_to(peer, conversation).await;
+        let reply = open.as_deref().and_then(|open| reply_to(&answer, open));
+        if answer.asks(reply.as_ref()) {
+            waits = true;
+            let waiting = RemoteTask {
+                cancel: None,
+                awaits_input: true,
+                ..task.clone()
+            };
+            keep(peer, &waiting).await;
+        }
+        send_reply(peer, conversation, &task.message_id, reply).await;
     }
-    if let Err(error) = peer
-        .engine
-        .store
-        .forget_remote_task(agent, conversation, &task.message_id)
-        .await
-    {
-        tracing::warn!(%agent, %error, task = task.task_id, "cannot forget an A2A task that ended");
+    if !waits {
+        forget(peer, &task).await;
     }
     task
+}
+
+/// Forgets the agent's tasks that wait for input in conversations that have ended (or are
+/// gone): nobody will answer their questions. Nothing when the store cannot say.
+pub async fn sweep_waiting(peer: Peer) {
+    let Ok(tasks) = peer.engine.store.remote_tasks(&peer.agent).await else {
+        return;
+    };
+    for task in tasks.iter().filter(|task| task.awaits_input) {
+        let over = match peer.engine.view(&task.conversation_id, None).await {
+            Ok(view) => view.status == ConversationStatus::Completed,
+            Err(EngineError::UnknownConversation(_)) => true,
+            Err(_) => false,
+        };
+        if over {
+            forget(&peer, task).await;
+        }
+    }
 }
 
 /// Whether a conversation still waits for a running task's answer.
@@ -592,6 +885,18 @@ async fn keep(peer: &Peer, task: &RemoteTask) {
     }
 }
 
+/// Forgets the record of `task`. Not fatal when the store cannot: a follower taking it up
+/// later finds the conversation done with it.
+async fn forget(peer: &Peer, task: &RemoteTask) {
+    let store = &peer.engine.store;
+    if let Err(error) = store
+        .forget_remote_task(&peer.agent, &task.conversation_id, &task.message_id)
+        .await
+    {
+        tracing::warn!(agent = %peer.agent, %error, task = task.task_id, "cannot forget an A2A task");
+    }
+}
+
 /// The store's record of `task` now.
 async fn recorded(peer: &Peer, task: &RemoteTask) -> Option<RemoteTask> {
     let tasks = peer.engine.store.remote_tasks(&peer.agent).await.ok()?;
@@ -608,15 +913,28 @@ async fn answer_in_conversation(
     replied: &str,
     choose: impl FnOnce(&[Arc<str>]) -> Option<Reply>,
 ) {
-    let (engine, agent) = (&peer.engine, &*peer.agent);
-    let open = match engine.replies_open_to(conversation, agent).await {
-        Ok(open) => open,
+    if let Some(open) = open_to(peer, conversation).await {
+        send_reply(peer, conversation, replied, choose(&open)).await;
+    }
+}
+
+/// The replies the agent's thread may send now; `None` (logged) when the conversation
+/// cannot be read.
+async fn open_to(peer: &Peer, conversation: &str) -> Option<Vec<Arc<str>>> {
+    let agent = &*peer.agent;
+    match peer.engine.replies_open_to(conversation, agent).await {
+        Ok(open) => Some(open),
         Err(error) => {
             tracing::warn!(%agent, %error, conversation, "cannot answer for an A2A agent");
-            return;
+            None
         }
-    };
-    let Some(reply) = choose(&open) else {
+    }
+}
+
+/// Sends `reply` as the agent, in reply to message `replied`; nothing when there is none.
+async fn send_reply(peer: &Peer, conversation: &str, replied: &str, reply: Option<Reply>) {
+    let (engine, agent) = (&peer.engine, &*peer.agent);
+    let Some(reply) = reply else {
         tracing::debug!(%agent, conversation, "nothing for the A2A agent's answer to say here");
         return;
     };
@@ -665,25 +983,61 @@ fn failed(error: reqwest::Error, endpoint: &Endpoint) -> CallError {
     }
 }
 
-/// One JSON-RPC call with retries: the answer, or why there was none.
-async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<Answer, CallError> {
+/// What a call got back: an answer, or (`SendStreamingMessage`) a stream of them.
+enum Received {
+    Answer(Answer),
+    Updates(Box<Updates>),
+}
+
+/// One JSON-RPC call with retries, in the agent's [`Dialect`] (`request` is written in
+/// v0.3's names and shapes): the answer, or why there was none.
+async fn call<P: serde::Serialize>(link: &Link, request: &Request<P>) -> Result<Answer, CallError> {
+    match call_any(link, request).await? {
+        Received::Answer(answer) => Ok(answer),
+        // Only a streamed send is read as a stream.
+        Received::Updates(_) => Err(CallError::Broken(format!(
+            "{} answered with a stream",
+            request.method
+        ))),
+    }
+}
+
+/// [`call`], or for [`STREAM_METHOD`] its stream of updates when the agent answers with
+/// one (it may answer a JSON-RPC response instead, an error say).
+async fn call_any<P: serde::Serialize>(
+    link: &Link,
+    request: &Request<P>,
+) -> Result<Received, CallError> {
     let Peer {
         agent,
         endpoint,
         metrics,
         client,
         ..
-    } = peer;
-    // The methods the bridge calls, as metric labels.
-    let method = match request.method.as_str() {
-        "tasks/get" => "tasks/get",
-        "tasks/cancel" => "tasks/cancel",
-        _ => "message/send",
+    } = &link.peer;
+    let dialect = link.dialect().await;
+    // The methods the bridge calls, as metric labels, in the version spoken.
+    let (method, sends) = match (request.method.as_str(), dialect.is_v1()) {
+        ("tasks/get", false) => ("tasks/get", false),
+        ("tasks/cancel", false) => ("tasks/cancel", false),
+        (_, false) => ("message/send", true),
+        ("tasks/get", true) => ("GetTask", false),
+        ("tasks/cancel", true) => ("CancelTask", false),
+        (STREAM_METHOD, true) => ("SendStreamingMessage", true),
+        (_, true) => ("SendMessage", true),
     };
+    let (url, body) = match &dialect {
+        Dialect::V0_3 => (endpoint.url.as_str(), serde_json::to_value(request)),
+        Dialect::V1_0 { url, .. } => (
+            url.as_str(),
+            serde_json::to_value(dialect::spelt_v1(request)),
+        ),
+    };
+    let body = body.map_err(|error| CallError::Broken(format!("unwritable request: {error}")))?;
     let mut backoff = FIRST_BACKOFF;
     let mut last = String::new();
     for attempt in 1..=ATTEMPTS {
-        match call_once(client, endpoint, request).await {
+        match call_once(client, endpoint, url, &dialect, &body, method).await {
             Ok(answer) => {
                 metrics.a2a_call(method, A2aCallResult::Answered);
                 return Ok(answer);
@@ -693,7 +1047,7 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
                 last = error;
             }
             // Asking about a task again, or asking again to cancel it, is harmless.
-            Err(CallError::TimedOut(error)) if method != "message/send" => {
+            Err(CallError::TimedOut(error)) if !sends => {
                 tracing::debug!(%agent, attempt, %error, method, "A2A call timed out");
                 last = error;
             }
@@ -710,20 +1064,28 @@ async fn call<P: serde::Serialize>(peer: &Peer, request: &Request<P>) -> Result<
     }
     metrics.a2a_call(method, A2aCallResult::Failed);
     Err(CallError::Unreachable(format!(
-        "{} failed {ATTEMPTS} times, last: {last}",
-        request.method
+        "{method} failed {ATTEMPTS} times, last: {last}"
     )))
 }
 
-async fn call_once<P: serde::Serialize>(
+/// One attempt of a call. The endpoint's timeout covers a stream too: one that outlasts
+/// it breaks, and its task is polled from then on.
+async fn call_once(
     client: &reqwest::Client,
     endpoint: &Endpoint,
-    request: &Request<P>,
-) -> Result<Answer, CallError> {
-    let mut post = client
-        .post(&endpoint.url)
-        .timeout(endpoint.timeout)
-        .json(request);
+    url: &str,
+    dialect: &Dialect,
+    request: &Value,
+    method: &str,
+) -> Result<Received, CallError> {
+    let streamed = method == "SendStreamingMessage";
+    let mut post = client.post(url).timeout(endpoint.timeout).json(request);
+    if dialect.is_v1() {
+        post = post.header(super::v1::VERSION_HEADER, dialect::V1_VERSION);
+    }
+    if streamed {
+        post = post.header(reqwest::header::ACCEPT, "text/event-stream");
+    }
     if let Some(token) = &endpoint.token {
         post = post.bearer_auth(token);
     }
@@ -732,19 +1094,39 @@ async fn call_once<P: serde::Serialize>(
         .await
         .and_then(reqwest::Response::error_for_status)
         .map_err(|error| failed(error, endpoint))?;
+    let is_stream = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"));
+    if streamed && is_stream {
+        return Ok(Received::Updates(Box::new(Updates::new(response))));
+    }
     let body = read_capped(response, endpoint).await?;
-    let response: Response<SendResult> = serde_json::from_slice(&body).map_err(|error| {
+    let broken = |error: &dyn std::fmt::Display| {
         CallError::Broken(format!(
-            "{} answered no A2A JSON-RPC response: {error}",
-            request.method
+            "{method} answered no A2A JSON-RPC response: {error}"
         ))
-    })?;
-    match (response.result, response.error) {
-        (_, Some(error)) => Ok(Answer::Error(error)),
-        (Some(result), None) => Ok(Answer::Result(Box::new(result))),
+    };
+    let (result, error) = if dialect.is_v1() {
+        let response: Response<Value> =
+            serde_json::from_slice(&body).map_err(|error| broken(&error))?;
+        let result = response
+            .result
+            .map(dialect::answer_from_v1)
+            .transpose()
+            .map_err(|error| broken(&error))?;
+        (result, response.error)
+    } else {
+        let response: Response<SendResult> =
+            serde_json::from_slice(&body).map_err(|error| broken(&error))?;
+        (response.result, response.error)
+    };
+    match (result, error) {
+        (_, Some(error)) => Ok(Received::Answer(Answer::Error(error))),
+        (Some(result), None) => Ok(Received::Answer(Answer::Result(Box::new(result)))),
         (None, None) => Err(CallError::Broken(format!(
-            "{} answered a JSON-RPC response with neither result nor error",
-            request.method
+            "{method} answered a JSON-RPC response with neither result nor error"
         ))),
     }
 }
@@ -902,6 +1284,35 @@ mod tests {
         );
     }
 
+    /// A task that wants input asks its status message as a `query-ref` where the thread
+    /// may ask back; elsewhere it could not go on.
+    #[test]
+    fn a_task_that_wants_input_asks_where_the_thread_may_ask() {
+        let wants_input = task("input-required", Some("which room?"), vec![]);
+        let requested = open(&["agree", "query-ref", "inform", "failure", "not-understood"]);
+        let asked = reply_to(&wants_input, &requested);
+        assert_eq!(
+            asked,
+            Some(Reply {
+                performative: "query-ref".to_owned(),
+                content: json!({"text": "which room?"})
+            })
+        );
+        assert!(wants_input.asks(asked.as_ref()));
+        let elsewhere = reply_to(&wants_input, &open(&["inform", "not-understood"]));
+        assert_eq!(
+            elsewhere,
+            Some(Reply {
+                performative: "not-understood".to_owned(),
+                content: json!({"reason": "which room?"})
+            })
+        );
+        assert!(!wants_input.asks(elsewhere.as_ref()));
+        // A finished task is no question, wherever the thread may ask one.
+        let done = task("completed", None, vec![data_part(json!(1))]);
+        assert!(!done.asks(reply_to(&done, &requested).as_ref()));
+    }
+
     #[test]
     fn a_running_task_agrees_only_where_agreeing_is_open() {
         let working = task("working", None, vec![]);
@@ -1016,6 +1427,83 @@ mod tests {
             )))),
             Awaited::CannotTell(_)
         ));
+    }
+
+    /// A task waiting for input is swept away once its conversation has ended or is gone;
+    /// one in a conversation still going, and a running task, stay.
+    #[tokio::test]
+    async fn waiting_tasks_of_conversations_that_are_over_are_swept() {
+        use crate::clock::SystemClock;
+        use crate::engine::EngineConfig;
+        use crate::store::MemoryStore;
+        use colloquy_policy::{Catalog, TemplateCompiler};
+        use colloquy_protocol::message::StartConversation;
+
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates/a2a-task.yaml");
+        let template = TemplateCompiler::new()
+            .compile_file(&path)
+            .unwrap_or_else(|diagnostics| panic!("{diagnostics}"));
+        let engine = Arc::new(Engine::new(
+            Arc::new(Catalog::new([Arc::new(template)])),
+            Arc::new(MemoryStore::new()),
+            Arc::new(SystemClock),
+            EngineConfig::default(),
+        ));
+        for id in ["going", "ended"] {
+            let request = StartConversation {
+                template: "a2a-task".to_owned(),
+                participants: vec!["bob".to_owned()],
+                conversation_id: Some(id.to_owned()),
+                message: Some(SendMessage::new("request", json!({"action": "x"}))),
+                ..StartConversation::default()
+            };
+            engine.start("alice", request).await.expect("start");
+        }
+        engine
+            .send("ended", "bob", SendMessage::new("refuse", json!({})))
+            .await
+            .expect("refuse");
+        let waiting = |conversation: &str| RemoteTask {
+            conversation_id: Arc::from(conversation),
+            message_id: Arc::from("m"),
+            task_id: format!("t-{conversation}"),
+            cancel: None,
+            awaits_input: true,
+        };
+        let running = RemoteTask {
+            awaits_input: false,
+            ..waiting("ended")
+        };
+        let store = &engine.store;
+        for task in [waiting("going"), waiting("gone"), running.clone()] {
+            store.keep_remote_task("bob", &task).await.expect("keep");
+        }
+        store
+            .keep_remote_task(
+                "bob",
+                &RemoteTask {
+                    message_id: Arc::from("m2"),
+                    ..waiting("ended")
+                },
+            )
+            .await
+            .expect("keep");
+        let peer = Peer {
+            agent: Arc::from("bob"),
+            endpoint: Endpoint {
+                url: "http://127.0.0.1:9/".to_owned(),
+                token: None,
+                timeout: Duration::from_secs(1),
+            },
+            engine: engine.clone(),
+            metrics: Arc::new(Metrics::new()),
+            client: reqwest::Client::new(),
+        };
+        sweep_waiting(peer).await;
+        let mut left = store.remote_tasks("bob").await.expect("tasks");
+        left.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
+        assert_eq!(left, [running, waiting("going")]);
     }
 
     /// A canceled task confirms the cancel; an error, or a task that ended another way

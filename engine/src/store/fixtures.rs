@@ -307,22 +307,27 @@ pub fn remote_task(conversation_id: &str, message_id: &str, task_id: &str) -> Re
         message_id: Arc::from(message_id),
         task_id: task_id.to_owned(),
         cancel: None,
+        awaits_input: false,
     }
 }
 
 /// Remote tasks are kept per agent and per conversation and message (a second record for
 /// the same message replaces the first) and forgotten one by one. Returns with bob's tasks
-/// `t-2` (for c1/m1, cancelled by m9) and `t-3` (c2/m1), for a durable store's test to read again
-/// after a reopen.
+/// `t-2` (for c1/m1, cancelled by m9) and `t-3` (c2/m1, awaiting input), for a durable
+/// store's test to read again after a reopen.
 pub async fn assert_remote_tasks_are_kept_replaced_and_forgotten(store: &dyn ConversationStore) {
     let sorted = |mut tasks: Vec<RemoteTask>| {
         tasks.sort_by(|a, b| a.task_id.cmp(&b.task_id));
         tasks
     };
     assert_eq!(store.remote_tasks("bob").await.expect("tasks"), vec![]);
+    let waiting = RemoteTask {
+        awaits_input: true,
+        ..remote_task("c2", "m1", "t-3")
+    };
     for task in [
         remote_task("c1", "m1", "t-1"),
-        remote_task("c2", "m1", "t-3"),
+        waiting.clone(),
         remote_task("c1", "m2", "t-4"),
     ] {
         store.keep_remote_task("bob", &task).await.expect("keep");
@@ -349,7 +354,7 @@ pub async fn assert_remote_tasks_are_kept_replaced_and_forgotten(store: &dyn Con
         .expect("forgetting what is not there");
     assert_eq!(
         sorted(store.remote_tasks("bob").await.expect("tasks")),
-        vec![cancelling, remote_task("c2", "m1", "t-3")]
+        vec![cancelling, waiting]
     );
     assert_eq!(
         store.remote_tasks("carol").await.expect("tasks"),

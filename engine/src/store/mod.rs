@@ -118,6 +118,11 @@ pub struct RemoteTask {
     /// it is winding down: the task's end answers that message (`canceled` confirms it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<Arc<str>>,
+    /// The task waits for the initiator's input (A2A `input-required`, asked in the
+    /// conversation as a `query-ref`): it is not polled, and the initiator's next message
+    /// in the conversation is sent into it instead of starting a new task.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaits_input: bool,
 }
 
 /// Where an A2A client wants a task's updates pushed (A2A's `TaskPushNotificationConfig`),

@@ -192,6 +192,9 @@ const MIGRATIONS: &[&str] = &[
          body TEXT NOT NULL,
          PRIMARY KEY (conversation_id, id)
      ) WITHOUT ROWID;",
+    // 8: remote tasks that wait for the initiator's input (not polled; the next message
+    //    goes into them).
+    "ALTER TABLE remote_tasks ADD COLUMN awaits_input INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// How far a commit must get before it is acknowledged.
@@ -1056,15 +1059,16 @@ fn keep_remote_task(
     connection
         .prepare_cached(
             "INSERT OR REPLACE INTO remote_tasks
-                 (agent, conversation_id, message_id, task_id, cancel_message_id)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+                 (agent, conversation_id, message_id, task_id, cancel_message_id, awaits_input)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?
         .execute(params![
             agent,
             &*task.conversation_id,
             &*task.message_id,
             task.task_id,
-            task.cancel.as_deref()
+            task.cancel.as_deref(),
+            task.awaits_input
         ])?;
     Ok(())
 }
@@ -1073,8 +1077,8 @@ fn keep_remote_task(
 fn remote_tasks(connection: &Connection, agent: &str) -> Result<Vec<RemoteTask>, rusqlite::Error> {
     connection
         .prepare_cached(
-            "SELECT conversation_id, message_id, task_id, cancel_message_id FROM remote_tasks
-             WHERE agent = ?1",
+            "SELECT conversation_id, message_id, task_id, cancel_message_id, awaits_input
+             FROM remote_tasks WHERE agent = ?1",
         )?
         .query_map(params![agent], |row| {
             Ok(RemoteTask {
@@ -1082,6 +1086,7 @@ fn remote_tasks(connection: &Connection, agent: &str) -> Result<Vec<RemoteTask>,
                 message_id: Arc::from(row.get::<_, String>(1)?),
                 task_id: row.get(2)?,
                 cancel: row.get::<_, Option<String>>(3)?.map(Arc::from),
+                awaits_input: row.get(4)?,
             })
         })?
         .collect()
@@ -1559,7 +1564,10 @@ mod tests {
                     cancel: Some(Arc::from("m9")),
                     ..remote_task("c1", "m1", "t-2")
                 },
-                remote_task("c2", "m1", "t-3")
+                RemoteTask {
+                    awaits_input: true,
+                    ..remote_task("c2", "m1", "t-3")
+                }
             ]
         );
     }

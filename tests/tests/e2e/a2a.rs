@@ -2,7 +2,9 @@
 //! remote agent speaking A2A (JSON-RPC 2.0). Each message to it is POSTed there as
 //! `message/send`, and the engine answers in the conversation as that agent, from the
 //! remote's Task or Message. The remote here is a fake A2A agent on `127.0.0.1:0` that
-//! records every request and answers from a per-test script.
+//! records every request and answers from a per-test script. It has no agent card unless a
+//! test gives it one ([`FakeAgent::serve_card`]): without, the bridge speaks v0.3; with a
+//! card listing JSON-RPC 1.0, v1.0.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,12 +31,17 @@ use crate::support::{json_performatives, poll_until};
 #[derive(Clone, Debug)]
 struct Seen {
     content_type: Option<String>,
+    /// The `A2A-Version` header.
+    version: Option<String>,
     /// The JSON-RPC request (`null` if the body was not JSON).
     body: Value,
 }
 
 /// What the fake answers one request.
 struct Answer {
+    /// `body` is a list of JSON-RPC results, sent as server-sent events (one event each,
+    /// then the stream ends).
+    sse: bool,
     status: u16,
     body: Value,
 }
@@ -45,6 +52,9 @@ struct Answer {
 struct FakeAgent {
     url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The card served at `/.well-known/agent-card.json` (none: 404), and how often it was
+    /// read.
+    card: Arc<Mutex<(Option<Value>, usize)>>,
 }
 
 type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
@@ -67,21 +77,44 @@ impl FakeAgent {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}/", listener.local_addr().expect("addr"));
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let card = Arc::new(Mutex::new((None, 0)));
         let script: Arc<Script> = Arc::new(script);
-        let log = Arc::clone(&seen);
+        let (log, served) = (Arc::clone(&seen), Arc::clone(&card));
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (log, script, gate) =
-                    (Arc::clone(&log), Arc::clone(&script), Arc::clone(&gate));
+                let (log, script, gate, served) = (
+                    Arc::clone(&log),
+                    Arc::clone(&script),
+                    Arc::clone(&gate),
+                    Arc::clone(&served),
+                );
                 let service = service_fn(move |request: Request<Incoming>| {
-                    let (log, script, gate) =
-                        (Arc::clone(&log), Arc::clone(&script), Arc::clone(&gate));
+                    let (log, script, gate, served) = (
+                        Arc::clone(&log),
+                        Arc::clone(&script),
+                        Arc::clone(&gate),
+                        Arc::clone(&served),
+                    );
                     async move {
-                        let answer = answer(request, &log, &*script, &*gate).await;
+                        let answer = if request.method() == hyper::Method::GET {
+                            card_answer(&request, &served)
+                        } else {
+                            answer(request, &log, &*script, &*gate).await
+                        };
+                        let (content_type, body) = if answer.sse {
+                            let events = answer.body.as_array().cloned().unwrap_or_default();
+                            let text: String = events
+                                .iter()
+                                .map(|event| format!("data: {event}\n\n"))
+                                .collect();
+                            ("text/event-stream", text)
+                        } else {
+                            ("application/json", answer.body.to_string())
+                        };
                         let response = Response::builder()
                             .status(answer.status)
-                            .header(CONTENT_TYPE, "application/json")
-                            .body(Full::new(Bytes::from(answer.body.to_string())))
+                            .header(CONTENT_TYPE, content_type)
+                            .body(Full::new(Bytes::from(body)))
                             .expect("a response");
                         Ok::<_, Infallible>(response)
                     }
@@ -91,7 +124,28 @@ impl FakeAgent {
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
             }
         });
-        FakeAgent { url, seen }
+        FakeAgent { url, seen, card }
+    }
+
+    /// Serves a v1.0 card listing `interfaces` (`{url}` in a URL is the fake's).
+    fn serve_card(&self, interfaces: Value) {
+        self.serve_card_with(interfaces, json!({}));
+    }
+
+    /// [`FakeAgent::serve_card`] with `capabilities`.
+    fn serve_card_with(&self, interfaces: Value, capabilities: Value) {
+        let interfaces = interfaces
+            .to_string()
+            .replace("{url}", self.url.trim_end_matches('/'));
+        let card = json!({"name": "translator", "description": "a fake", "version": "1",
+            "supportedInterfaces": serde_json::from_str::<Value>(&interfaces).expect("json"),
+            "capabilities": capabilities, "defaultInputModes": [], "defaultOutputModes": [], "skills": []});
+        self.card.lock().expect("lock").0 = Some(card);
+    }
+
+    /// How often the card was read.
+    fn card_reads(&self) -> usize {
+        self.card.lock().expect("lock").1
     }
 
     /// The JSON-RPC requests received so far with this method.
@@ -120,6 +174,24 @@ impl FakeAgent {
     }
 }
 
+/// The card, at its well-known path, if the fake has one; else 404.
+fn card_answer(request: &Request<Incoming>, served: &Mutex<(Option<Value>, usize)>) -> Answer {
+    let mut served = served.lock().expect("lock");
+    served.1 += 1;
+    match &served.0 {
+        Some(card) if request.uri().path() == "/.well-known/agent-card.json" => Answer {
+            sse: false,
+            status: 200,
+            body: card.clone(),
+        },
+        _ => Answer {
+            sse: false,
+            status: 404,
+            body: json!({"error": "no card"}),
+        },
+    }
+}
+
 /// Records `request` and asks the script for its answer.
 async fn answer(
     request: Request<Incoming>,
@@ -130,6 +202,11 @@ async fn answer(
     let content_type = request
         .headers()
         .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let version = request
+        .headers()
+        .get("a2a-version")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let bytes = request
@@ -147,6 +224,7 @@ async fn answer(
             .count();
         log.push(Seen {
             content_type,
+            version,
             body: body.clone(),
         });
         attempt
@@ -158,14 +236,30 @@ async fn answer(
 /// A JSON-RPC success answering `request`.
 fn result(request: &Value, result: Value) -> Answer {
     Answer {
+        sse: false,
         status: 200,
         body: json!({"jsonrpc": "2.0", "id": request["id"], "result": result}),
+    }
+}
+
+/// Server-sent events answering `request`: one JSON-RPC success per result.
+fn events(request: &Value, results: Vec<Value>) -> Answer {
+    Answer {
+        sse: true,
+        status: 200,
+        body: Value::Array(
+            results
+                .into_iter()
+                .map(|result| json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+                .collect(),
+        ),
     }
 }
 
 /// A JSON-RPC error answering `request`.
 fn rpc_error(request: &Value, code: i64, message: &str) -> Answer {
     Answer {
+        sse: false,
         status: 200,
         body: json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": code, "message": message}}),
     }
@@ -446,6 +540,7 @@ async fn a_failed_post_is_retried_and_the_retry_answered() {
     let fake = FakeAgent::start(|request, attempt| {
         if attempt == 0 {
             Answer {
+                sse: false,
                 status: 500,
                 body: json!({"error": "try again"}),
             }
@@ -609,6 +704,7 @@ async fn a_garbled_answer_records_nothing_and_the_next_message_goes_out() {
     let fake = FakeAgent::start(|request, _| {
         if text_of(request) == "first" {
             Answer {
+                sse: false,
                 status: 200,
                 body: json!({"hello": "not json-rpc"}),
             }
@@ -960,4 +1056,255 @@ async fn a_cancel_the_agent_refuses_is_a_failure_and_the_result_still_comes() {
         "{view:#}"
     );
     assert_eq!(view["outcome"], "success", "{view:#}");
+}
+
+/// An agent whose card lists a JSON-RPC 1.0 interface is spoken to in v1.0: `SendMessage`
+/// and `GetTask` with `A2A-Version: 1.0`, a message without `kind`, role `ROLE_USER`, parts
+/// without `kind`. Its v1.0 answers (`{"task"}`, a bare task, `TASK_STATE_*`) come back as
+/// the v0.3 ones do: agree, then inform with the artifact. The card is read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_card_lists_v1_is_spoken_to_in_v1() {
+    let fake = FakeAgent::start(|request, attempt| match request["method"].as_str() {
+        Some("SendMessage") => result(
+            request,
+            json!({"task": {"id": "t-1", "contextId": "remote-context",
+                "status": {"state": "TASK_STATE_WORKING"}}}),
+        ),
+        Some("GetTask") if attempt == 0 => result(
+            request,
+            json!({"id": "t-1", "status": {"state": "TASK_STATE_WORKING"}}),
+        ),
+        Some("GetTask") => result(
+            request,
+            json!({"id": "t-1", "status": {"state": "TASK_STATE_COMPLETED"},
+                "artifacts": [{"artifactId": "a1", "parts": [{"data": {"translated": "hallo"}}]}]}),
+        ),
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await;
+    fake.serve_card(json!([
+        {"url": "{url}", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "{url}", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}
+    ]));
+    let server = server_for(&fake).await;
+    let content = json!({"action": "translate", "text": "hello"});
+    let (id, request_id, view) = request_until_ended(&server, &fake, content.clone()).await;
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "agree", "inform"],
+        "{view:#}"
+    );
+    assert_eq!(
+        last_message(&view)["content"],
+        json!({"translated": "hallo"}),
+        "{view:#}"
+    );
+    fake.assert_calls("message/send", 0, "no v0.3 call");
+    let sent = fake.requests("SendMessage");
+    assert_eq!(sent.len(), 1, "{:#}", Value::from(fake.all()));
+    assert_eq!(sent[0].version.as_deref(), Some("1.0"));
+    let params = &sent[0].body["params"];
+    assert_eq!(
+        params["message"],
+        json!({"messageId": request_id, "contextId": id, "role": "ROLE_USER",
+            "parts": [{"data": content}],
+            "metadata": {"colloquy": {"conversation": id, "template": "fipa-request",
+                "performative": "request", "sender": "alice"}}}),
+        "{params:#}"
+    );
+    assert_eq!(params["configuration"], json!({"returnImmediately": false}));
+    let polls = fake.requests("GetTask");
+    assert_eq!(polls.len(), 2, "{:#}", Value::from(fake.all()));
+    for poll in &polls {
+        assert_eq!(poll.version.as_deref(), Some("1.0"));
+        assert_eq!(poll.body["params"], json!({"id": "t-1"}));
+    }
+    assert_eq!(fake.card_reads(), 1, "the card is read once per worker");
+}
+
+/// An agent without a card, or whose card lists no JSON-RPC 1.0 interface, is spoken to
+/// in v0.3, without an `A2A-Version` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_a_v1_card_is_spoken_to_in_v0_3() {
+    for card in [
+        None,
+        Some(json!([{"url": "{url}", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}])),
+    ] {
+        let fake = FakeAgent::start(|request, _| {
+            result(request, completed("t-1", json!({"translated": "hallo"})))
+        })
+        .await;
+        if let Some(card) = &card {
+            fake.serve_card(card.clone());
+        }
+        let server = server_for(&fake).await;
+        request_until_ended(&server, &fake, json!({"action": "translate"})).await;
+        let sent = fake.requests("message/send");
+        assert_eq!(sent.len(), 1, "{card:?}: {:#}", Value::from(fake.all()));
+        assert_eq!(sent[0].version, None, "{card:?}");
+        assert!(fake.card_reads() >= 1, "the card was looked for");
+    }
+}
+
+/// A task that wants input becomes translator's `query-ref` (its status message as
+/// content) where the thread may ask back (`a2a-task`); alice's `inform` answering it goes
+/// into that task (`taskId`), not into a new one, and the task's end answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_wants_input_asks_and_the_answer_goes_into_it() {
+    let fake = FakeAgent::start(|request, attempt| match request["method"].as_str() {
+        Some("message/send") if attempt == 0 => result(
+            request,
+            explained("t-1", "input-required", "which language?"),
+        ),
+        Some("message/send") => result(request, completed("t-1", json!({"translated": "hallo"}))),
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (id, request_id) = start(
+        &server,
+        "a2a-task",
+        &["translator"],
+        "request",
+        &json!({"text": "hello"}),
+    )
+    .await;
+    let asked = until(&server, &fake, &id, "query-ref", |view| {
+        json_performatives(view).contains(&"query-ref")
+    })
+    .await;
+    let question = last_message(&asked);
+    assert_eq!(question["sender"], "translator", "{asked:#}");
+    assert_eq!(question["in_reply_to"], request_id.as_str(), "{asked:#}");
+    assert_eq!(
+        question["content"],
+        json!({"text": "which language?"}),
+        "{asked:#}"
+    );
+    let (status, body) = call(
+        server
+            .as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "alice",
+            )
+            .json(&json!({"performative": "inform", "content": {"language": "de"}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let view = until(
+        &server,
+        &fake,
+        &id,
+        "completed conversation",
+        completed_view,
+    )
+    .await;
+    assert_eq!(view["outcome"], "success", "{view:#}");
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "query-ref", "inform", "inform"],
+        "{view:#}"
+    );
+    assert_eq!(
+        last_message(&view)["content"],
+        json!({"translated": "hallo"})
+    );
+    let sent = fake.requests("message/send");
+    assert_eq!(sent.len(), 2, "{:#}", Value::from(fake.all()));
+    let answer = &sent[1].body["params"]["message"];
+    assert_eq!(answer["taskId"], "t-1", "{answer:#}");
+    assert_eq!(
+        answer["parts"],
+        json!([{"kind": "data", "data": {"language": "de"}}])
+    );
+    assert!(answer.get("contextId").is_none(), "{answer:#}");
+}
+
+/// Where the thread may not ask back (`fipa-request`), a task that wants input is a
+/// `not-understood` with its question as the reason, and nothing waits for an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_wants_input_is_not_understood_where_the_thread_cannot_ask() {
+    let fake = FakeAgent::start(|request, _| {
+        result(
+            request,
+            explained("t-1", "input-required", "which language?"),
+        )
+    })
+    .await;
+    let server = server_for(&fake).await;
+    let (_, _, view) = request_until_ended(&server, &fake, json!({"text": "hello"})).await;
+    assert_eq!(
+        json_performatives(&view),
+        ["request", "not-understood"],
+        "{view:#}"
+    );
+    assert_eq!(
+        last_message(&view)["content"],
+        json!({"reason": "which language?"})
+    );
+}
+
+/// A v1.0 agent whose card says `streaming: true` is sent `SendStreamingMessage`, and its
+/// events make the task as they come: `working` is an `agree`, an artifact sent in two
+/// appended pieces is one result. A stream that ends while the task still works leaves it
+/// to `GetTask`, whose end answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_agent_is_followed_over_its_events_then_polled() {
+    let status =
+        |state: &str| json!({"statusUpdate": {"taskId": "t-1", "status": {"state": state}}});
+    let piece = |text: &str, append: bool| {
+        json!({"artifactUpdate": {"taskId": "t-1", "append": append,
+            "artifact": {"artifactId": "a1", "parts": [{"text": text}]}}})
+    };
+    let fake = FakeAgent::start(move |request, attempt| match request["method"].as_str() {
+        // The first message's stream goes to the end; the second one's stops while the
+        // task works.
+        Some("SendStreamingMessage") if attempt == 0 => events(
+            request,
+            vec![
+                json!({"task": {"id": "t-1", "status": {"state": "TASK_STATE_SUBMITTED"}}}),
+                status("TASK_STATE_WORKING"),
+                piece("hal", false),
+                piece("lo", true),
+                status("TASK_STATE_COMPLETED"),
+            ],
+        ),
+        Some("SendStreamingMessage") => events(
+            request,
+            vec![json!({"task": {"id": "t-2", "status": {"state": "TASK_STATE_WORKING"}}})],
+        ),
+        Some("GetTask") => result(
+            request,
+            json!({"id": "t-2", "status": {"state": "TASK_STATE_COMPLETED"},
+                "artifacts": [{"artifactId": "a2", "parts": [{"text": "tschüss"}]}]}),
+        ),
+        _ => rpc_error(request, -32601, "method not found"),
+    })
+    .await;
+    fake.serve_card_with(
+        json!([{"url": "{url}", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]),
+        json!({"streaming": true}),
+    );
+    let server = server_for(&fake).await;
+    for (text, said) in [("hello", "hallo"), ("bye", "tschüss")] {
+        let (_, request_id, view) =
+            request_until_ended(&server, &fake, json!({"text": text})).await;
+        assert_eq!(
+            json_performatives(&view),
+            ["request", "agree", "inform"],
+            "{view:#}"
+        );
+        let inform = last_message(&view);
+        assert_eq!(inform["content"], json!({"text": said}), "{view:#}");
+        assert_eq!(inform["in_reply_to"], request_id.as_str(), "{view:#}");
+    }
+    fake.assert_calls("SendStreamingMessage", 2, "each message streamed");
+    fake.assert_calls("SendMessage", 0, "no blocking send");
+    assert!(
+        !fake.requests("GetTask").is_empty(),
+        "the cut stream's task is polled"
+    );
+    let sent = fake.requests("SendStreamingMessage");
+    assert_eq!(sent[0].version.as_deref(), Some("1.0"));
 }

@@ -1006,12 +1006,10 @@ async fn two_engines_talk_a2a_to_each_other() {
     .await
     .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
     assert_eq!(ended["outcome"], "success", "{ended:#}");
-    assert_eq!(
-        json_performatives(&ended),
-        ["request", "inform"],
-        "{ended:#}"
-    );
-    let reply = &ended["messages"][1];
+    // B streams: A's bridge agrees for remote-bob when B's task shows bob working, unless
+    // B's events show the task done by then.
+    assert_eq!(without_agree(&ended), ["request", "inform"], "{ended:#}");
+    let reply = last(&ended);
     assert_eq!(reply["sender"], "remote-bob", "{ended:#}");
     assert_eq!(reply["content"], json!({"booking": "LV-7"}), "{ended:#}");
 
@@ -1033,6 +1031,210 @@ async fn two_engines_talk_a2a_to_each_other() {
     assert_eq!(
         there["messages"][0]["id"], ended["messages"][0]["id"],
         "B's request carries A's message id (the A2A messageId)"
+    );
+}
+
+/// The conversation's performatives without its `agree`s (whether a streamed task shows
+/// `working` before it ends depends on when the remote's events are written).
+fn without_agree(view: &Value) -> Vec<&str> {
+    json_performatives(view)
+        .into_iter()
+        .filter(|performative| *performative != "agree")
+        .collect()
+}
+
+/// The conversation's last message.
+fn last(view: &Value) -> &Value {
+    view["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .expect("a message")
+}
+
+/// Engine A, whose `remote-bob` is bob of engine `b` (reached with carol's token there),
+/// and alice, who talks to it.
+async fn engine_a_with_remote_bob(b: &Server) -> Server {
+    let identity = colloquy_engine::api::Identity::from_yaml(
+        &format!(
+            "agents:\n  - {{id: alice, token: alice-token}}\n  \
+             - {{id: remote-bob, a2a: \"{}/a2a/bob\", a2a_token: carol-token}}\n",
+            b.url
+        ),
+        "engine A's agents",
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    Server::with(identity, Vec::new()).await
+}
+
+/// Alice starts `template` on A with remote-bob: the conversation's id.
+async fn alice_asks_remote_bob(a: &Server, template: &str) -> String {
+    let (status, started) = call(a.as_agent(Method::POST, "/v1/conversations", "alice").json(
+        &json!({
+            "template": template,
+            "participants": ["remote-bob"],
+            "message": {"performative": "request", "content": {"action": "book-room"}}
+        }),
+    ))
+    .await;
+    assert_eq!(status, 201, "{started}");
+    started["id"].as_str().expect("id").to_owned()
+}
+
+/// Alice sends `performative` with `content` into conversation `id` on A.
+async fn alice_says(a: &Server, id: &str, performative: &str, content: Value) {
+    let (status, body) = call(
+        a.as_agent(
+            Method::POST,
+            &format!("/v1/conversations/{id}/messages"),
+            "alice",
+        )
+        .json(&json!({"performative": performative, "content": content})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+}
+
+/// The one conversation carol has on B (the bridge's calls), as it stands.
+async fn the_conversation_on_b(b: &Server) -> Value {
+    let (status, listed) = call(b.as_agent(Method::GET, "/v1/conversations", "carol")).await;
+    assert_eq!(status, 200, "{listed}");
+    let all = listed["conversations"].as_array().expect("conversations");
+    assert_eq!(all.len(), 1, "one conversation on B: {listed:#}");
+    view(b, "carol", all[0]["id"].as_str().expect("id")).await
+}
+
+/// B's card lists JSON-RPC 1.0 and streaming, so A's bridge speaks v1.0 to it and streams
+/// (A counts its calls as `SendStreamingMessage`, never `message/send`). Across the engines
+/// an `a2a-task` asks back: bob's `query-ref` on B makes the task input-required, which A's
+/// bridge records as remote-bob's `query-ref` with B's question (from the task's history:
+/// `GetTask`); alice's `inform` answering it goes into the same task on B (one
+/// conversation there), and bob's result completes both. B's task shows `working` once
+/// alice has answered (bob has spoken before), which A may record as an `agree`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_engines_speak_v1_and_a_question_is_answered_across_them() {
+    let b = Server::start().await;
+    let _bob = serve(
+        b.client("bob").await,
+        Handlers::new()
+            .on("a2a-task", "request", |msg| async move {
+                msg.reply("query-ref", json!({"question": "which city?"}))
+                    .await?;
+                Ok(())
+            })
+            .on("a2a-task", "inform", |msg| async move {
+                msg.inform(json!("booked in Lisbon")).await?;
+                Ok(())
+            }),
+    );
+    let a = engine_a_with_remote_bob(&b).await;
+    let id = alice_asks_remote_bob(&a, "a2a-task").await;
+    let asked = poll_until(
+        || view(&a, "alice", &id),
+        |here| json_performatives(here).contains(&"query-ref"),
+    )
+    .await
+    .unwrap_or_else(|last| panic!("no question on A: {last:#}"));
+    let question = &asked["messages"][1];
+    assert_eq!(question["sender"], "remote-bob", "{asked:#}");
+    assert_eq!(
+        question["content"],
+        json!({"question": "which city?"}),
+        "{asked:#}"
+    );
+    alice_says(&a, &id, "inform", json!({"city": "Lisbon"})).await;
+    let ended = poll_until(
+        || view(&a, "alice", &id),
+        |here| here["status"] == "completed",
+    )
+    .await
+    .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
+    assert_eq!(ended["outcome"], "success", "{ended:#}");
+    assert_eq!(
+        without_agree(&ended),
+        ["request", "query-ref", "inform", "inform"],
+        "{ended:#}"
+    );
+    assert_eq!(
+        last(&ended)["content"],
+        json!({"text": "booked in Lisbon"}),
+        "{ended:#}"
+    );
+
+    let there = the_conversation_on_b(&b).await;
+    assert_eq!(
+        json_performatives(&there),
+        ["request", "query-ref", "inform", "inform"],
+        "alice's answer went into the task that asked: {there:#}"
+    );
+    assert_eq!(there["messages"][2]["content"], json!({"city": "Lisbon"}));
+
+    let metrics = a.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"colloquy_a2a_calls_total{method="SendStreamingMessage",result="answered"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(r#"method="message/send""#), "{metrics}");
+}
+
+/// Alice on A cancels while bob on B works (agreed, no result): A's bridge asks B to
+/// cancel the task (v1.0 `CancelTask`), B sends the cancel into its conversation, bob
+/// confirms it, and the confirmation ends A's conversation cancelled. A's bridge streams the
+/// task, so bob's `agree` reaches A as it comes and the running task holds up nothing; the
+/// stream's `canceled` answers nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_on_one_engine_cancels_the_task_on_the_other() {
+    let b = Server::start().await;
+    let _bob = serve(
+        b.client("bob").await,
+        Handlers::new()
+            .on("fipa-request", "request", |msg| async move {
+                msg.agree(json!({})).await?;
+                Ok(())
+            })
+            .on("fipa-request", "cancel", |msg| async move {
+                msg.inform(json!({})).await?;
+                Ok(())
+            }),
+    );
+    let a = engine_a_with_remote_bob(&b).await;
+    let id = alice_asks_remote_bob(&a, "fipa-request").await;
+    poll_until(
+        || view(&a, "alice", &id),
+        |here| json_performatives(here).contains(&"agree"),
+    )
+    .await
+    .unwrap_or_else(|last| panic!("no agree on A: {last:#}"));
+    alice_says(&a, &id, "cancel", json!({"why": "changed my mind"})).await;
+    let ended = poll_until(
+        || view(&a, "alice", &id),
+        |here| here["status"] == "completed",
+    )
+    .await
+    .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
+    assert_eq!(ended["outcome"], "cancelled", "{ended:#}");
+    assert_eq!(
+        json_performatives(&ended),
+        ["request", "agree", "cancel", "inform"],
+        "{ended:#}"
+    );
+    assert_eq!(
+        ended["messages"][3]["in_reply_to"], ended["messages"][2]["id"],
+        "remote-bob's inform confirms the cancel: {ended:#}"
+    );
+
+    let there = the_conversation_on_b(&b).await;
+    assert_eq!(there["outcome"], "cancelled", "{there:#}");
+    assert_eq!(
+        json_performatives(&there),
+        ["request", "agree", "cancel", "inform"],
+        "{there:#}"
+    );
+    let metrics = a.metrics().await;
+    assert!(
+        metrics.contains(r#"colloquy_a2a_calls_total{method="CancelTask",result="answered"} 1"#),
+        "{metrics}"
     );
 }
 
@@ -1715,6 +1917,13 @@ async fn an_a2a_task_waits_for_input_and_a_direct_reply_is_a_message() {
         asked["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
         "{asked:#}"
     );
+    // The question is the status message.
+    assert_eq!(
+        asked["task"]["status"]["message"]["parts"],
+        json!([{"data": {"question": "which city?"}}]),
+        "{asked:#}"
+    );
+    assert_eq!(asked["task"]["status"]["message"]["role"], "ROLE_AGENT");
     let id = asked["task"]["id"].as_str().expect("a task id").to_owned();
     let mut answer = message("a2a-ask-2", "Lisbon");
     answer["taskId"] = json!(id);

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use colloquy_protocol::api::InboxItem;
 use tokio::sync::watch;
 use tokio::task::{self, JoinSet};
+use tokio::time::Instant;
 
-use super::{Peer, bridge, follow_task};
+use super::{Link, Peer, Running, Updates, WAITING_SWEEP, bridge, follow_task, sweep_waiting};
 use crate::store::RemoteTask;
 
 /// Most messages of one agent under way at once.
@@ -25,10 +26,10 @@ pub const MAX_IN_FLIGHT: usize = 16;
 
 /// The messages of one agent under way, and how far its inbox is handled.
 pub struct Lanes {
-    peer: Peer,
+    link: Link,
     /// Each message's call and answer; yields the message's `seq` and, when the agent's
     /// task still runs, what to follow.
-    running: JoinSet<(u64, Option<RemoteTask>)>,
+    running: JoinSet<(u64, Option<Running>)>,
     /// The `seq` of each running task, for one that panicked.
     seq_of: HashMap<task::Id, u64>,
     /// Tasks still running at the agent, each followed until it ends; yields the task.
@@ -41,13 +42,15 @@ pub struct Lanes {
     done: HashSet<u64>,
     /// Per conversation, whether its last started message is done: the next one waits.
     last: HashMap<Arc<str>, watch::Receiver<bool>>,
+    /// When tasks waiting for input were last swept ([`sweep_waiting`]).
+    swept: Option<Instant>,
 }
 
 impl Lanes {
-    /// No message under way yet.
+    /// No message under way yet; the agent's card is read before the first call.
     pub fn new(peer: Peer) -> Lanes {
         Lanes {
-            peer,
+            link: Link::new(peer),
             running: JoinSet::new(),
             seq_of: HashMap::new(),
             followers: JoinSet::new(),
@@ -55,6 +58,7 @@ impl Lanes {
             started: VecDeque::new(),
             done: HashSet::new(),
             last: HashMap::new(),
+            swept: None,
         }
     }
 
@@ -70,9 +74,15 @@ impl Lanes {
         while self.running.len() >= MAX_IN_FLIGHT {
             handled = self.settle().await.or(handled);
         }
+        if self
+            .swept
+            .is_none_or(|swept| swept.elapsed() >= WAITING_SWEEP)
+        {
+            self.sweep();
+        }
         let (finished, done) = watch::channel(false);
         let before = self.last.insert(item.conversation_id.clone(), done);
-        let peer = self.peer.clone();
+        let link = self.link.clone();
         let seq = item.seq;
         self.started.push_back(seq);
         let started = self.running.spawn(async move {
@@ -80,7 +90,7 @@ impl Lanes {
                 // An error means the earlier message's task is gone: nothing to wait for.
                 let _ = before.wait_for(|done| *done).await;
             }
-            let running = bridge(&peer, &item).await;
+            let running = bridge(&link, &item).await;
             let _ = finished.send(true);
             (seq, running)
         });
@@ -93,15 +103,15 @@ impl Lanes {
     pub async fn settle(&mut self) -> Option<u64> {
         let (id, seq) = match self.running.join_next_with_id().await? {
             Ok((id, (seq, running))) => {
-                if let Some(task) = running {
-                    self.follow(task);
+                if let Some(Running { task, updates }) = running {
+                    self.follow(task, updates);
                 }
                 (id, seq)
             }
             Err(error) => {
                 let id = error.id();
                 let seq = self.seq_of.get(&id).copied()?;
-                tracing::error!(agent = %self.peer.agent, seq, %error, "A2A bridge task failed");
+                tracing::error!(agent = %self.link.peer.agent, seq, %error, "A2A bridge task failed");
                 (id, seq)
             }
         };
@@ -111,14 +121,16 @@ impl Lanes {
     }
 
     /// Follows the tasks the store says the agent still runs (recorded before a restart, or
-    /// by the node that led the agent's delivery before), except those followed already.
+    /// by the node that led the agent's delivery before), except those followed already and
+    /// those that wait for input (the initiator's next message goes into them).
     pub async fn resume(&mut self) {
         self.reap();
-        let peer = &self.peer;
+        self.sweep();
+        let peer = &self.link.peer;
         match peer.engine.store.remote_tasks(&peer.agent).await {
             Ok(tasks) => {
-                for task in tasks {
-                    self.follow(task);
+                for task in tasks.into_iter().filter(|task| !task.awaits_input) {
+                    self.follow(task, None);
                 }
             }
             Err(error) => {
@@ -127,11 +139,19 @@ impl Lanes {
         }
     }
 
-    /// Follows `task` until it ends, unless it is followed already.
-    fn follow(&mut self, task: RemoteTask) {
+    /// Forgets, in the background, the tasks that wait for answers nobody will give.
+    fn sweep(&mut self) {
+        self.swept = Some(Instant::now());
+        tokio::spawn(sweep_waiting(self.link.peer.clone()));
+    }
+
+    /// Follows `task` until it ends (over `updates` while they come), unless it is
+    /// followed already.
+    fn follow(&mut self, task: RemoteTask, updates: Option<Box<Updates>>) {
         let key = (task.conversation_id.clone(), task.message_id.clone());
         if self.following.insert(key) {
-            self.followers.spawn(follow_task(self.peer.clone(), task));
+            self.followers
+                .spawn(follow_task(self.link.clone(), task, updates));
         }
     }
 
