@@ -68,6 +68,7 @@ pub fn spawn_push(
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
     channels: HashMap<AgentId, Channel>,
+    trust: Option<Arc<crate::a2a::signing::TrustStore>>,
 ) -> JoinHandle<()> {
     // Each call sets its own timeout: a webhook's is short, an A2A call waits for the work.
     let client = reqwest::Client::new();
@@ -84,7 +85,10 @@ pub fn spawn_push(
         workers.push(tokio::spawn(worker(
             engine.clone(),
             metrics.clone(),
-            client.clone(),
+            Outbound {
+                client: client.clone(),
+                trust: trust.clone(),
+            },
             agent,
             channel,
             bell,
@@ -136,10 +140,17 @@ async fn keep_the_lead(engine: Arc<Engine>, leads: watch::Sender<bool>) {
     }
 }
 
+/// How a worker calls out: the HTTP client, and the keys remote agents' cards must be
+/// signed by (when configured).
+struct Outbound {
+    client: reqwest::Client,
+    trust: Option<Arc<crate::a2a::signing::TrustStore>>,
+}
+
 async fn worker(
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
-    client: reqwest::Client,
+    Outbound { client, trust }: Outbound,
     agent: AgentId,
     channel: Channel,
     bell: Arc<Notify>,
@@ -157,6 +168,7 @@ async fn worker(
             engine: engine.clone(),
             metrics: metrics.clone(),
             client: client.clone(),
+            trust,
         }))),
     };
     let mut labeller = Labeller::new();

@@ -42,6 +42,8 @@ pub struct Settings {
     pub push_allow_private: bool,
     /// Signs the v1.0 agent cards, when the operator gave a key.
     pub card_signer: Option<std::sync::Arc<signing::CardSigner>>,
+    /// The keys remote agents' cards must be signed by, when the operator gave them.
+    pub trust_store: Option<std::sync::Arc<signing::TrustStore>>,
 }
 
 impl Default for Settings {
@@ -50,6 +52,7 @@ impl Default for Settings {
             template: inward::DEFAULT_TEMPLATE.to_owned(),
             push_allow_private: false,
             card_signer: None,
+            trust_store: None,
         }
     }
 }

@@ -429,6 +429,10 @@ pub struct Peer {
     pub metrics: Arc<Metrics>,
     /// Makes the calls.
     pub client: reqwest::Client,
+    /// The keys the agent's card must be signed by, when the operator configured them
+    /// (`--a2a-trust-store`): a card that does not verify is not believed (the agent is
+    /// spoken to in v0.3, as if it had none).
+    pub trust: Option<Arc<super::signing::TrustStore>>,
 }
 
 /// A worker's line to its remote agent: the [`Peer`], and the A2A version its card calls
@@ -489,6 +493,17 @@ async fn read_dialect(peer: &Peer) -> Result<Dialect, CallError> {
         let Ok(card) = serde_json::from_slice::<Value>(&body) else {
             continue;
         };
+        if let Some(trust) = &peer.trust {
+            match trust.verify(&card) {
+                Ok(kid) => {
+                    tracing::debug!(agent = %peer.agent, kid, "the A2A agent's card is signed by a trusted key");
+                }
+                Err(why) => {
+                    tracing::warn!(agent = %peer.agent, card = url, "the A2A agent's card is not believed ({why}): speaking v0.3");
+                    return Ok(Dialect::V0_3);
+                }
+            }
+        }
         let dialect = Dialect::of_card(&card, &endpoint.url, index == 0);
         tracing::debug!(agent = %peer.agent, card = url, ?dialect, "read the A2A agent's card");
         return Ok(dialect);
@@ -1499,6 +1514,7 @@ mod tests {
             engine: engine.clone(),
             metrics: Arc::new(Metrics::new()),
             client: reqwest::Client::new(),
+            trust: None,
         };
         sweep_waiting(peer).await;
         let mut left = store.remote_tasks("bob").await.expect("tasks");

@@ -175,6 +175,7 @@ pub fn launch(
             engine.clone(),
             metrics.clone(),
             channels,
+            options.a2a.trust_store.clone(),
         ));
     }
     let (closing, closing_rx) = watch::channel(false);

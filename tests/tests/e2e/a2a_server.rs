@@ -2240,3 +2240,74 @@ async fn a_card_is_served_signed_and_verifies_against_the_trusted_key() {
         call(server.anonymous(Method::GET, "/a2a/bob/.well-known/agent-card.json")).await;
     assert_eq!(trusted.verify(&again).as_deref(), Ok("colloquy-test-1"));
 }
+
+/// With a trust store, engine A believes B's card only when it is signed by a trusted key:
+/// B signs its cards; an A that trusts B's key speaks v1.0 to bob (streaming), an A that
+/// trusts another key ignores the card and speaks v0.3 (`message/send`). Either way the
+/// request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_card_is_believed_only_when_a_trusted_key_signed_it() {
+    use colloquy_engine::a2a::signing::{CardSigner, TrustStore};
+    let key = |file: &str| {
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+            .expect("the test key")
+    };
+    let b_key = Arc::new(
+        CardSigner::from_pkcs8(&key("fixtures/a2a-card-key.der"), "engine-b").expect("a key"),
+    );
+    let b = Server::with_options(
+        Vec::new(),
+        colloquy_engine::api::ServiceOptions {
+            identity: colloquy_tests::http::identity(&[]),
+            a2a: colloquy_engine::a2a::Settings {
+                card_signer: Some(b_key.clone()),
+                ..colloquy_engine::a2a::Settings::default()
+            },
+            ..colloquy_engine::api::ServiceOptions::default()
+        },
+    )
+    .await;
+    let _bob = bob_agrees_then_informs(&b, json!({"booked": true})).await;
+    let mut stranger = b_key.public_jwk();
+    stranger["x"] = json!("11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo");
+    for (trusted, method) in [
+        (b_key.public_jwk(), "SendStreamingMessage"),
+        (stranger, "message/send"),
+    ] {
+        let identity = colloquy_engine::api::Identity::from_yaml(
+            &format!(
+                "agents:\n  - {{id: alice, token: alice-token}}\n  \
+                 - {{id: remote-bob, a2a: \"{}/a2a/bob\", a2a_token: carol-token}}\n",
+                b.url
+            ),
+            "engine A's agents",
+        )
+        .unwrap_or_else(|error| panic!("{error}"));
+        let trust = TrustStore::from_jwks(&json!({"keys": [trusted]})).expect("jwks");
+        let a = Server::with_options(
+            Vec::new(),
+            colloquy_engine::api::ServiceOptions {
+                identity,
+                a2a: colloquy_engine::a2a::Settings {
+                    trust_store: Some(Arc::new(trust)),
+                    ..colloquy_engine::a2a::Settings::default()
+                },
+                ..colloquy_engine::api::ServiceOptions::default()
+            },
+        )
+        .await;
+        let id = alice_asks_remote_bob(&a, "fipa-request").await;
+        let ended = poll_until(
+            || view(&a, "alice", &id),
+            |here| here["status"] == "completed",
+        )
+        .await
+        .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
+        assert_eq!(ended["outcome"], "success", "{ended:#}");
+        let metrics = a.metrics().await;
+        assert!(
+            metrics.contains(&format!(r#"method="{method}",result="answered""#)),
+            "{method}: {metrics}"
+        );
+    }
+}

@@ -93,6 +93,11 @@ pub struct ServeArgs {
     /// The key id (`kid`) the card signatures name.
     #[arg(long, value_name = "KID", requires = "a2a_card_key")]
     a2a_card_key_id: Option<String>,
+    /// A JWKS file (`{"keys": [JWK, …]}`, Ed25519 or P-256 keys with a `kid`): remote A2A
+    /// agents' cards must be signed by one of these keys to be believed; a card that does
+    /// not verify is ignored (the agent is spoken to in v0.3). `jku` is never fetched.
+    #[arg(long, value_name = "FILE")]
+    a2a_trust_store: Option<PathBuf>,
 }
 
 /// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
@@ -251,6 +256,13 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let trust_store = match &args.a2a_trust_store {
+        Some(path) => Some(std::sync::Arc::new(
+            colloquy_engine::a2a::signing::TrustStore::from_file(path)
+                .map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
     let options = ServiceOptions {
         identity,
         store: Some(store),
@@ -261,6 +273,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             template: args.a2a_template.clone(),
             push_allow_private: args.a2a_push_allow_private,
             card_signer,
+            trust_store,
         },
         engine: EngineConfig {
             retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
