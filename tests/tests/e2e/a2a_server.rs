@@ -2311,3 +2311,104 @@ async fn a_remote_card_is_believed_only_when_a_trusted_key_signed_it() {
         );
     }
 }
+
+/// On a durable store an A2A task outlives its server: alice's task (bob agreed, no result
+/// yet) has a push config; the server stops and another starts on the same SQLite file. A
+/// subscription there shows the task as it stands and follows it, the push config goes on
+/// from its cursor, and bob's result reaches both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_and_a_push_go_on_after_a_restart_on_sqlite() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("a2a.db");
+    let options = || colloquy_engine::api::ServiceOptions {
+        identity: colloquy_tests::http::identity(&[]),
+        store: Some(Arc::new(
+            colloquy_engine::store::SqliteStore::open(&path).expect("the SQLite store"),
+        )),
+        a2a: colloquy_engine::a2a::Settings {
+            push_allow_private: true,
+            ..colloquy_engine::a2a::Settings::default()
+        },
+        ..colloquy_engine::api::ServiceOptions::default()
+    };
+    let first = Server::with_options(Vec::new(), options()).await;
+    let bob = serve(
+        first.client("bob").await,
+        Handlers::new().on("fipa-request", "request", |msg| async move {
+            msg.agree(json!({})).await?;
+            Ok(())
+        }),
+    );
+    let (url, mut pushed) = push_receiver().await;
+    let sent = v1_ok(
+        &first,
+        "SendMessage",
+        json!({"message": {"messageId": "restart-1", "role": "ROLE_USER",
+            "parts": [{"text": "book"}]},
+            "configuration": {"returnImmediately": true,
+                "taskPushNotificationConfig": {"id": "hook", "url": url}}}),
+    )
+    .await;
+    let id = sent["task"]["id"].as_str().expect("an id").to_owned();
+    let (_, working) = next_push(&mut pushed).await;
+    assert_eq!(
+        working["statusUpdate"]["status"]["state"], "TASK_STATE_WORKING",
+        "{working:#}"
+    );
+    drop(bob);
+    first
+        .service
+        .shutdown()
+        .await
+        .expect("the first server stops");
+
+    let second = Server::with_options(Vec::new(), options()).await;
+    let mut events = Events::open(
+        second
+            .as_agent(
+                Method::GET,
+                &format!("/a2a/bob/rest/tasks/{id}:subscribe"),
+                "alice",
+            )
+            .header("A2A-Version", "1.0"),
+    )
+    .await;
+    let now = events.next().await.expect("the task as it stands");
+    assert_eq!(
+        now["task"]["status"]["state"], "TASK_STATE_WORKING",
+        "{now:#}"
+    );
+    let (status, body) = call(
+        second
+            .as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "bob",
+            )
+            .json(&json!({"performative": "inform", "content": {"booking": "R-1"}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let mut streamed = Vec::new();
+    while let Some(event) = events.next().await {
+        streamed.push(event);
+    }
+    assert_eq!(
+        streamed
+            .last()
+            .map(|e| &e["statusUpdate"]["status"]["state"]),
+        Some(&json!("TASK_STATE_COMPLETED")),
+        "{streamed:#?}"
+    );
+    let (_, artifact) = next_push(&mut pushed).await;
+    assert_eq!(
+        artifact["artifactUpdate"]["artifact"]["parts"],
+        json!([{"data": {"booking": "R-1"}}]),
+        "{artifact:#}"
+    );
+    let (_, done) = next_push(&mut pushed).await;
+    assert_eq!(
+        done["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done:#}"
+    );
+}
