@@ -325,6 +325,20 @@ fn is_private_v6(ip: Ipv6Addr) -> bool {
 pub async fn set(state: &AppState, config: PushConfig) -> Result<PushConfig, RpcError> {
     let engine = state.engine();
     let configs = engine.store.push_configs().await.map_err(store_error)?;
+    let someone_elses = configs.iter().any(|kept| {
+        kept.conversation_id == config.conversation_id
+            && kept.id == config.id
+            && kept.owner != config.owner
+    });
+    if someone_elses {
+        return Err(rpc_error(
+            code::INVALID_PARAMS,
+            format!(
+                "push config id `{}` is taken on task `{}`; choose another, or none",
+                config.id, config.conversation_id
+            ),
+        ));
+    }
     let others = configs
         .iter()
         .filter(|kept| kept.conversation_id == config.conversation_id && kept.id != config.id)
@@ -416,6 +430,7 @@ fn follow(state: AppState, mut config: PushConfig) {
         let engine = state.engine().clone();
         let listener = engine.listen_conversation(&config.conversation_id);
         let mut closing = state.closing();
+        let mut backoff = FIRST_BACKOFF;
         loop {
             if !state.a2a_followers().is_current(&key, generation) {
                 return;
@@ -425,9 +440,18 @@ fn follow(state: AppState, mut config: PushConfig) {
                 .view(&config.conversation_id, Some(&config.owner))
                 .await
             {
-                Ok(view) => view,
-                Err(error) if error.kind() == crate::error::ErrorKind::NotFound => {
-                    // The conversation is gone (retention): so is its config.
+                Ok(view) => {
+                    backoff = FIRST_BACKOFF;
+                    view
+                }
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        crate::error::ErrorKind::NotFound | crate::error::ErrorKind::Forbidden
+                    ) =>
+                {
+                    // The conversation is gone (retention), or not the owner's to see: so
+                    // is its config.
                     let _ = engine
                         .store
                         .forget_push_config(&config.conversation_id, &config.id)
@@ -436,7 +460,9 @@ fn follow(state: AppState, mut config: PushConfig) {
                     return;
                 }
                 Err(_) => {
-                    tokio::time::sleep(FIRST_BACKOFF).await;
+                    // The store is away: ask again, less and less often.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             };
