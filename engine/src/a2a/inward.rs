@@ -38,7 +38,7 @@ use super::v1::{self, Version};
 use crate::api::AppState;
 use crate::api::auth::Identity;
 use crate::api::error::ApiError;
-use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, RawBody};
+use crate::api::extract::{BodyError, CappedBody, MAX_BODY_BYTES, PathParams};
 use crate::api::json::JsonResponse;
 use crate::api::streams::SseStream;
 use crate::error::{EngineError, ErrorKind};
@@ -259,7 +259,7 @@ pub async fn rpc(
     A2aCaller(caller): A2aCaller,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
-    RawBody(body): RawBody,
+    CappedBody(body): CappedBody,
 ) -> Result<Response, ApiError> {
     let body = match body {
         Ok(body) => body,

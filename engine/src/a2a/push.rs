@@ -49,12 +49,17 @@ const MAX_FIELD: usize = 2048;
 
 /// The followers running here, by (conversation, config id), each with a generation: a
 /// config set again, or deleted, stops the follower of the one before.
+/// Writes of configs (a cursor moving, a config set or deleted) take turns (`writes`), so
+/// a follower that was under way cannot write back a config just deleted or replaced.
 #[derive(Default)]
-pub struct Followers(Mutex<HashMap<(Arc<str>, String), u64>>);
+pub struct Followers {
+    running: Mutex<HashMap<(Arc<str>, String), u64>>,
+    writes: tokio::sync::Mutex<()>,
+}
 
 impl Followers {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, String), u64>> {
-        self.0
+        self.running
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -324,6 +329,7 @@ fn is_private_v6(ip: Ipv6Addr) -> bool {
 /// Keeps `config` and starts pushing its task's updates. Replaces a config of the same id.
 pub async fn set(state: &AppState, config: PushConfig) -> Result<PushConfig, RpcError> {
     let engine = state.engine();
+    let _turn = state.a2a_followers().writes.lock().await;
     let configs = engine.store.push_configs().await.map_err(store_error)?;
     let someone_elses = configs.iter().any(|kept| {
         kept.conversation_id == config.conversation_id
@@ -378,6 +384,7 @@ pub async fn of_task(state: &AppState, task: &str) -> Result<Vec<PushConfig>, Rp
 
 /// Forgets config `id` of `task` and stops pushing for it; no error when there is none.
 pub async fn delete(state: &AppState, task: &str, id: &str) -> Result<(), RpcError> {
+    let _turn = state.a2a_followers().writes.lock().await;
     state
         .a2a_followers()
         .stop(&(Arc::from(task), id.to_owned()));
@@ -483,6 +490,11 @@ fn follow(state: AppState, mut config: PushConfig) {
                     }
                 }
                 config.delivered = covered;
+                let _turn = state.a2a_followers().writes.lock().await;
+                if !state.a2a_followers().is_current(&key, generation) {
+                    // Deleted or replaced while this follower pushed: nothing to keep.
+                    return;
+                }
                 if let Err(error) = engine.store.keep_push_config(&config).await {
                     tracing::warn!(%error, "a push cursor could not be kept");
                 }

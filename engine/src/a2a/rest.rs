@@ -29,7 +29,7 @@ use super::stream::Envelope;
 use super::v1::{self, Version};
 use crate::api::AppState;
 use crate::api::error::ApiError;
-use crate::api::extract::{BodyError, MAX_BODY_BYTES, PathParams, QueryParams, RawBody};
+use crate::api::extract::{BodyError, CappedBody, MAX_BODY_BYTES, PathParams, QueryParams};
 use crate::api::streams::SseStream;
 use colloquy_protocol::a2a::RpcError;
 
@@ -47,7 +47,7 @@ pub async fn send_message(
     A2aCaller(caller): A2aCaller,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
-    RawBody(body): RawBody,
+    CappedBody(body): CappedBody,
 ) -> Result<Response, ApiError> {
     let caller = caller.agent()?.clone();
     if let Err(refused) = check_version(&headers) {
@@ -68,7 +68,7 @@ pub async fn stream_message(
     A2aCaller(caller): A2aCaller,
     PathParams(agent): PathParams<String>,
     headers: HeaderMap,
-    RawBody(body): RawBody,
+    CappedBody(body): CappedBody,
 ) -> Result<Response, ApiError> {
     let caller = caller.agent()?.clone();
     if let Err(refused) = check_version(&headers) {
@@ -234,7 +234,7 @@ pub async fn create_push_config(
     A2aCaller(caller): A2aCaller,
     PathParams((agent, task)): PathParams<(String, String)>,
     headers: HeaderMap,
-    RawBody(body): RawBody,
+    CappedBody(body): CappedBody,
 ) -> Result<Response, ApiError> {
     let caller = caller.agent()?.clone();
     if let Err(refused) = check_version(&headers) {

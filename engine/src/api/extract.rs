@@ -38,19 +38,40 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, _: &S) -> Result<Self, ApiError> {
-        let limited = Limited::new(request.into_body(), MAX_BODY_BYTES);
-        let bytes = within_deadline(async {
-            match limited.collect().await {
-                Ok(collected) => Ok(collected.to_bytes()),
-                Err(error) if error.is::<LengthLimitError>() => Err(BodyError::TooLarge),
-                Err(error) => Err(BodyError::Unreadable(format!(
-                    "failed to read the request body: {error}"
-                ))),
-            }
-        })
-        .await
-        .map_err(|error| unreadable(error, MAX_BODY_BYTES))?;
+        let bytes = read_capped(request)
+            .await
+            .map_err(|error| unreadable(error, MAX_BODY_BYTES))?;
         parse(&bytes).map(JsonBody)
+    }
+}
+
+/// The body, in full within [`BODY_READ_TIMEOUT`], if it is at most [`MAX_BODY_BYTES`].
+async fn read_capped(request: Request) -> Result<Bytes, BodyError> {
+    let limited = Limited::new(request.into_body(), MAX_BODY_BYTES);
+    within_deadline(async {
+        match limited.collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(error) if error.is::<LengthLimitError>() => Err(BodyError::TooLarge),
+            Err(error) => Err(BodyError::Unreadable(format!(
+                "failed to read the request body: {error}"
+            ))),
+        }
+    })
+    .await
+}
+
+/// A request body of at most [`MAX_BODY_BYTES`], as [`JsonBody`] reads it, with a failure
+/// kept rather than rejected (as [`RawBody`] keeps it), for handlers that answer a bad body
+/// in their own protocol's shape (A2A's JSON-RPC errors). [`RawBody`] takes the route's
+/// `DefaultBodyLimit` instead, which is axum's 2 MB where none is set.
+#[derive(Debug)]
+pub struct CappedBody(pub Result<Bytes, BodyError>);
+
+impl<S: Send + Sync> FromRequest<S> for CappedBody {
+    type Rejection = Infallible;
+
+    async fn from_request(request: Request, _: &S) -> Result<Self, Infallible> {
+        Ok(CappedBody(read_capped(request).await))
     }
 }
 

@@ -2412,3 +2412,39 @@ async fn a_subscription_and_a_push_go_on_after_a_restart_on_sqlite() {
         "{done:#}"
     );
 }
+
+/// A body over the API's limit is refused before it is read through, on the JSON-RPC
+/// endpoint and on the HTTP+JSON binding alike: 413 with a JSON error saying the limit, and
+/// no task opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_a2a_body_is_413_and_opens_no_task() {
+    let server = Server::start().await;
+    let limit = colloquy_engine::api::extract::MAX_BODY_BYTES;
+    let text = "x".repeat(limit + 1);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+        "params": {"message": {"messageId": "big-1", "role": "ROLE_USER",
+            "parts": [{"text": text}]}}});
+    for (path, payload) in [
+        (endpoint("bob"), body.clone()),
+        (
+            "/a2a/bob/rest/message:send".to_owned(),
+            body["params"].clone(),
+        ),
+    ] {
+        let (status, answer) = call(
+            server
+                .as_agent(Method::POST, &path, "alice")
+                .header("A2A-Version", "1.0")
+                .json(&payload),
+        )
+        .await;
+        assert_eq!(status, 413, "{path}: {answer:#}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&limit.to_string())),
+            "{path}: {answer:#}"
+        );
+    }
+    assert!(listed(&server, "alice").await.is_empty());
+}
