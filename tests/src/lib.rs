@@ -2,6 +2,7 @@
 //! any fixture templates a test adds), an in-memory store and a manual clock; [`http`] runs
 //! the same over a real HTTP service.
 
+pub mod bench;
 pub mod http;
 
 use std::path::{Path, PathBuf};

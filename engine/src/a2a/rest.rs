@@ -28,6 +28,7 @@ use super::inward::{self, Streamed, code};
 use super::stream::Envelope;
 use super::v1::{self, Version};
 use crate::api::AppState;
+use crate::api::auth::Caller;
 use crate::api::error::ApiError;
 use crate::api::extract::{BodyError, CappedBody, MAX_BODY_BYTES, PathParams, QueryParams};
 use crate::api::streams::SseStream;
@@ -49,16 +50,34 @@ pub async fn send_message(
     headers: HeaderMap,
     CappedBody(body): CappedBody,
 ) -> Result<Response, ApiError> {
-    let caller = caller.agent()?.clone();
-    if let Err(refused) = check_version(&headers) {
+    call(&state, &caller, &agent, &headers, "SendMessage", || {
+        read_json(body)
+    })
+    .await
+}
+
+/// One v1.0 call of this binding, answered in its shape: as the caller's agent, once the
+/// version header is checked, with the params `read` gives (read after those checks, so a
+/// body is looked at only once who calls is known).
+async fn call(
+    state: &AppState,
+    caller: &Caller,
+    agent: &str,
+    headers: &HeaderMap,
+    method: &str,
+    read: impl FnOnce() -> Result<Result<Value, RpcError>, ApiError>,
+) -> Result<Response, ApiError> {
+    let caller = caller.agent()?;
+    if let Err(refused) = check_version(headers) {
         return Ok(error_response(&refused));
     }
-    let params = match read_json(body)? {
+    let params = match read()? {
         Ok(params) => params,
         Err(refused) => return Ok(error_response(&refused)),
     };
-    let sent = inward::call_v1(&state, &caller, &agent, "SendMessage", params).await;
-    Ok(respond(sent))
+    Ok(respond(
+        inward::call_v1(state, caller, agent, method, params).await,
+    ))
 }
 
 /// `POST /a2a/{agent}/rest/message:stream`: `SendStreamingMessage`, the task's events as
@@ -188,14 +207,10 @@ pub async fn list_tasks(
     headers: HeaderMap,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Response, ApiError> {
-    let caller = caller.agent()?.clone();
-    if let Err(refused) = check_version(&headers) {
-        return Ok(error_response(&refused));
-    }
-    let params = serde_json::to_value(query).unwrap_or_default();
-    Ok(respond(
-        inward::call_v1(&state, &caller, &agent, "ListTasks", params).await,
-    ))
+    call(&state, &caller, &agent, &headers, "ListTasks", || {
+        Ok(Ok(serde_json::to_value(query).unwrap_or_default()))
+    })
+    .await
 }
 
 /// `GET /tasks`' query: `ListTasks`' params.
@@ -236,27 +251,17 @@ pub async fn create_push_config(
     headers: HeaderMap,
     CappedBody(body): CappedBody,
 ) -> Result<Response, ApiError> {
-    let caller = caller.agent()?.clone();
-    if let Err(refused) = check_version(&headers) {
-        return Ok(error_response(&refused));
-    }
-    let mut params = match read_json(body)? {
-        Ok(params) => params,
-        Err(refused) => return Ok(error_response(&refused)),
-    };
-    if let Some(fields) = params.as_object_mut() {
-        fields.insert("taskId".to_owned(), json!(task));
-        fields.remove("task_id");
-    }
-    let answer = inward::call_v1(
-        &state,
-        &caller,
-        &agent,
-        "CreateTaskPushNotificationConfig",
-        params,
-    )
-    .await;
-    Ok(respond(answer))
+    let method = "CreateTaskPushNotificationConfig";
+    call(&state, &caller, &agent, &headers, method, || {
+        Ok(read_json(body)?.map(|mut params| {
+            if let Some(fields) = params.as_object_mut() {
+                fields.insert("taskId".to_owned(), json!(task));
+                fields.remove("task_id");
+            }
+            params
+        }))
+    })
+    .await
 }
 
 /// `GET /a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs`: the caller's push configs of
@@ -267,20 +272,11 @@ pub async fn list_push_configs(
     PathParams((agent, task)): PathParams<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = caller.agent()?.clone();
-    if let Err(refused) = check_version(&headers) {
-        return Ok(error_response(&refused));
-    }
-    let params = json!({"taskId": task});
-    let answer = inward::call_v1(
-        &state,
-        &caller,
-        &agent,
-        "ListTaskPushNotificationConfigs",
-        params,
-    )
-    .await;
-    Ok(respond(answer))
+    let method = "ListTaskPushNotificationConfigs";
+    call(&state, &caller, &agent, &headers, method, || {
+        Ok(Ok(json!({"taskId": task})))
+    })
+    .await
 }
 
 /// `GET /a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}`: one of them.
@@ -290,20 +286,11 @@ pub async fn get_push_config(
     PathParams((agent, task, config)): PathParams<(String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = caller.agent()?.clone();
-    if let Err(refused) = check_version(&headers) {
-        return Ok(error_response(&refused));
-    }
-    let params = json!({"taskId": task, "id": config});
-    let answer = inward::call_v1(
-        &state,
-        &caller,
-        &agent,
-        "GetTaskPushNotificationConfig",
-        params,
-    )
-    .await;
-    Ok(respond(answer))
+    let method = "GetTaskPushNotificationConfig";
+    call(&state, &caller, &agent, &headers, method, || {
+        Ok(Ok(json!({"taskId": task, "id": config})))
+    })
+    .await
 }
 
 /// `DELETE /a2a/{agent}/rest/tasks/{task}/pushNotificationConfigs/{config}`: forgets it (no
@@ -314,20 +301,11 @@ pub async fn delete_push_config(
     PathParams((agent, task, config)): PathParams<(String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = caller.agent()?.clone();
-    if let Err(refused) = check_version(&headers) {
-        return Ok(error_response(&refused));
-    }
-    let params = json!({"taskId": task, "id": config});
-    let answer = inward::call_v1(
-        &state,
-        &caller,
-        &agent,
-        "DeleteTaskPushNotificationConfig",
-        params,
-    )
-    .await;
-    Ok(respond(answer))
+    let method = "DeleteTaskPushNotificationConfig";
+    call(&state, &caller, &agent, &headers, method, || {
+        Ok(Ok(json!({"taskId": task, "id": config})))
+    })
+    .await
 }
 
 /// `ID:verb` split at its last colon, when what follows is a word; else the whole as the id

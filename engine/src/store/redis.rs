@@ -259,8 +259,9 @@ impl Keys {
     fn push_configs(&self) -> String {
         format!("{}:push-configs", self.prefix)
     }
-    /// A remote task's field in its agent's hash: unambiguous whatever the ids hold.
-    fn remote_task_field(conversation_id: &str, message_id: &str) -> String {
+    /// The field of a record named by a conversation and an id (a remote task by its
+    /// message, a push config by its id) in its hash: unambiguous whatever the ids hold.
+    fn pair_field(conversation_id: &str, message_id: &str) -> String {
         serde_json::json!([conversation_id, message_id]).to_string()
     }
     fn ids(&self) -> String {
@@ -352,6 +353,48 @@ impl Drop for RedisStore {
 }
 
 impl RedisStore {
+    /// The records kept as JSON in hash `key` (remote tasks, push configs), in no order;
+    /// `what` names one in an error.
+    async fn hash_records<T: serde::de::DeserializeOwned>(
+        &self,
+        key: String,
+        what: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut connection = self.connection.clone();
+        let bodies: Vec<String> = connection.hvals(key).await.map_err(store_error)?;
+        bodies
+            .iter()
+            .map(|body| {
+                serde_json::from_str(body)
+                    .map_err(|error| StoreError::Internal(format!("unreadable {what}: {error}")))
+            })
+            .collect()
+    }
+
+    /// Keeps `record` as JSON at `field` of hash `key`, replacing what was there.
+    async fn keep_hash_record<T: serde::Serialize>(
+        &self,
+        key: String,
+        field: String,
+        record: &T,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let body = serde_json::to_string(record)
+            .map_err(|error| StoreError::Internal(format!("cannot encode a record: {error}")))?;
+        let _: i64 = connection
+            .hset(key, field, body)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    /// Forgets `field` of hash `key` (no error when it is not there).
+    async fn forget_hash_record(&self, key: String, field: String) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        let _: i64 = connection.hdel(key, field).await.map_err(store_error)?;
+        Ok(())
+    }
+
     /// Connects to the Redis at `url` with the [`DEFAULT_PREFIX`].
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         RedisStore::connect_with_prefix(url, DEFAULT_PREFIX).await
@@ -876,77 +919,34 @@ impl ConversationStore for RedisStore {
     }
 
     async fn remote_tasks(&self, agent: &str) -> Result<Vec<RemoteTask>, StoreError> {
-        let mut connection = self.connection.clone();
-        let bodies: Vec<String> = connection
-            .hvals(self.keys.remote_tasks(agent))
-            .await
-            .map_err(store_error)?;
-        bodies
-            .iter()
-            .map(|body| {
-                serde_json::from_str(body).map_err(|error| {
-                    StoreError::Internal(format!("unreadable remote task of `{agent}`: {error}"))
-                })
-            })
-            .collect()
+        self.hash_records(
+            self.keys.remote_tasks(agent),
+            &format!("remote task of `{agent}`"),
+        )
+        .await
     }
 
     async fn push_configs(&self) -> Result<Vec<PushConfig>, StoreError> {
-        let mut connection = self.connection.clone();
-        let bodies: Vec<String> = connection
-            .hvals(self.keys.push_configs())
+        self.hash_records(self.keys.push_configs(), "push config")
             .await
-            .map_err(store_error)?;
-        bodies
-            .iter()
-            .map(|body| {
-                serde_json::from_str(body).map_err(|error| {
-                    StoreError::Internal(format!("unreadable push config: {error}"))
-                })
-            })
-            .collect()
     }
 
     async fn keep_push_config(&self, config: &PushConfig) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
-        let body = serde_json::to_string(config)
-            .map_err(|error| StoreError::Internal(format!("cannot encode a config: {error}")))?;
-        let _: i64 = connection
-            .hset(
-                self.keys.push_configs(),
-                Keys::remote_task_field(&config.conversation_id, &config.id),
-                body,
-            )
+        let field = Keys::pair_field(&config.conversation_id, &config.id);
+        self.keep_hash_record(self.keys.push_configs(), field, config)
             .await
-            .map_err(store_error)?;
-        Ok(())
     }
 
     async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
-        let _: i64 = connection
-            .hdel(
-                self.keys.push_configs(),
-                Keys::remote_task_field(conversation_id, id),
-            )
+        let field = Keys::pair_field(conversation_id, id);
+        self.forget_hash_record(self.keys.push_configs(), field)
             .await
-            .map_err(store_error)?;
-        Ok(())
     }
 
     async fn keep_remote_task(&self, agent: &str, task: &RemoteTask) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
-        let body = serde_json::to_string(task)
-            .map_err(|error| StoreError::Internal(format!("cannot encode a task: {error}")))?;
-        let _: i64 = connection
-            .hset(
-                self.keys.remote_tasks(agent),
-                Keys::remote_task_field(&task.conversation_id, &task.message_id),
-                body,
-            )
+        let field = Keys::pair_field(&task.conversation_id, &task.message_id);
+        self.keep_hash_record(self.keys.remote_tasks(agent), field, task)
             .await
-            .map_err(store_error)?;
-        Ok(())
     }
 
     async fn forget_remote_task(
@@ -955,15 +955,9 @@ impl ConversationStore for RedisStore {
         conversation_id: &str,
         message_id: &str,
     ) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
-        let _: i64 = connection
-            .hdel(
-                self.keys.remote_tasks(agent),
-                Keys::remote_task_field(conversation_id, message_id),
-            )
+        let field = Keys::pair_field(conversation_id, message_id);
+        self.forget_hash_record(self.keys.remote_tasks(agent), field)
             .await
-            .map_err(store_error)?;
-        Ok(())
     }
 
     async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {

@@ -47,28 +47,27 @@
 //! bob answers each request in a task of its own (`tokio::spawn` in the handler), as an
 //! agent serving many clients would; `--sequential-agent` makes it answer one message at a
 //! time, as `Client::serve` runs handlers, which caps colloquy at one inform round trip per
-//! request. `cpu_seconds` and `resident_bytes` are copied from `http_bench.rs` (the clock
-//! tick read once here); `spawn` and `connect` follow it.
+//! request. The child processes, connections and `/proc` readings are
+//! `colloquy_tests::bench`'s, as `http_bench.rs` uses them.
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use colloquy_sdk::{Client, Handlers};
+use colloquy_tests::bench::{self, connect, resident_bytes, spawn};
 use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -220,100 +219,10 @@ async fn agent(url: &str, sequential: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A child process, killed on drop.
-struct Process {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Process {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        // Killing an exited child fails harmlessly.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `program` (on CPU 0 with one tokio worker when `pin`), and waits for the first
-/// line of its stdout that names an `http://` address.
-fn spawn(program: &Path, args: &[&str], pin: bool) -> anyhow::Result<Process> {
-    let mut command = if pin {
-        let mut command = Command::new("taskset");
-        command.arg("-c").arg("0").arg(program);
-        command.env("TOKIO_WORKER_THREADS", "1");
-        command
-    } else {
-        Command::new(program)
-    };
-    let mut child = command
-        .args(args)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("starting {}", program.display()))?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .with_context(|| format!("{} exited before listening", program.display()))??;
-        if let Some(url) = line.split("http://").nth(1) {
-            let authority = url.split(['/', ' ']).next().unwrap_or_default();
-            break authority.parse()?;
-        }
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok(Process { child, addr })
-}
-
-/// Resident memory of the process `pid` in bytes, from `/proc`. (Copied from http_bench.)
-fn resident_bytes(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .context("no VmRSS in /proc status")?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()?;
-    Ok(kib * 1024.0)
-}
-
-/// CPU seconds the process `pid` has used so far, user plus system, all threads, from
-/// `/proc`. (Copied from http_bench, the clock tick read once.)
+/// CPU seconds the process `pid` has used so far, user plus system, all threads.
 fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    static TICKS_PER_SECOND: OnceLock<f64> = OnceLock::new();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let (user, system): (f64, f64) = (fields[11].parse()?, fields[12].parse()?);
-    let per_second = match TICKS_PER_SECOND.get() {
-        Some(ticks) => *ticks,
-        None => {
-            let output = Command::new("getconf").arg("CLK_TCK").output()?;
-            let ticks: f64 = String::from_utf8(output.stdout)?.trim().parse()?;
-            *TICKS_PER_SECOND.get_or_init(|| ticks)
-        }
-    };
-    Ok((user + system) / per_second)
-}
-
-async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>>> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    Ok(sender)
+    let (user, system) = bench::cpu_seconds(pid)?;
+    Ok(user + system)
 }
 
 /// A server under measurement: where its A2A JSON-RPC endpoint is, and which processes do

@@ -37,10 +37,10 @@
 //! times each hook's call in process (`HookRuntime::call` on events like the served ones),
 //! so the served cost is given as a multiple of the in-process cost of the same run.
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -51,12 +51,11 @@ use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
 use colloquy_policy::{CompiledTemplate, TemplateCompiler};
 use colloquy_protocol::hook::HookInput;
 use colloquy_protocol::template::HookEvent;
+use colloquy_tests::bench::{Process as Server, connect, cpu_seconds, resident_bytes, spawn};
 use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use serde::Deserialize;
-use tokio::net::TcpStream;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -229,57 +228,6 @@ fn options() -> anyhow::Result<Option<Options>> {
         }
     }
     Ok(Some(options))
-}
-
-/// A server child process, killed on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Killing an exited child fails harmlessly.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(program: &Path, args: &[&str], pin: bool) -> anyhow::Result<Server> {
-    let mut command = if pin {
-        let mut command = Command::new("taskset");
-        command.arg("-c").arg("0").arg(program);
-        command.env("TOKIO_WORKER_THREADS", "1");
-        command
-    } else {
-        Command::new(program)
-    };
-    let mut child = command
-        .args(args)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("starting {}", program.display()))?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        let line = lines.next().context("server exited before listening")??;
-        if let Some(url) = line.split("http://").nth(1) {
-            break url.trim().parse()?;
-        }
-    };
-    // Keep draining stdout so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok(Server { child, addr })
-}
-
-async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>>> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    Ok(sender)
 }
 
 async fn post(
@@ -493,34 +441,6 @@ async fn hook_calls(addr: SocketAddr) -> anyhow::Result<(f64, f64)> {
         value("colloquy_hook_duration_seconds_count")?,
         value("colloquy_hook_duration_seconds_sum")?,
     ))
-}
-
-/// Resident memory of the process `pid` in bytes, from `/proc`.
-fn resident_bytes(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .context("no VmRSS in /proc status")?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()?;
-    Ok(kib * 1024.0)
-}
-
-/// CPU seconds the process `pid` has used so far, user and system, from `/proc`.
-fn cpu_seconds(pid: u32) -> anyhow::Result<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let (user, system): (f64, f64) = (fields[11].parse()?, fields[12].parse()?);
-    let per_second: f64 =
-        String::from_utf8(Command::new("getconf").arg("CLK_TCK").output()?.stdout)?
-            .trim()
-            .parse()?;
-    Ok((user / per_second, system / per_second))
 }
 
 /// Full-speed slices per server: the servers take turns, so a change in the machine's

@@ -999,12 +999,7 @@ async fn two_engines_talk_a2a_to_each_other() {
     .await;
     assert_eq!(status, 201, "{started}");
     let id = started["id"].as_str().expect("id").to_owned();
-    let ended = poll_until(
-        || view(&a, "alice", &id),
-        |here| here["status"] == "completed",
-    )
-    .await
-    .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
+    let ended = ended_on_a(&a, &id).await;
     assert_eq!(ended["outcome"], "success", "{ended:#}");
     // B streams: A's bridge agrees for remote-bob when B's task shows bob working, unless
     // B's events show the task done by then.
@@ -1054,6 +1049,11 @@ fn last(view: &Value) -> &Value {
 /// Engine A, whose `remote-bob` is bob of engine `b` (reached with carol's token there),
 /// and alice, who talks to it.
 async fn engine_a_with_remote_bob(b: &Server) -> Server {
+    engine_a_with(b, colloquy_engine::a2a::Settings::default()).await
+}
+
+/// [`engine_a_with_remote_bob`], serving A2A as `a2a` says (a trust store, say).
+async fn engine_a_with(b: &Server, a2a: colloquy_engine::a2a::Settings) -> Server {
     let identity = colloquy_engine::api::Identity::from_yaml(
         &format!(
             "agents:\n  - {{id: alice, token: alice-token}}\n  \
@@ -1063,7 +1063,14 @@ async fn engine_a_with_remote_bob(b: &Server) -> Server {
         "engine A's agents",
     )
     .unwrap_or_else(|error| panic!("{error}"));
-    Server::with(identity, Vec::new()).await
+    let options = colloquy_engine::api::ServiceOptions {
+        identity,
+        a2a,
+        // Deadlines in these scenarios are short; check them often (as `Server::with`).
+        scheduler_period: std::time::Duration::from_millis(10),
+        ..colloquy_engine::api::ServiceOptions::default()
+    };
+    Server::with_options(Vec::new(), options).await
 }
 
 /// Alice starts `template` on A with remote-bob: the conversation's id.
@@ -1078,6 +1085,16 @@ async fn alice_asks_remote_bob(a: &Server, template: &str) -> String {
     .await;
     assert_eq!(status, 201, "{started}");
     started["id"].as_str().expect("id").to_owned()
+}
+
+/// Conversation `id` on engine A as alice sees it once it has ended.
+async fn ended_on_a(a: &Server, id: &str) -> Value {
+    poll_until(
+        || view(a, "alice", id),
+        |here| here["status"] == "completed",
+    )
+    .await
+    .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"))
 }
 
 /// Alice sends `performative` with `content` into conversation `id` on A.
@@ -1142,12 +1159,7 @@ async fn two_engines_speak_v1_and_a_question_is_answered_across_them() {
         "{asked:#}"
     );
     alice_says(&a, &id, "inform", json!({"city": "Lisbon"})).await;
-    let ended = poll_until(
-        || view(&a, "alice", &id),
-        |here| here["status"] == "completed",
-    )
-    .await
-    .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
+    let ended = ended_on_a(&a, &id).await;
     assert_eq!(ended["outcome"], "success", "{ended:#}");
     assert_eq!(
         without_agree(&ended),
@@ -1207,12 +1219,7 @@ async fn a_cancel_on_one_engine_cancels_the_task_on_the_other() {
     .await
     .unwrap_or_else(|last| panic!("no agree on A: {last:#}"));
     alice_says(&a, &id, "cancel", json!({"why": "changed my mind"})).await;
-    let ended = poll_until(
-        || view(&a, "alice", &id),
-        |here| here["status"] == "completed",
-    )
-    .await
-    .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
+    let ended = ended_on_a(&a, &id).await;
     assert_eq!(ended["outcome"], "cancelled", "{ended:#}");
     assert_eq!(
         json_performatives(&ended),
@@ -2274,35 +2281,17 @@ async fn a_remote_card_is_believed_only_when_a_trusted_key_signed_it() {
         (b_key.public_jwk(), "SendStreamingMessage"),
         (stranger, "message/send"),
     ] {
-        let identity = colloquy_engine::api::Identity::from_yaml(
-            &format!(
-                "agents:\n  - {{id: alice, token: alice-token}}\n  \
-                 - {{id: remote-bob, a2a: \"{}/a2a/bob\", a2a_token: carol-token}}\n",
-                b.url
-            ),
-            "engine A's agents",
-        )
-        .unwrap_or_else(|error| panic!("{error}"));
         let trust = TrustStore::from_jwks(&json!({"keys": [trusted]})).expect("jwks");
-        let a = Server::with_options(
-            Vec::new(),
-            colloquy_engine::api::ServiceOptions {
-                identity,
-                a2a: colloquy_engine::a2a::Settings {
-                    trust_store: Some(Arc::new(trust)),
-                    ..colloquy_engine::a2a::Settings::default()
-                },
-                ..colloquy_engine::api::ServiceOptions::default()
+        let a = engine_a_with(
+            &b,
+            colloquy_engine::a2a::Settings {
+                trust_store: Some(Arc::new(trust)),
+                ..colloquy_engine::a2a::Settings::default()
             },
         )
         .await;
         let id = alice_asks_remote_bob(&a, "fipa-request").await;
-        let ended = poll_until(
-            || view(&a, "alice", &id),
-            |here| here["status"] == "completed",
-        )
-        .await
-        .unwrap_or_else(|last| panic!("the conversation on A did not end: {last:#}"));
+        let ended = ended_on_a(&a, &id).await;
         assert_eq!(ended["outcome"], "success", "{ended:#}");
         let metrics = a.metrics().await;
         assert!(
