@@ -842,7 +842,11 @@ async fn send(
 /// move, or more than one.
 async fn the_only_move(state: &AppState, caller: &str, task: &str) -> Result<String, RpcError> {
     let view = read_view(state, caller, task).await?;
-    let template = state.engine().latest_template(&view.template);
+    // The revision the conversation is pinned to: a reload since may have changed the moves.
+    let template = state
+        .engine()
+        .templates
+        .revision(&view.template, &view.revision);
     let mut moves: Vec<String> = match (&template, view.threads.first()) {
         (Some(template), Some(thread)) if &*view.initiator == caller => {
             let machine = &template.machine;
@@ -1069,12 +1073,10 @@ fn waits_for_input(view: &ConversationView) -> bool {
             .any(|m| m.sender == view.initiator)
 }
 
-/// The participant's question, as the status message of a task that waits for input: the
+/// The participant's question, as the status message of a task that waits for input (see
+/// [`waits_for_input`]): the
 /// client reads what it is asked there (its parts are the question's content).
 fn question(view: &ConversationView) -> Option<A2aMessage> {
-    if !waits_for_input(view) {
-        return None;
-    }
     let asked = view
         .messages
         .iter()
@@ -1179,7 +1181,11 @@ pub fn task_of(view: &ConversationView) -> Task {
                         text,
                     )
                 })
-                .or_else(|| question(view)),
+                .or_else(|| {
+                    (state == "input-required")
+                        .then(|| question(view))
+                        .flatten()
+                }),
         },
         artifacts,
         metadata: Some(metadata),

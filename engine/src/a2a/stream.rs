@@ -9,6 +9,7 @@
 //! conversation itself, so a stream opened on any node, or again after a restart on a
 //! durable store, shows the same task.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use axum::response::sse::Event;
@@ -149,14 +150,15 @@ const MAX_STEPS: usize = 64;
 
 /// The conversation as it stood at `step` (`0..=progress(view)`): its first `step`
 /// messages, still running, until the last step, which is `view` itself.
-pub(super) fn at_step(view: &ConversationView, step: usize) -> ConversationView {
-    let mut then = view.clone();
-    if step < progress(view) {
-        then.messages.truncate(step);
-        then.status = ConversationStatus::Active;
-        then.outcome = None;
+pub(super) fn at_step(view: &ConversationView, step: usize) -> Cow<'_, ConversationView> {
+    if step >= progress(view) {
+        return Cow::Borrowed(view);
     }
-    then
+    let mut then = view.clone();
+    then.messages.truncate(step);
+    then.status = ConversationStatus::Active;
+    then.outcome = None;
+    Cow::Owned(then)
 }
 
 /// The events for what happened in `view` after `covered` steps (see [`progress`]), one
