@@ -9,4 +9,4 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 bash scripts/setup.sh
 bash templates/examples/build.sh
-cargo run --release -p colloquy-engine --bin colloquy -- demo "$@"
+cargo run --release -p colloquy --bin colloquy -- demo "$@"

@@ -3,7 +3,7 @@
 # A2A Python SDK's own server, SendMessage round trips and streams, on this machine, in one
 # run. Builds nothing: build the release binaries first,
 #
-#   cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin a2a-bench
+#   cargo build --release -p colloquy --bin colloquy -p colloquy-tests --bin a2a-bench
 #
 # then `bash tests/a2a-bench/run.sh` (arguments go to a2a-bench; default `--pin`: servers on
 # CPU 0, the load on the others). The baseline's venv (a2a-sdk 1.3, uvicorn with uvloop and
@@ -20,7 +20,7 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 bench="$target/release/a2a-bench"
 for binary in "$bench" "$target/release/colloquy"; do
     [ -x "$binary" ] || {
-        echo "a2a bench: no $binary: cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin a2a-bench" >&2
+        echo "a2a bench: no $binary: cargo build --release -p colloquy --bin colloquy -p colloquy-tests --bin a2a-bench" >&2
         exit 1
     }
 done

@@ -9,22 +9,17 @@
 # Needs the debug binary (`cargo test --workspace` builds it) and the Python SDK's venv
 # (sdk/python/run-tests.sh creates it).
 #
-#   COLLOQUY_A2A_TCK        the kit (default: ../shared/a2a-tck, else /work/shared/a2a-tck)
+#   COLLOQUY_A2A_TCK        the kit (default: ../shared/a2a-tck, beside the clone, where CI
+#                           lays its copy of shared/)
 #   COLLOQUY_TCK_VENV       the kit's virtualenv (default: ~/.cache/colloquy-a2a-tck-venv)
 #   COLLOQUY_TCK_OUT        reports (default: TARGET/a2a-tck-reports)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
 
-# The kit sits beside the working copy (../shared/a2a-tck); a clone elsewhere finds the
-# workplace's copy.
-kit="${COLLOQUY_A2A_TCK:-}"
-if [ -z "$kit" ]; then
-    for candidate in "$root/../shared/a2a-tck" /work/shared/a2a-tck; do
-        if [ -f "$candidate/run_tck.py" ]; then kit="$candidate"; break; fi
-    done
-    kit="${kit:-$root/../shared/a2a-tck}"
-fi
+# The kit sits beside the clone (../shared/a2a-tck: CI lays a copy of shared/ there); a
+# clone kept anywhere else names it with COLLOQUY_A2A_TCK.
+kit="${COLLOQUY_A2A_TCK:-$root/../shared/a2a-tck}"
 if [ ! -f "$kit/run_tck.py" ]; then
     if [ "${CI:-}" = "true" ]; then
         echo "a2a tck: the kit is missing at $kit, and CI=true requires it" >&2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The web inspector's browser tests: headless Chromium from Debian (scripts/setup.sh installs
 # `chromium` and `chromium-driver`, and wabt's wat2wasm for a hook) driven by Selenium against a real `colloquy serve` on
-# loopback. Needs the debug binary (`cargo build -p colloquy-engine`, or `cargo test
+# loopback. Needs the debug binary (`cargo build -p colloquy`, or `cargo test
 # --workspace`, which builds it) at ${CARGO_TARGET_DIR:-target}/debug/colloquy.
 # Selenium lives in a virtualenv outside the clone, created once, with pinned versions.
 # Screenshots and the size/render report: ${COLLOQUY_INSPECTOR_OUT:-TARGET/inspector-screenshots}.

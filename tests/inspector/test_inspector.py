@@ -139,7 +139,7 @@ def browser(width=1280, height=800):
 def setUpModule():
     global SERVER, DRIVER, WORK
     if not BINARY.exists():
-        raise RuntimeError(f"{BINARY} is missing: build it with `cargo build -p colloquy-engine`")
+        raise RuntimeError(f"{BINARY} is missing: build it with `cargo build -p colloquy`")
     OUT.mkdir(parents=True, exist_ok=True)
     WORK = tempfile.mkdtemp(prefix="colloquy-inspector-")
     agents_file = Path(WORK) / "agents.yaml"

@@ -12,7 +12,7 @@ It prints, per side, the rate and the CPU time (user + system) per conversation 
 process and of the server during the windows, then the Python/Rust ratios. On a machine
 shared with other work the rates move with it; CPU per conversation barely does.
 
-    cargo build --release -p colloquy-engine --bin colloquy -p colloquy-sdk --example request_rate
+    cargo build --release -p colloquy --bin colloquy -p colloquy-sdk --example request_rate
     python sdk/python/bench/request_rate.py        # from a venv with sdk/python installed
 
 ``--drive URL PREFIX LANES WARMUP MEASURE`` runs the Python side alone (what the bench starts).
@@ -177,7 +177,7 @@ def main() -> None:
         return
     for binary in (args.colloquy, args.rust):
         if not binary.is_file():
-            sys.exit(f"{binary} is missing: cargo build --release -p colloquy-engine --bin "
+            sys.exit(f"{binary} is missing: cargo build --release -p colloquy --bin "
                      "colloquy -p colloquy-sdk --example request_rate")
 
     sides = ("python", "rust")

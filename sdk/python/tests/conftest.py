@@ -3,7 +3,7 @@ agents with fresh ids (so no test reads another's inbox).
 
 The binary is ``$COLLOQUY_BIN``, else ``$CARGO_TARGET_DIR/debug/colloquy``, else the
 workspace's ``target/debug/colloquy`` (``cargo test --workspace`` or ``cargo build -p
-colloquy-engine --bin colloquy`` builds it). Without it the tests are skipped, except under
+colloquy --bin colloquy`` builds it). Without it the tests are skipped, except under
 ``CI=true``, where they fail.
 """
 
@@ -48,7 +48,7 @@ def colloquy_binary() -> Path:
     explicit = os.environ.get("COLLOQUY_BIN")
     binary = Path(explicit) if explicit else target_dir() / "debug" / "colloquy"
     if not binary.is_file():
-        _missing(f"no colloquy binary at {binary}: cargo build -p colloquy-engine --bin colloquy")
+        _missing(f"no colloquy binary at {binary}: cargo build -p colloquy --bin colloquy")
     return binary
 
 
