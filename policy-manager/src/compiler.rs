@@ -413,7 +413,7 @@ fn serde_diagnostic(error: &serde_norway::Error, origin: Option<&Path>) -> Diagn
 }
 
 /// Largest template file read from a directory: the API's upload limit
-/// (`colloquy_engine::api::policy::MAX_TEMPLATE_BYTES`), so a watched file cannot be what an
+/// (`colloquy_server::policy::MAX_TEMPLATE_BYTES`), so a watched file cannot be what an
 /// upload may not (and a file that never ends, say a link to `/dev/zero`, is not read for
 /// ever).
 pub const MAX_SOURCE_BYTES: u64 = 1024 * 1024;

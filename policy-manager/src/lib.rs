@@ -1,7 +1,7 @@
 //! The Colloquy policy manager: turns template files into compiled policies and keeps the
 //! catalog the engine starts conversations from, reloading it live when the files change.
-//! (Its HTTP API is served by `colloquy_engine::api::policy`: axum lives in the engine's
-//! `api` module only.)
+//! (Its HTTP API is served by `colloquy_server::policy`: axum lives in the `colloquy-server`
+//! crate only.)
 //!
 //! # Layout
 //! - [`compiler`]: YAML → [`CompiledTemplate`]; every problem reported at once as a

@@ -49,16 +49,16 @@ clang --target=wasm32-unknown-unknown -O2 -nostdlib -ffreestanding -Wall -Wextra
     -Wl,--no-entry -Wl,--export-dynamic -Wl,--strip-all \
     -o "$here/amount-guard/amount_guard.wasm" "$here/amount-guard/amount_guard.c"
 
-# The benchmark's trivial hook (engine/benches/hooks.rs), same toolchain.
+# The benchmark's trivial hook (engine/hooks/benches/hooks.rs), same toolchain.
 clang --target=wasm32-unknown-unknown -O2 -nostdlib -ffreestanding -Wall -Wextra -Werror \
     -Wl,--no-entry -Wl,--export-dynamic -Wl,--strip-all \
-    -o "$out/trivial_hook.wasm" "$root/engine/benches/trivial_hook.c"
+    -o "$out/trivial_hook.wasm" "$root/engine/hooks/benches/trivial_hook.c"
 
 # --- WAT, assembled by wabt.
 echo "== wat: auto-responder"
 wat2wasm "$here/auto-responder/auto_responder.wat" -o "$here/auto-responder/auto_responder.wasm"
-# The benchmark's set_vars hook (engine/benches/hooks.rs).
-wat2wasm "$root/engine/benches/set_vars_hook.wat" -o "$out/set_vars_hook.wasm"
+# The benchmark's set_vars hook (engine/hooks/benches/hooks.rs).
+wat2wasm "$root/engine/hooks/benches/set_vars_hook.wat" -o "$out/set_vars_hook.wasm"
 
 # --- Zig, from PyPI's ziglang package.
 echo "== zig: lowest-price"

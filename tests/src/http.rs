@@ -6,9 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use colloquy_engine::api::{self, Identity, RunningService, ServiceOptions};
 use colloquy_policy::{Catalog, CompiledTemplate};
 use colloquy_sdk::Client;
+use colloquy_server::{self as api, Identity, RunningService, ServiceOptions};
 use tokio::net::TcpListener;
 
 use crate::builtin_templates;

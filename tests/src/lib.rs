@@ -8,8 +8,8 @@ pub mod http;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use colloquy_engine::store::MemoryStore;
-use colloquy_engine::{Engine, EngineConfig, EngineError, ManualClock};
+use colloquy_core::store::MemoryStore;
+use colloquy_core::{Engine, EngineConfig, EngineError, ManualClock};
 use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
 use colloquy_protocol::conversation::{ConversationView, SendReceipt};
 use colloquy_protocol::message::{SendMessage, StartConversation};

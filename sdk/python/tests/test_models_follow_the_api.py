@@ -48,7 +48,7 @@ MODELS: dict[str, type[BaseModel]] = {
 def openapi(server) -> dict[str, Any]:
     document = httpx.get(f"{server.url}/v1/openapi.json", timeout=30).json()
     # The served document is the one kept in the tree (what `docs/http-api.md` points at).
-    kept = json.loads((REPO / "engine/src/api/openapi.json").read_text())
+    kept = json.loads((REPO / "engine/server/src/openapi.json").read_text())
     assert document == kept, "the server serves another OpenAPI document than the tree's"
     return document
 

@@ -4,7 +4,7 @@
 //! uvicorn, `tests/a2a-bench/sdk_server.py`) answering the same message, in the same run.
 //!
 //! ```sh
-//! cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin a2a-bench
+//! cargo build --release -p colloquy --bin colloquy -p colloquy-tests --bin a2a-bench
 //! bash tests/a2a-bench/run.sh            # the venv, then: a2a-bench --pin
 //! ```
 //!
@@ -108,7 +108,7 @@ const USAGE: &str = "\
 a2a-bench: A2A v1.0 SendMessage round trips against `colloquy serve` with a Rust SDK agent
 answering, next to the A2A Python SDK's own server (a2a-sdk 1.3) in the same run (all child
 processes; build first:
-cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin a2a-bench;
+cargo build --release -p colloquy --bin colloquy -p colloquy-tests --bin a2a-bench;
 tests/a2a-bench/run.sh makes the Python venv and runs this)
 
 Usage: a2a-bench [OPTIONS]

@@ -32,7 +32,7 @@ fn main() -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(&addr).await?;
         println!("listening on http://{}", listener.local_addr()?);
         std::io::stdout().flush()?;
-        colloquy_engine::api::echo::serve(listener).await?;
+        colloquy_server::echo::serve(listener).await?;
         anyhow::Ok(())
     })
 }

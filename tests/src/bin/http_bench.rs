@@ -2,7 +2,7 @@
 //! auth), next to an axum JSON echo server measured in the same run.
 //!
 //! ```sh
-//! cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin bench-echo --bin http-bench
+//! cargo build --release -p colloquy --bin colloquy -p colloquy-tests --bin bench-echo --bin http-bench
 //! target/release/http-bench --pin
 //! ```
 //!
@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
-use colloquy_engine::runtime::{HookRuntime, HookRuntimeConfig};
+use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
 use colloquy_policy::{CompiledTemplate, TemplateCompiler};
 use colloquy_protocol::hook::HookInput;
 use colloquy_protocol::template::HookEvent;
@@ -170,7 +170,7 @@ fn hook_choices(list: &str) -> anyhow::Result<Vec<HookChoice>> {
 const USAGE: &str = "\
 http-bench: request conversations against `colloquy serve`, next to an axum JSON echo server
 measured in the same run (both child processes; build them first:
-cargo build --release -p colloquy-engine --bin colloquy -p colloquy-tests --bin bench-echo --bin http-bench)
+cargo build --release -p colloquy --bin colloquy -p colloquy-tests --bin bench-echo --bin http-bench)
 
 Usage: http-bench [OPTIONS]
 

@@ -5,6 +5,9 @@
 //! records every request and answers from a per-test script. It has no agent card unless a
 //! test gives it one ([`FakeAgent::serve_card`]): without, the bridge speaks v0.3; with a
 //! card listing JSON-RPC 1.0, v1.0.
+//!
+//! Why one file of 1,300 lines: the fake A2A agent and its scripts are shared by every
+//! scenario here; each test reads alone.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use colloquy_engine::api::Identity;
+use colloquy_server::Identity;
 use colloquy_tests::http::{ADMIN_TOKEN, STEP, Server, call};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -119,7 +122,7 @@ impl FakeAgent {
                         Ok::<_, Infallible>(response)
                     }
                 });
-                // hyper's server side comes with `colloquy-engine`, whose accept loop is
+                // hyper's server side comes with `colloquy-server`, whose accept loop is
                 // hyper's HTTP/1 server.
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
             }

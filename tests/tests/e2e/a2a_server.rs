@@ -6,6 +6,10 @@
 //! state from the conversation's status and outcome, one artifact per result the
 //! participant sent. Participants here are SDK agents serving their inboxes; the A2A client
 //! is raw JSON-RPC over `reqwest`.
+//!
+//! Why one file of 2,400 lines: each test is one A2A scenario that reads alone, over
+//! shared servers and clients defined at the top; split by topic, every part would repeat
+//! that set-up.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -979,7 +983,7 @@ async fn calls_without_a_valid_token_are_http_401() {
 async fn two_engines_talk_a2a_to_each_other() {
     let b = Server::start().await;
     let _bob = bob_agrees_then_informs(&b, json!({"booking": "LV-7"})).await;
-    let identity = colloquy_engine::api::Identity::from_yaml(
+    let identity = colloquy_server::Identity::from_yaml(
         &format!(
             "agents:\n  - {{id: alice, token: alice-token}}\n  \
              - {{id: remote-bob, a2a: \"{}/a2a/bob\", a2a_token: carol-token}}\n",
@@ -1049,12 +1053,12 @@ fn last(view: &Value) -> &Value {
 /// Engine A, whose `remote-bob` is bob of engine `b` (reached with carol's token there),
 /// and alice, who talks to it.
 async fn engine_a_with_remote_bob(b: &Server) -> Server {
-    engine_a_with(b, colloquy_engine::a2a::Settings::default()).await
+    engine_a_with(b, colloquy_server::a2a::Settings::default()).await
 }
 
 /// [`engine_a_with_remote_bob`], serving A2A as `a2a` says (a trust store, say).
-async fn engine_a_with(b: &Server, a2a: colloquy_engine::a2a::Settings) -> Server {
-    let identity = colloquy_engine::api::Identity::from_yaml(
+async fn engine_a_with(b: &Server, a2a: colloquy_server::a2a::Settings) -> Server {
+    let identity = colloquy_server::Identity::from_yaml(
         &format!(
             "agents:\n  - {{id: alice, token: alice-token}}\n  \
              - {{id: remote-bob, a2a: \"{}/a2a/bob\", a2a_token: carol-token}}\n",
@@ -1063,12 +1067,12 @@ async fn engine_a_with(b: &Server, a2a: colloquy_engine::a2a::Settings) -> Serve
         "engine A's agents",
     )
     .unwrap_or_else(|error| panic!("{error}"));
-    let options = colloquy_engine::api::ServiceOptions {
+    let options = colloquy_server::ServiceOptions {
         identity,
         a2a,
         // Deadlines in these scenarios are short; check them often (as `Server::with`).
         scheduler_period: std::time::Duration::from_millis(10),
-        ..colloquy_engine::api::ServiceOptions::default()
+        ..colloquy_server::ServiceOptions::default()
     };
     Server::with_options(Vec::new(), options).await
 }
@@ -2038,14 +2042,14 @@ async fn next_push(
 async fn push_notifications_follow_a_task_to_its_webhook() {
     let server = Server::with_options(
         Vec::new(),
-        colloquy_engine::api::ServiceOptions {
+        colloquy_server::ServiceOptions {
             identity: colloquy_tests::http::identity(&[]),
-            a2a: colloquy_engine::a2a::Settings {
+            a2a: colloquy_server::a2a::Settings {
                 template: "a2a-task".to_owned(),
                 push_allow_private: true,
-                ..colloquy_engine::a2a::Settings::default()
+                ..colloquy_server::a2a::Settings::default()
             },
-            ..colloquy_engine::api::ServiceOptions::default()
+            ..colloquy_server::ServiceOptions::default()
         },
     )
     .await;
@@ -2212,7 +2216,7 @@ async fn push_notifications_follow_a_task_to_its_webhook() {
 /// card is still cacheable: the same bytes, the same ETag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_card_is_served_signed_and_verifies_against_the_trusted_key() {
-    use colloquy_engine::a2a::signing::{CardSigner, TrustStore};
+    use colloquy_a2a::signing::{CardSigner, TrustStore};
     let der = std::fs::read(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/a2a-card-key.der"),
     )
@@ -2221,13 +2225,13 @@ async fn a_card_is_served_signed_and_verifies_against_the_trusted_key() {
     let trusted = TrustStore::from_jwks(&json!({"keys": [signer.public_jwk()]})).expect("jwks");
     let server = Server::with_options(
         Vec::new(),
-        colloquy_engine::api::ServiceOptions {
+        colloquy_server::ServiceOptions {
             identity: colloquy_tests::http::identity(&[]),
-            a2a: colloquy_engine::a2a::Settings {
+            a2a: colloquy_server::a2a::Settings {
                 card_signer: Some(signer),
-                ..colloquy_engine::a2a::Settings::default()
+                ..colloquy_server::a2a::Settings::default()
             },
-            ..colloquy_engine::api::ServiceOptions::default()
+            ..colloquy_server::ServiceOptions::default()
         },
     )
     .await;
@@ -2254,7 +2258,7 @@ async fn a_card_is_served_signed_and_verifies_against_the_trusted_key() {
 /// request is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_card_is_believed_only_when_a_trusted_key_signed_it() {
-    use colloquy_engine::a2a::signing::{CardSigner, TrustStore};
+    use colloquy_a2a::signing::{CardSigner, TrustStore};
     let key = |file: &str| {
         std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
             .expect("the test key")
@@ -2264,13 +2268,13 @@ async fn a_remote_card_is_believed_only_when_a_trusted_key_signed_it() {
     );
     let b = Server::with_options(
         Vec::new(),
-        colloquy_engine::api::ServiceOptions {
+        colloquy_server::ServiceOptions {
             identity: colloquy_tests::http::identity(&[]),
-            a2a: colloquy_engine::a2a::Settings {
+            a2a: colloquy_server::a2a::Settings {
                 card_signer: Some(b_key.clone()),
-                ..colloquy_engine::a2a::Settings::default()
+                ..colloquy_server::a2a::Settings::default()
             },
-            ..colloquy_engine::api::ServiceOptions::default()
+            ..colloquy_server::ServiceOptions::default()
         },
     )
     .await;
@@ -2284,9 +2288,9 @@ async fn a_remote_card_is_believed_only_when_a_trusted_key_signed_it() {
         let trust = TrustStore::from_jwks(&json!({"keys": [trusted]})).expect("jwks");
         let a = engine_a_with(
             &b,
-            colloquy_engine::a2a::Settings {
+            colloquy_server::a2a::Settings {
                 trust_store: Some(Arc::new(trust)),
-                ..colloquy_engine::a2a::Settings::default()
+                ..colloquy_server::a2a::Settings::default()
             },
         )
         .await;
@@ -2309,16 +2313,16 @@ async fn a_remote_card_is_believed_only_when_a_trusted_key_signed_it() {
 async fn a_subscription_and_a_push_go_on_after_a_restart_on_sqlite() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("a2a.db");
-    let options = || colloquy_engine::api::ServiceOptions {
+    let options = || colloquy_server::ServiceOptions {
         identity: colloquy_tests::http::identity(&[]),
         store: Some(Arc::new(
-            colloquy_engine::store::SqliteStore::open(&path).expect("the SQLite store"),
+            colloquy_store::SqliteStore::open(&path).expect("the SQLite store"),
         )),
-        a2a: colloquy_engine::a2a::Settings {
+        a2a: colloquy_server::a2a::Settings {
             push_allow_private: true,
-            ..colloquy_engine::a2a::Settings::default()
+            ..colloquy_server::a2a::Settings::default()
         },
-        ..colloquy_engine::api::ServiceOptions::default()
+        ..colloquy_server::ServiceOptions::default()
     };
     let first = Server::with_options(Vec::new(), options()).await;
     let bob = serve(
@@ -2408,7 +2412,7 @@ async fn a_subscription_and_a_push_go_on_after_a_restart_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_a2a_body_is_413_and_opens_no_task() {
     let server = Server::start().await;
-    let limit = colloquy_engine::api::extract::MAX_BODY_BYTES;
+    let limit = colloquy_server::extract::MAX_BODY_BYTES;
     let text = "x".repeat(limit + 1);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
         "params": {"message": {"messageId": "big-1", "role": "ROLE_USER",

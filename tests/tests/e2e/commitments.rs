@@ -1,7 +1,7 @@
 //! Commitments beyond the protocol flows: deadlines that fire exactly once, and release or
 //! cancel by hand (only by the creditor or the debtor).
 
-use colloquy_engine::ErrorKind;
+use colloquy_core::ErrorKind;
 use colloquy_protocol::conversation::{
     CommitmentState, ConversationStatus, Outcome, ViolationKind,
 };

@@ -2,7 +2,7 @@
 //! answers and silence, late proposals, one, several or staged awards, and the binding
 //! proposal commitments.
 
-use colloquy_engine::ErrorKind;
+use colloquy_core::ErrorKind;
 use colloquy_protocol::conversation::{
     CommitmentState, ConversationStatus, Outcome, ViolationKind,
 };

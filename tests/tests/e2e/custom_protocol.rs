@@ -2,7 +2,7 @@
 //! content and parameter schemas, a CEL guard, routing that adds a receiver or refuses,
 //! `on_message` rules that set vars, and `enforcement: enforce`.
 
-use colloquy_engine::ErrorKind;
+use colloquy_core::ErrorKind;
 use colloquy_protocol::conversation::{
     CommitmentState, ConversationStatus, Outcome, ViolationKind,
 };

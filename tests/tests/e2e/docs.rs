@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use colloquy_engine::EngineError;
+use colloquy_core::EngineError;
 use colloquy_protocol::conversation::{ConversationStatus, Outcome, ViolationKind};
 use colloquy_protocol::message::ENGINE_PARTY;
 use colloquy_tests::{Harness, T0, compile, msg, templates_dir};

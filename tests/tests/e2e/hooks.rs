@@ -3,14 +3,17 @@
 //! conversations, and hostile modules (built from WAT here) and components (built from
 //! Python and JavaScript fixtures) failing under their template's policy while other
 //! conversations flow.
+//!
+//! Why one file of 1,100 lines: the hook builds, hostile fixtures and servers defined
+//! at the top serve every scenario; each test reads alone.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use colloquy_engine::listing::ConversationFilter;
-use colloquy_engine::runtime::{HookFailure, HookRuntime, HookRuntimeConfig};
-use colloquy_engine::store::MemoryStore;
-use colloquy_engine::{Engine, EngineConfig, ErrorKind, ManualClock};
+use colloquy_core::listing::ConversationFilter;
+use colloquy_core::store::MemoryStore;
+use colloquy_core::{Engine, EngineConfig, ErrorKind, ManualClock};
+use colloquy_hooks::{HookFailure, HookRuntime, HookRuntimeConfig};
 use colloquy_policy::{Catalog, CompiledTemplate, TemplateCompiler};
 use colloquy_protocol::conversation::{ConversationStatus, ViolationKind};
 use colloquy_protocol::hook::{HookOutput, hook_input_json_schema, hook_output_json_schema};

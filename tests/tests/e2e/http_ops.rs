@@ -3,9 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use colloquy_engine::api::{self, ops::OPENAPI};
 use colloquy_protocol::SendMessage;
 use colloquy_protocol::StartConversation;
+use colloquy_server::{self as api, ops::OPENAPI};
 use colloquy_tests::http::{ADMIN_TOKEN, Server, bounded, call, identity};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -37,7 +37,7 @@ fn documented_tagged(policy: bool) -> BTreeSet<(String, String)> {
 
 #[test]
 fn the_openapi_document_lists_exactly_the_policy_routes() {
-    let served: BTreeSet<(String, String)> = colloquy_engine::api::policy::ROUTES
+    let served: BTreeSet<(String, String)> = colloquy_server::policy::ROUTES
         .iter()
         .map(|(method, path)| ((*method).to_owned(), (*path).to_owned()))
         .collect();

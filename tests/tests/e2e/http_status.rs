@@ -297,7 +297,7 @@ async fn gone_after_the_conversation_ended() {
 #[tokio::test]
 async fn payload_too_large() {
     let server = Server::start().await;
-    let big = "x".repeat(colloquy_engine::api::extract::MAX_BODY_BYTES + 1);
+    let big = "x".repeat(colloquy_server::extract::MAX_BODY_BYTES + 1);
     let (status, body) = call(
         server
             .as_agent(Method::POST, "/v1/conversations", "alice")

@@ -2,10 +2,10 @@
 //! messages, the long poll wakes up for a new message, and a conversation's event stream
 //! ends with the conversation and resumes from `Last-Event-ID`.
 
-use colloquy_engine::EngineConfig;
-use colloquy_engine::api::ServiceOptions;
+use colloquy_core::EngineConfig;
 use colloquy_protocol::SendMessage;
 use colloquy_protocol::StartConversation;
+use colloquy_server::ServiceOptions;
 use colloquy_tests::http::{Server, bounded, call, identity};
 use std::time::Duration;
 
@@ -403,7 +403,7 @@ async fn serve_acknowledges_what_it_handles() {
 /// ever.
 #[tokio::test]
 async fn an_agent_without_an_inbox_is_left_nothing_to_acknowledge() {
-    let identity = colloquy_engine::api::Identity::from_yaml(
+    let identity = colloquy_server::Identity::from_yaml(
         "agents:\n  - {id: carol, token: carol-token, inbox: false}\n  \
          - {id: dave, token: dave-token}\n",
         "agents fixture",

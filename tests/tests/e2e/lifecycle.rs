@@ -1,8 +1,8 @@
 //! A conversation's life around the messages: starting (and refused starts), the opening
 //! message, the conversation deadline, retention, and unknown conversations.
 
-use colloquy_engine::ErrorKind;
-use colloquy_engine::store::ConversationStore;
+use colloquy_core::ErrorKind;
+use colloquy_core::store::ConversationStore;
 use colloquy_protocol::conversation::{CommitmentState, ConversationStatus, Outcome};
 use colloquy_protocol::message::StartConversation;
 use colloquy_protocol::template::MAX_PARTICIPANTS;
@@ -416,7 +416,7 @@ async fn parties_read_and_strangers_do_not() {
 async fn a_fresh_engine_over_the_same_store_replays_the_same_conversation() {
     use std::sync::Arc;
 
-    use colloquy_engine::{Engine, EngineConfig};
+    use colloquy_core::{Engine, EngineConfig};
     use colloquy_policy::Catalog;
 
     let h = Harness::new();
@@ -526,8 +526,7 @@ async fn an_expired_backlog_longer_than_a_batch_goes_whole() {
         let c = h.start("fipa-request", "alice", &["bob"], json!({})).await;
         h.ok(&c.id, "alice", msg("request", json!({"n": n}))).await;
     }
-    h.clock
-        .advance(colloquy_engine::engine::DEFAULT_INBOX_TTL_MS);
+    h.clock.advance(colloquy_core::engine::DEFAULT_INBOX_TTL_MS);
     assert_eq!(h.engine.expire_inboxes().await.expect("sweep"), 300);
     assert!(h.store.inbox("bob", 0, 10).await.expect("inbox").is_empty());
     assert_eq!(h.store.inbox_head("bob").await.expect("head"), 300);

@@ -7,13 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use colloquy_engine::api::policy::{self, PolicyState, Reads, RunningPolicyManager, Writes};
-use colloquy_engine::api::{self, RunningService, ServiceOptions};
-use colloquy_engine::store::MemoryStore;
-use colloquy_engine::{Engine, EngineConfig, SystemClock};
+use colloquy_core::store::MemoryStore;
+use colloquy_core::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::watcher::{self, DirectoryWatcher};
 use colloquy_policy::{Catalog, LiveCatalog, PolicyClient};
 use colloquy_protocol::message::{SendMessage, StartConversation};
+use colloquy_server::policy::{self, PolicyState, Reads, RunningPolicyManager, Writes};
+use colloquy_server::{self as api, RunningService, ServiceOptions};
 use colloquy_tests::http::{ADMIN_TOKEN, bounded, call, raw};
 use colloquy_tests::templates_dir;
 use reqwest::Method;

@@ -1,7 +1,7 @@
 //! FIPA Query (templates/fipa-query.yaml), both query-if and query-ref: answers with and
 //! without agree, refusals, failures, cancel, timeouts and absorbed late or duplicate answers.
 
-use colloquy_engine::ErrorKind;
+use colloquy_core::ErrorKind;
 use colloquy_protocol::conversation::{
     CommitmentState, ConversationStatus, ConversationView, Outcome, ViolationKind,
 };

@@ -1,7 +1,7 @@
 //! FIPA Request (templates/fipa-request.yaml): every way a request can end, cancel, timeouts,
 //! absorbed late and duplicate replies, and the per-message checks.
 
-use colloquy_engine::ErrorKind;
+use colloquy_core::ErrorKind;
 use colloquy_protocol::conversation::{
     CommitmentState, ConversationStatus, ConversationView, Outcome, ViolationKind,
 };

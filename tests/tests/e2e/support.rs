@@ -1,6 +1,6 @@
 //! Small assertions shared by the scenario modules.
 
-use colloquy_engine::{EngineError, ErrorKind};
+use colloquy_core::{EngineError, ErrorKind};
 use colloquy_protocol::conversation::{
     CommitmentState, ConversationView, ThreadView, Violation, ViolationKind,
 };

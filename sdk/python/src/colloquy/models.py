@@ -1,7 +1,7 @@
 """The wire types of the HTTP API, as pydantic models.
 
 They follow the component schemas of ``GET /v1/openapi.json`` (written by hand in
-``engine/src/api/openapi.json``) field for field; ``tests/test_models_follow_the_api.py``
+``engine/server/src/openapi.json``) field for field; ``tests/test_models_follow_the_api.py``
 fails when one of them drifts from that document, or when the outcome and commitment-state
 names drift from ``docs/*.schema.json``.
 

@@ -1,0 +1,231 @@
+//! `colloquy policy-manager serve`: the policy manager alone (template directory, watcher,
+//! REST API and change feed), and the template set-up of `colloquy serve`: an embedded
+//! policy manager over a directory, or a mirror following a remote one.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use colloquy_policy::watcher::{self, DirectoryWatcher};
+use colloquy_policy::{Catalog, LiveCatalog, PolicyClient, TemplateCompiler};
+use colloquy_server::policy::{self, PolicyState, Reads, Writes};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Where `colloquy policy-manager serve` listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7710";
+/// Environment variable read for the admin token when `--admin-token` is not given (keeps
+/// the secret out of `ps`).
+pub const ADMIN_TOKEN_ENV: &str = "COLLOQUY_ADMIN_TOKEN";
+/// Subdirectory of the data directory where a remote engine mirrors its policy manager's
+/// templates, so it starts with its last catalog even while the manager is down.
+pub const MIRROR_DIR: &str = "policy-mirror";
+
+/// `colloquy policy-manager …`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyManagerCommand {
+    /// Serve a template directory: compile it, watch it, reload it on every change, and
+    /// serve templates, uploads and the change feed remote engines follow.
+    Serve(PolicyManagerArgs),
+}
+
+/// Options of `colloquy policy-manager serve`.
+#[derive(Debug, Args)]
+pub struct PolicyManagerArgs {
+    /// Template directory [default: ./templates, else the source tree's templates/].
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Bearer token allowing `PUT` and `DELETE /v1/templates/{name}` [default: $COLLOQUY_ADMIN_TOKEN;
+    /// without either, uploads are disabled].
+    #[arg(long, value_name = "TOKEN")]
+    admin_token: Option<String>,
+    /// The longest hook budget (`spec.hooks.limits.timeout_ms`) a template may ask for;
+    /// templates over it are refused. At most 60000.
+    #[arg(long, value_name = "MS", default_value_t = colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    max_hook_timeout_ms: u64,
+}
+
+/// The admin token from the flag or the environment.
+pub fn admin_token(flag: Option<String>) -> Option<String> {
+    flag.or_else(|| std::env::var(ADMIN_TOKEN_ENV).ok())
+        .filter(|token| !token.is_empty())
+}
+
+/// Runs the standalone policy manager until Ctrl-C.
+pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    let PolicyManagerCommand::Serve(args) = command;
+    let dir = args.templates.unwrap_or_else(crate::default_templates_dir);
+    let compiler = TemplateCompiler::new().with_max_hook_timeout_ms(args.max_hook_timeout_ms);
+    let live = Arc::new(open(&dir, compiler)?);
+    let _watcher = watch_dir(&live)?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let token = admin_token(args.admin_token);
+    let uploads = token.is_some();
+    let manager = policy::launch(live.clone(), listener, token)?;
+    writeln!(
+        out,
+        "colloquy policy manager listening on {}",
+        manager.url()
+    )?;
+    list(out, &dir.display(), &live)?;
+    if !uploads {
+        tracing::warn!("no --admin-token: template uploads and deletions are disabled");
+    }
+    out.flush()?;
+    let signal = crate::shutdown_signal()
+        .await
+        .context("waiting for SIGINT or SIGTERM")?;
+    tracing::info!(signal, "shutting down");
+    crate::shut_down_unless_told_again(manager.shutdown()).await
+}
+
+fn open(dir: &Path, compiler: TemplateCompiler) -> anyhow::Result<LiveCatalog> {
+    let live = LiveCatalog::new(dir).with_compiler(compiler);
+    live.reload()
+        .map(|_| live)
+        .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
+        .with_context(|| format!("compiling the templates in {}", dir.display()))
+}
+
+fn watch_dir(live: &Arc<LiveCatalog>) -> anyhow::Result<DirectoryWatcher> {
+    watcher::watch(live.clone()).with_context(|| format!("watching {}", live.dir().display()))
+}
+
+fn list(
+    out: &mut dyn Write,
+    from: &dyn std::fmt::Display,
+    live: &LiveCatalog,
+) -> anyhow::Result<()> {
+    let snapshot = live.snapshot();
+    writeln!(
+        out,
+        "templates from {from} (catalog {}):",
+        snapshot.revision
+    )?;
+    for template in snapshot.summaries() {
+        writeln!(out, "  {:<24} {}", template.name, template.revision)?;
+    }
+    Ok(())
+}
+
+/// Where `colloquy serve` gets its templates, kept alive while it serves.
+pub struct ServeTemplates {
+    /// The live catalog the engine reads.
+    pub live: Arc<LiveCatalog>,
+    /// The policy routes merged into the service.
+    pub routes: axum::Router,
+    /// Flip to `true` before shutting the service down: ends the change feeds.
+    pub closing: watch::Sender<bool>,
+    _watcher: Option<DirectoryWatcher>,
+    _follower: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ServeTemplates {
+    /// The templates loaded now, as a fixed catalog (what `launch` takes; the live catalog
+    /// is what serves).
+    pub fn catalog(&self) -> Catalog {
+        Catalog::new(self.live.snapshot().catalog.templates())
+    }
+}
+
+impl Drop for ServeTemplates {
+    fn drop(&mut self) {
+        if let Some(follower) = &self._follower {
+            follower.abort();
+        }
+    }
+}
+
+/// Templates of `colloquy serve`: an embedded policy manager over `dir` (watched, with its
+/// API merged into the service), or, with `remote`, a mirror under `data_dir` following the
+/// policy manager at that URL. `reads` says who may read the policy routes.
+pub fn serve_templates(
+    dir: Option<PathBuf>,
+    remote: Option<String>,
+    admin_token: Option<String>,
+    reads: Reads,
+    data_dir: &Path,
+    hooks: Option<Arc<colloquy_hooks::HookRuntime>>,
+    out: &mut dyn Write,
+) -> anyhow::Result<ServeTemplates> {
+    // With a hook runtime, a revision whose module does not link is refused at reload,
+    // like a template that does not compile, and so is one whose hook budget is over the
+    // runtime's ceiling.
+    let checked = |live: LiveCatalog| match &hooks {
+        Some(runtime) => {
+            let ceiling = u64::try_from(runtime.max_timeout().as_millis()).unwrap_or(u64::MAX);
+            live.with_compiler(TemplateCompiler::new().with_max_hook_timeout_ms(ceiling))
+                .with_check(colloquy_hooks::hook_check(runtime.clone()))
+        }
+        None => live,
+    };
+    let (closing, closing_rx) = watch::channel(false);
+    match remote {
+        None => {
+            let dir = dir.unwrap_or_else(crate::default_templates_dir);
+            let live = checked(LiveCatalog::new(&dir));
+            // At start-up nothing serves yet: wait for the hooks to compile, so the service
+            // starts with every template (and a refused hook stops it, as a broken file does).
+            live.reload_settled()
+                .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
+                .with_context(|| format!("compiling the templates in {}", dir.display()))?;
+            let live = Arc::new(live);
+            if live.snapshot().catalog.names().is_empty() {
+                anyhow::bail!("no templates in {}", dir.display());
+            }
+            let watcher = watch_dir(&live)?;
+            list(out, &dir.display(), &live)?;
+            let writes = admin_token.map_or(Writes::Disabled, Writes::AdminToken);
+            let routes = policy::router(PolicyState::new(live.clone(), writes, reads, closing_rx));
+            Ok(ServeTemplates {
+                live,
+                routes,
+                closing,
+                _watcher: Some(watcher),
+                _follower: None,
+            })
+        }
+        Some(url) => {
+            if dir.is_some() {
+                anyhow::bail!("--templates and --policy-manager exclude each other");
+            }
+            let client = PolicyClient::new(&url)?;
+            let mirror = data_dir.join(MIRROR_DIR);
+            std::fs::create_dir_all(&mirror)
+                .with_context(|| format!("creating the template mirror {}", mirror.display()))?;
+            let live = checked(LiveCatalog::new(&mirror)).with_origin(url.clone());
+            // The mirror of an earlier run serves until the manager answers (once its hooks
+            // compiled); a broken one is reported in /v1/status and replaced at the first
+            // sync.
+            let _ = live.reload_settled();
+            let live = Arc::new(live);
+            list(
+                out,
+                &format!("{url} (mirrored in {})", mirror.display()),
+                &live,
+            )?;
+            let follower = colloquy_policy::follower::follow(live.clone(), client);
+            let routes = policy::router(PolicyState::new(
+                live.clone(),
+                Writes::Follower(url),
+                reads,
+                closing_rx,
+            ));
+            Ok(ServeTemplates {
+                live,
+                routes,
+                closing,
+                _watcher: None,
+                _follower: Some(follower),
+            })
+        }
+    }
+}

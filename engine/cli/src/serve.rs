@@ -1,0 +1,361 @@
+//! `colloquy serve`: the HTTP API over a template directory, with the configured store
+//! (SQLite under the data directory by default) and the deadline scheduler, until Ctrl-C.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use colloquy_core::EngineConfig;
+use colloquy_core::hook_pool::HookPoolConfig;
+use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
+use colloquy_server::auth::AgentsFile;
+use colloquy_server::policy::Reads;
+use colloquy_server::{self as api, Identity, ServiceOptions};
+use tokio::net::TcpListener;
+
+/// Where `colloquy serve` listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+
+/// Options of `colloquy serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Template directory [default: ./templates, else the source tree's templates/].
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// YAML file of agent ids, bearer tokens, webhooks, A2A agents and the admin token.
+    /// Without it the server runs in open development mode (`X-Agent-Id` names the caller).
+    #[arg(long, value_name = "FILE")]
+    agents: Option<PathBuf>,
+    /// Where conversations live: `sqlite:PATH` (one file, survives restarts), `redis://HOST:PORT`
+    /// (shared by several `colloquy serve` nodes) or `memory` (lost at exit)
+    /// [default: sqlite:DATA_DIR/colloquy.db].
+    #[arg(long, value_name = "STORE")]
+    store: Option<String>,
+    /// Directory of the default SQLite store.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// Follow the policy manager at this URL (its change feed) instead of serving a template
+    /// directory; its templates are mirrored under DATA_DIR/policy-mirror.
+    #[arg(long, value_name = "URL", conflicts_with = "templates")]
+    policy_manager: Option<String>,
+    /// The administrator's bearer token: template uploads and deletions through the embedded
+    /// policy manager, and reading everything [default: $COLLOQUY_ADMIN_TOKEN, or the agents
+    /// file's `admin_token`; without any, uploads are disabled].
+    #[arg(long, value_name = "TOKEN")]
+    admin_token: Option<String>,
+    /// With --agents, let anyone read the policy routes (`GET /v1/templates…`, `/v1/watch`,
+    /// `/v1/status`), template sources and hook modules included. Without it they need a
+    /// token: any agent's, or the admin's for sources and modules. (Without --agents
+    /// everything is open anyway.)
+    #[arg(long)]
+    public_templates: bool,
+    /// How long a completed conversation stays readable before it is removed with its
+    /// event log (the messages in agents' inboxes stay, see --inbox-ttl): a number and a
+    /// unit, `ms`, `s`, `m`, `h` or `d`, e.g. `90s`, `7d`. The store holds every
+    /// conversation completed within this window.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    retention: Duration,
+    /// How long a message waits in an agent's inbox for the agent to acknowledge it before
+    /// it is dropped unread, counted from when it was sent (same format as --retention).
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_inbox_ttl)]
+    inbox_ttl: Duration,
+    /// The longest hook budget (`spec.hooks.limits.timeout_ms`) a template may ask for:
+    /// templates over it are refused when they load, and no hook call runs longer. At most
+    /// 60000.
+    #[arg(long, value_name = "MS", default_value_t = colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    max_hook_timeout_ms: u64,
+    /// Threads that run the steps of conversations whose template has a hook; one template
+    /// may hold half of them [default: 4 per core].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    hook_threads: Option<u16>,
+    /// The template an A2A client's task starts when its message names none in
+    /// `metadata.colloquy.template` (e.g. `a2a-task`, whose participants may ask for more
+    /// input).
+    #[arg(long, value_name = "NAME", default_value = colloquy_server::a2a::inward::DEFAULT_TEMPLATE)]
+    a2a_template: String,
+    /// Let A2A push notifications go to loopback, private and link-local addresses. Off by
+    /// default: a client's webhook URL must not reach into the engine's own network (SSRF).
+    /// For development and tests on one machine.
+    #[arg(long)]
+    a2a_push_allow_private: bool,
+    /// Sign the A2A v1.0 agent cards (JWS over the RFC 8785 canonical card) with this
+    /// PKCS#8 private key, Ed25519 or P-256, PEM or DER. Its public key is logged at start
+    /// as a JWK, for those who verify.
+    #[arg(long, value_name = "FILE", requires = "a2a_card_key_id")]
+    a2a_card_key: Option<PathBuf>,
+    /// The key id (`kid`) the card signatures name.
+    #[arg(long, value_name = "KID", requires = "a2a_card_key")]
+    a2a_card_key_id: Option<String>,
+    /// A JWKS file (`{"keys": [JWK, …]}`, Ed25519 or P-256 keys with a `kid`): remote A2A
+    /// agents' cards must be signed by one of these keys to be believed; a card that does
+    /// not verify is ignored (the agent is spoken to in v0.3). `jku` is never fetched.
+    #[arg(long, value_name = "FILE")]
+    a2a_trust_store: Option<PathBuf>,
+}
+
+/// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
+/// message at the next sweep).
+fn parse_inbox_ttl(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(
+            "an inbox TTL of 0 would drop every message at the next sweep; for an agent that \
+             should have no inbox, give it `inbox: false` in the agents file"
+                .to_owned(),
+        ),
+        ttl => Ok(ttl),
+    }
+}
+
+/// Parses `90s`, `5m`, `250ms`, `2h`, `7d` (a whole number and a unit).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` has no unit; write e.g. `90s`, `5m` or `7d`"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("unknown unit `{other}`; use ms, s, m, h or d")),
+    };
+    number
+        .checked_mul(unit_ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("`{text}` is too long"))
+}
+
+/// The AOT cache of compiled hook modules, inside the data directory.
+const HOOK_CACHE_DIR: &str = "hook-cache";
+
+/// Where the default SQLite store lives unless `--data-dir` says otherwise.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+/// The default store's file name inside the data directory.
+pub const DATABASE_FILE: &str = "colloquy.db";
+
+/// The `--store` spec to open, and how to describe it at start-up.
+fn store_spec(store: Option<String>, data_dir: &std::path::Path) -> (String, String) {
+    let spec =
+        store.unwrap_or_else(|| format!("sqlite:{}", data_dir.join(DATABASE_FILE).display()));
+    let description = if spec == "memory" {
+        "memory (conversations are lost at exit)".to_owned()
+    } else if let Some(path) = spec.strip_prefix("sqlite:") {
+        format!("sqlite {path}")
+    } else {
+        // A Redis URL may carry a password: show where, not how.
+        let host = spec
+            .rsplit_once('@')
+            .map(|(_, host)| host)
+            .or_else(|| spec.split_once("://").map(|(_, host)| host))
+            .unwrap_or(&spec);
+        format!("redis {host}")
+    };
+    (spec, description)
+}
+
+/// The one admin token of the server: `--admin-token` (or `$COLLOQUY_ADMIN_TOKEN`) and the
+/// agents file's `admin_token` name the same administrator, who reads everything (with an
+/// agents file) and changes templates. Either may be given alone; two different ones are
+/// refused rather than one of them silently ignored.
+fn one_admin_token(
+    flag: Option<String>,
+    agents_file: Option<String>,
+) -> anyhow::Result<Option<String>> {
+    match (flag, agents_file) {
+        (Some(flag), Some(file)) if flag != file => anyhow::bail!(
+            "--admin-token (or ${}) and the agents file's admin_token differ: give one, \
+             or the same token in both",
+            crate::policy_manager::ADMIN_TOKEN_ENV
+        ),
+        (flag, file) => Ok(flag.or(file)),
+    }
+}
+
+/// Who may read the policy routes: with an agents file, callers with a token unless the
+/// operator made templates public; in open development mode, anyone (as everything else).
+fn policy_reads(identity: &Identity, public_templates: bool) -> Reads {
+    match identity {
+        Identity::Tokens { .. } if !public_templates => Reads::Tokens(Arc::new(identity.clone())),
+        _ => Reads::Public,
+    }
+}
+
+/// Runs the service until Ctrl-C, then lets requests in flight finish.
+pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let agents = args.agents.as_deref().map(AgentsFile::read).transpose()?;
+    let admin_token = one_admin_token(
+        crate::policy_manager::admin_token(args.admin_token),
+        agents.as_ref().and_then(|file| file.admin_token.clone()),
+    )?;
+    let identity = match (agents, args.agents.as_deref()) {
+        (Some(mut file), Some(path)) => {
+            file.admin_token.clone_from(&admin_token);
+            Identity::from_checked(file, &path.display().to_string())?
+        }
+        _ => Identity::Open,
+    };
+    let reads = policy_reads(&identity, args.public_templates);
+    let (spec, store_description) = store_spec(args.store, &args.data_dir);
+    let store = colloquy_store::open(&spec)
+        .await
+        .with_context(|| format!("opening the store `{spec}`"))?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    writeln!(out, "colloquy listening on http://{addr}")?;
+    let hooks = Arc::new(
+        HookRuntime::new(HookRuntimeConfig {
+            cache_dir: Some(args.data_dir.join(HOOK_CACHE_DIR)),
+            max_timeout: Duration::from_millis(args.max_hook_timeout_ms),
+            pool: args
+                .hook_threads
+                .map_or_else(HookPoolConfig::default, |threads| {
+                    HookPoolConfig::with_threads(usize::from(threads))
+                }),
+            ..HookRuntimeConfig::default()
+        })
+        .context("starting the wasm hook runtime")?,
+    );
+    let templates = crate::policy_manager::serve_templates(
+        args.templates,
+        args.policy_manager,
+        admin_token,
+        reads,
+        &args.data_dir,
+        Some(hooks.clone()),
+        out,
+    )?;
+    match &args.agents {
+        Some(path) => writeln!(out, "agents from {}", path.display())?,
+        None => tracing::warn!(
+            "no --agents file: open development mode, any caller may act as any agent by \
+             naming it in the X-Agent-Id header"
+        ),
+    }
+    writeln!(out, "store: {store_description}")?;
+    out.flush()?;
+    let card_signer = match (&args.a2a_card_key, &args.a2a_card_key_id) {
+        (Some(path), Some(kid)) => {
+            let signer = colloquy_a2a::signing::CardSigner::from_file(path, kid)
+                .map_err(anyhow::Error::msg)?;
+            tracing::info!(jwk = %signer.public_jwk(), "A2A agent cards are signed; verify with this key");
+            Some(std::sync::Arc::new(signer))
+        }
+        _ => None,
+    };
+    let trust_store = match &args.a2a_trust_store {
+        Some(path) => Some(std::sync::Arc::new(
+            colloquy_a2a::signing::TrustStore::from_file(path).map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
+    let options = ServiceOptions {
+        identity,
+        store: Some(store),
+        templates: Some(templates.live.clone()),
+        routes: Some(templates.routes.clone()),
+        hooks: Some(hooks),
+        a2a: colloquy_server::a2a::Settings {
+            template: args.a2a_template.clone(),
+            push_allow_private: args.a2a_push_allow_private,
+            card_signer,
+            trust_store,
+        },
+        engine: EngineConfig {
+            retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
+            inbox_ttl_ms: u64::try_from(args.inbox_ttl.as_millis()).unwrap_or(u64::MAX),
+            ..EngineConfig::default()
+        },
+        ..ServiceOptions::default()
+    };
+    let catalog = templates.catalog();
+    let service = api::launch(catalog, listener, options)?;
+    let signal = crate::shutdown_signal()
+        .await
+        .context("waiting for SIGINT or SIGTERM")?;
+    tracing::info!(signal, "shutting down");
+    // Ends the template change feeds, which would otherwise hold the shutdown open.
+    let _ = templates.closing.send(true);
+    crate::shut_down_unless_told_again(service.shutdown()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_and_the_agents_file_name_one_admin_token() {
+        let token = |text: &str| Some(text.to_owned());
+        assert_eq!(one_admin_token(None, None).unwrap(), None);
+        assert_eq!(one_admin_token(token("f"), None).unwrap(), token("f"));
+        assert_eq!(one_admin_token(None, token("a")).unwrap(), token("a"));
+        assert_eq!(one_admin_token(token("s"), token("s")).unwrap(), token("s"));
+        let error = one_admin_token(token("f"), token("a")).unwrap_err();
+        assert!(error.to_string().contains("differ"), "{error}");
+    }
+
+    #[test]
+    fn policy_reads_need_tokens_with_an_agents_file_unless_templates_are_public() {
+        let tokens =
+            Identity::from_yaml("agents:\n  - id: alice\n    token: alice-token\n", "test")
+                .unwrap();
+        assert!(matches!(policy_reads(&tokens, false), Reads::Tokens(_)));
+        assert!(matches!(policy_reads(&tokens, true), Reads::Public));
+        assert!(matches!(
+            policy_reads(&Identity::Open, false),
+            Reads::Public
+        ));
+    }
+
+    #[test]
+    fn durations_take_a_whole_number_and_a_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7_200)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn bad_durations_say_what_is_wrong() {
+        assert!(parse_duration("300").unwrap_err().contains("no unit"));
+        assert!(
+            parse_duration("5 weeks")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(parse_duration("m").unwrap_err().contains("whole number"));
+        assert!(parse_duration("1.5h").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration("99999999999999999999d")
+                .unwrap_err()
+                .contains("whole number")
+        );
+        assert!(
+            parse_duration("999999999999999d")
+                .unwrap_err()
+                .contains("too long")
+        );
+    }
+
+    #[test]
+    fn an_inbox_ttl_is_a_duration_other_than_zero() {
+        assert_eq!(parse_inbox_ttl("7d"), Ok(Duration::from_secs(604_800)));
+        assert!(parse_inbox_ttl("0s").unwrap_err().contains("inbox: false"));
+        assert!(parse_inbox_ttl("7").unwrap_err().contains("no unit"));
+    }
+}

@@ -1,0 +1,78 @@
+//! `colloquy templates …`: check a template directory, print the template format's schema.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use colloquy_policy::TemplateCompiler;
+use colloquy_protocol::template::template_json_schema;
+
+/// Compiles every template in `dir`. On success writes one line per template (name,
+/// revision, number of states, file) to `out`; on failure writes the compiler's diagnostics
+/// to `err` and returns a failing exit code.
+pub fn check(dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let templates = match TemplateCompiler::new().compile_dir(dir) {
+        Ok(templates) => templates,
+        Err(diagnostics) => {
+            writeln!(err, "{diagnostics}")?;
+            let count = diagnostics.count();
+            let noun = if count == 1 { "problem" } else { "problems" };
+            writeln!(err, "{}: {count} {noun}, no template loaded", dir.display())?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let name_width = templates.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    for template in &templates {
+        let file = template
+            .source_path
+            .as_deref()
+            .map_or_else(|| "-".to_owned(), |path| path.display().to_string());
+        writeln!(
+            out,
+            "{:<name_width$}  {}  {:>3} states  {file}",
+            template.name,
+            template.revision,
+            template.machine.states.len(),
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the JSON Schema of the template format, pretty-printed.
+pub fn schema(out: &mut dyn Write) -> anyhow::Result<()> {
+    let schema = serde_json::to_string_pretty(&template_json_schema())?;
+    writeln!(out, "{schema}")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_lists_the_built_in_templates() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = check(&dir, &mut out, &mut err).expect("writes to memory");
+        let out = String::from_utf8(out).expect("UTF-8");
+        assert_eq!(code, ExitCode::SUCCESS, "{}", String::from_utf8_lossy(&err));
+        let names: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "a2a-task",
+                "fipa-contract-net",
+                "fipa-query",
+                "fipa-request"
+            ]
+        );
+        assert!(
+            out.lines()
+                .all(|l| l.contains("sha256:") && l.contains(" states ")),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! A [`Step`] is one unit of work on a conversation (a start, a message, a timer): it
+//! applies each event to the live state as it emits it, and collects the events and inbox
+//! deliveries into the [`Commit`] the store must accept before anyone is told.
+
+use std::sync::Arc;
+
+use colloquy_protocol::event::{ConversationEvent, EventKind};
+use colloquy_protocol::message::Message;
+
+use crate::conversation::Conversation;
+use crate::store::{Commit, Delivery};
+
+/// Events and deliveries produced so far by one unit of work.
+pub struct Step<'a> {
+    /// The conversation being changed; already reflects every emitted event.
+    pub conversation: &'a mut Conversation,
+    /// The engine clock's reading for this step.
+    pub now: u64,
+    /// The hook runtime templates' wasm hooks run on (`None`: the engine has none).
+    pub hooks: Option<&'a dyn crate::hooks::HookCaller>,
+    /// Where the step runs, which bounds its hook calls (an async worker: a short slice).
+    pub site: crate::hooks::CallSite,
+    /// Set when a hook call could not finish where the step runs
+    /// ([`crate::hooks::HookFailure::NeedsPool`]): whatever the step did is to be dropped
+    /// and the step run again on the hook pool.
+    pub needs_pool: bool,
+    base_version: u64,
+    events: Vec<ConversationEvent>,
+    deliveries: Vec<Delivery>,
+}
+
+impl<'a> Step<'a> {
+    /// Starts a step on `conversation` at time `now`.
+    pub fn new(conversation: &'a mut Conversation, now: u64) -> Step<'a> {
+        let base_version = conversation.version;
+        Step {
+            conversation,
+            now,
+            hooks: None,
+            site: crate::hooks::CallSite::Owned,
+            needs_pool: false,
+            base_version,
+            events: Vec::new(),
+            deliveries: Vec::new(),
+        }
+    }
+
+    /// Starts a step on `conversation` at time `now` whose hooks run on `hooks`, at `site`.
+    pub fn with_hooks(
+        conversation: &'a mut Conversation,
+        now: u64,
+        hooks: Option<&'a dyn crate::hooks::HookCaller>,
+        site: crate::hooks::CallSite,
+    ) -> Step<'a> {
+        let mut step = Step::new(conversation, now);
+        step.hooks = hooks;
+        step.site = site;
+        step
+    }
+
+    /// Records an event and applies it.
+    pub fn emit(&mut self, kind: EventKind) {
+        let event = ConversationEvent {
+            seq: self.conversation.version + 1,
+            at: self.now,
+            kind,
+        };
+        self.conversation.apply(&event);
+        self.events.push(event);
+    }
+
+    /// Records an accepted message, applies it, and queues it for its receivers' inboxes.
+    pub fn emit_message(
+        &mut self,
+        message: Arc<Message>,
+        transitions: Vec<colloquy_protocol::event::ThreadTransition>,
+    ) {
+        for receiver in &message.receivers {
+            self.deliveries.push(Delivery {
+                agent: receiver.clone(),
+                conversation_id: self.conversation.id().clone(),
+                message: message.clone(),
+            });
+        }
+        self.emit(EventKind::MessageAccepted {
+            message,
+            transitions,
+        });
+    }
+
+    /// Whether anything was emitted.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The events emitted so far.
+    pub fn events(&self) -> &[ConversationEvent] {
+        &self.events
+    }
+
+    /// The commit for the store.
+    pub fn into_commit(self, retention_ms: u64) -> Commit {
+        Commit {
+            conversation_id: self.conversation.id().clone(),
+            template: self.conversation.started.template.clone(),
+            expected_version: self.base_version,
+            wake_at: self.conversation.next_wake(retention_ms),
+            events: self.events,
+            deliveries: self.deliveries,
+        }
+    }
+}

@@ -1,0 +1,999 @@
+//! The policy manager's HTTP API over a [`LiveCatalog`], served alone by `colloquy
+//! policy-manager serve` ([`launch`]) or merged into `colloquy serve` ([`router`]).
+//!
+//! It lives here rather than in the policy-manager crate because axum lives only in
+//! `engine::api` (STYLE 6) and the `colloquy` binary is built from this crate anyway; the
+//! domain (compiling, reloading, uploads, the mirror of remote engines) stays in
+//! `colloquy_policy`, and this module is its thin HTTP skin.
+//!
+//! - `GET /v1/templates`: names and revisions.
+//! - `GET /v1/templates/{name}`: the YAML as compiled (default, `application/yaml`) or a JSON
+//!   document (`Accept: application/json`); `ETag` is the revision, `If-None-Match` with it
+//!   answers `304`.
+//! - `GET /v1/templates/{name}/revisions`, `GET /v1/templates/{name}/modules/{sha256}`.
+//! - `PUT` / `DELETE /v1/templates/{name}` with `Authorization: Bearer <admin token>`.
+//! - `GET /v1/watch`: server-sent events, one `catalog` entry per swap (the first is the
+//!   catalog at connection time).
+//! - `GET /v1/status`: the catalog revision, when it loaded, the last reload error, the new
+//!   revisions waiting for their hook module to compile.
+//!
+//! Reads follow [`Reads`]: with an agents file, a token is needed (the admin's for sources
+//! and module bytes) unless the operator made templates public.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use colloquy_policy::live::{ChangeError, diagnostic_bodies};
+use colloquy_policy::{Diagnostics, LiveCatalog, Snapshot};
+use colloquy_protocol::ErrorDetail;
+use colloquy_protocol::policy::{
+    CATALOG_EVENT, CatalogChange, ModuleRef, ModuleUploaded, PolicyStatus, RevisionInfo,
+    RevisionList, TemplateDocument, TemplateList, TemplateRejected, TemplateSummary,
+    TemplateUploaded, YAML_MEDIA_TYPE,
+};
+use futures_util::Stream;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::error::ApiError;
+use super::extract::{PathParams, RawBody, unreadable};
+use super::json::JsonResponse;
+use super::ops;
+
+/// Largest template upload: templates are a few KiB; a megabyte is a mistake, not a policy.
+pub const MAX_TEMPLATE_BYTES: usize = 1024 * 1024;
+/// Largest hook module upload (the compiler's own cap on a module's size).
+pub const MAX_MODULE_BYTES: usize = 64 * 1024 * 1024;
+/// How often an idle change feed sends a keep-alive comment (remote engines drop a feed
+/// silent for `colloquy_policy::follower::IDLE_TIMEOUT`).
+pub const WATCH_KEEP_ALIVE: Duration = Duration::from_secs(5);
+
+/// What the policy handlers share.
+#[derive(Clone)]
+pub struct PolicyState(Arc<PolicyShared>);
+
+struct PolicyShared {
+    live: Arc<LiveCatalog>,
+    writes: Writes,
+    reads: Reads,
+    closing: watch::Receiver<bool>,
+}
+
+/// Who may read templates, their sources and modules, the change feed and the status.
+#[derive(Clone, Debug)]
+pub enum Reads {
+    /// Anyone: open development mode (no agents file), the standalone policy manager (which
+    /// has no agents), or an operator who opted in (`colloquy serve --public-templates`).
+    Public,
+    /// Callers with a token of this identity (an agents file): any agent or the
+    /// administrator for the list, revisions, change feed and status; the administrator
+    /// alone for what a template is made of, its source (`GET /v1/templates/{name}`) and
+    /// its hook module's bytes.
+    Tokens(Arc<super::Identity>),
+}
+
+/// What a read needs under [`Reads::Tokens`].
+#[derive(Clone, Copy, Debug)]
+enum ReadNeeds {
+    /// A valid token, any caller.
+    AnyCaller,
+    /// The administrator's token.
+    Admin,
+}
+
+/// Who may upload and delete templates.
+#[derive(Clone, Debug)]
+pub enum Writes {
+    /// Callers presenting this bearer token.
+    AdminToken(String),
+    /// Nobody: no admin token was configured.
+    Disabled,
+    /// Nobody here: this engine mirrors the policy manager at this URL; write there.
+    Follower(String),
+}
+
+impl PolicyState {
+    /// State over `live`. `closing` turning `true` ends every change feed (so a graceful
+    /// shutdown does not wait for them forever).
+    pub fn new(
+        live: Arc<LiveCatalog>,
+        writes: Writes,
+        reads: Reads,
+        closing: watch::Receiver<bool>,
+    ) -> Self {
+        PolicyState(Arc::new(PolicyShared {
+            live,
+            writes,
+            reads,
+            closing,
+        }))
+    }
+
+    /// 401 without a valid token, 403 for an agent where the administrator is needed;
+    /// nothing under [`Reads::Public`].
+    fn check_read(&self, headers: &HeaderMap, needs: ReadNeeds) -> Result<(), ApiError> {
+        let Reads::Tokens(identity) = &self.0.reads else {
+            return Ok(());
+        };
+        match (identity.identify_headers(headers)?, needs) {
+            (_, ReadNeeds::AnyCaller) | (super::Caller::Admin, ReadNeeds::Admin) => Ok(()),
+            (super::Caller::Agent(agent), ReadNeeds::Admin) => Err(ApiError::Forbidden(format!(
+                "`{agent}` may list templates but not read their sources or hook modules: \
+                 that needs the admin token"
+            ))),
+        }
+    }
+}
+
+/// Every route [`router`] serves, as (method, path). `/v1/openapi.json` documents exactly
+/// these under the tag `policy` (a test compares the two).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/v1/templates"),
+    ("get", "/v1/templates/{name}"),
+    ("put", "/v1/templates/{name}"),
+    ("delete", "/v1/templates/{name}"),
+    ("get", "/v1/templates/{name}/revisions"),
+    ("get", "/v1/templates/{name}/modules/{sha256}"),
+    ("put", "/v1/modules/{file}"),
+    ("get", "/v1/watch"),
+    ("get", "/v1/status"),
+];
+
+/// The policy routes, without a fallback, so they can be merged into another router.
+pub fn router(state: PolicyState) -> Router {
+    Router::new()
+        .route("/v1/templates", get(list))
+        .route("/v1/templates/{name}", get(show).put(upload).delete(remove))
+        .route("/v1/templates/{name}/revisions", get(revisions))
+        .route("/v1/templates/{name}/modules/{sha256}", get(module))
+        .route("/v1/watch", get(watch_feed))
+        .route("/v1/status", get(status))
+        .layer(DefaultBodyLimit::max(MAX_TEMPLATE_BYTES))
+        .merge(
+            Router::new()
+                .route("/v1/modules/{file}", put(upload_module))
+                .layer(DefaultBodyLimit::max(MAX_MODULE_BYTES)),
+        )
+        .with_state(state)
+}
+
+/// Why a policy request failed: any [`ApiError`], or an upload the compiler refused (a 422
+/// whose body is the usual error body plus every diagnostic).
+#[derive(Debug)]
+pub enum PolicyError {
+    /// A plain API error.
+    Api(ApiError),
+    /// The upload, or the directory with it, does not compile.
+    Rejected(Diagnostics),
+}
+
+impl From<ApiError> for PolicyError {
+    fn from(error: ApiError) -> PolicyError {
+        PolicyError::Api(error)
+    }
+}
+
+impl From<ChangeError> for PolicyError {
+    fn from(error: ChangeError) -> PolicyError {
+        match error {
+            ChangeError::Rejected(diagnostics) => PolicyError::Rejected(diagnostics),
+            ChangeError::UnknownTemplate(name) => {
+                PolicyError::Api(ApiError::NotFound(unknown(&name)))
+            }
+            ChangeError::InvalidName(_) => PolicyError::Api(ApiError::BadRequest {
+                code: "invalid_template_name",
+                message: error.to_string(),
+                pointer: None,
+            }),
+            ChangeError::InvalidModule(_) => PolicyError::Api(ApiError::BadRequest {
+                code: "invalid_module",
+                message: error.to_string(),
+                pointer: None,
+            }),
+            ChangeError::FileTaken { .. } => PolicyError::Api(ApiError::BadRequest {
+                code: "template_file_taken",
+                message: error.to_string(),
+                pointer: None,
+            }),
+            ChangeError::Io(io) => {
+                PolicyError::Api(ApiError::Engine(colloquy_core::error::EngineError::Store(
+                    colloquy_core::store::StoreError::Internal(format!("template directory: {io}")),
+                )))
+            }
+        }
+    }
+}
+
+impl IntoResponse for PolicyError {
+    fn into_response(self) -> Response {
+        match self {
+            PolicyError::Api(error) => error.into_response(),
+            PolicyError::Rejected(diagnostics) => {
+                let count = diagnostics.count();
+                let body = TemplateRejected {
+                    error: ErrorDetail {
+                        code: "invalid_template".to_owned(),
+                        message: format!(
+                            "the template does not compile ({count} problem{}); nothing changed",
+                            if count == 1 { "" } else { "s" }
+                        ),
+                        pointer: None,
+                    },
+                    diagnostics: diagnostic_bodies(&diagnostics),
+                };
+                (StatusCode::UNPROCESSABLE_ENTITY, JsonResponse(body)).into_response()
+            }
+        }
+    }
+}
+
+fn unknown(name: &str) -> String {
+    format!("no template named `{name}`")
+}
+
+/// `GET /v1/templates`.
+async fn list(
+    State(state): State<PolicyState>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<TemplateList>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
+    let snapshot = state.0.live.snapshot();
+    Ok(JsonResponse(TemplateList {
+        revision: snapshot.revision.to_string(),
+        templates: snapshot.summaries(),
+    }))
+}
+
+/// Whether `If-None-Match` names `tag` (or `*`).
+fn matches_etag(headers: &HeaderMap, tag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|candidate| {
+            let candidate = candidate.trim();
+            let candidate = candidate.strip_prefix("W/").unwrap_or(candidate);
+            candidate.trim_matches('"')
+        })
+        .any(|candidate| candidate == tag || candidate == "*")
+}
+
+fn etag(tag: &str) -> HeaderValue {
+    // Revisions and hashes are `sha256:` plus hex digits: always a valid header value.
+    HeaderValue::from_str(&format!("\"{tag}\"")).unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/json") || accept.contains("+json"))
+}
+
+/// `GET /v1/templates/{name}`.
+async fn show(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<Response, PolicyError> {
+    state.check_read(&headers, ReadNeeds::Admin)?;
+    let snapshot = state.0.live.snapshot();
+    let template = snapshot
+        .catalog
+        .latest(&name)
+        .ok_or_else(|| ApiError::NotFound(unknown(&name)))?;
+    let tag = etag(&template.revision);
+    let vary = (header::VARY, HeaderValue::from_static("accept"));
+    if matches_etag(&headers, &template.revision) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, tag), vary]).into_response());
+    }
+    let source = snapshot
+        .source(&name, &template.revision)
+        .map(|s| s.text.to_string())
+        .unwrap_or_default();
+    if wants_json(&headers) {
+        let document = TemplateDocument {
+            name: name.clone(),
+            revision: template.revision.to_string(),
+            source,
+            hook_module: template.hook_module.as_ref().map(|module| ModuleRef {
+                module: template
+                    .hooks
+                    .as_ref()
+                    .map(|hooks| hooks.module.clone())
+                    .unwrap_or_default(),
+                sha256: module.sha256.to_string(),
+                size: module.bytes.len() as u64,
+                kind: colloquy_hooks::BinaryForm::of(&module.bytes)
+                    .ok()
+                    .map(|form| match form {
+                        colloquy_hooks::BinaryForm::Core => "core_module".to_owned(),
+                        colloquy_hooks::BinaryForm::Component => "component".to_owned(),
+                    }),
+            }),
+            template: serde_json::to_value(&template.source).unwrap_or_default(),
+        };
+        return Ok(([(header::ETAG, tag), vary], JsonResponse(document)).into_response());
+    }
+    Ok((
+        [
+            (header::ETAG, tag),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(YAML_MEDIA_TYPE),
+            ),
+            vary,
+        ],
+        source,
+    )
+        .into_response())
+}
+
+/// `GET /v1/templates/{name}/revisions`: newest first.
+async fn revisions(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<RevisionList>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
+    let snapshot = state.0.live.snapshot();
+    let current = snapshot.catalog.latest(&name).map(|t| t.revision.clone());
+    let mut revisions: Vec<RevisionInfo> = snapshot
+        .revisions_of(&name)
+        .into_iter()
+        .map(|(revision, source)| RevisionInfo {
+            current: current.as_ref() == Some(&revision),
+            revision: revision.to_string(),
+            loaded_at: source.loaded_at,
+        })
+        .collect();
+    if revisions.is_empty() {
+        return Err(ApiError::NotFound(unknown(&name)).into());
+    }
+    revisions.sort_by(|a, b| {
+        (b.current, b.loaded_at, &b.revision).cmp(&(a.current, a.loaded_at, &a.revision))
+    });
+    Ok(JsonResponse(RevisionList { name, revisions }))
+}
+
+/// `GET /v1/templates/{name}/modules/{sha256}`: the bytes of a hook module of any revision
+/// of the template kept.
+async fn module(
+    State(state): State<PolicyState>,
+    PathParams((name, sha256)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, PolicyError> {
+    state.check_read(&headers, ReadNeeds::Admin)?;
+    let snapshot = state.0.live.snapshot();
+    let module = snapshot
+        .revisions_of(&name)
+        .into_iter()
+        .filter_map(|(_, source)| source.hook_module.clone())
+        .find(|module| *module.sha256 == *sha256)
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("template `{name}` has no hook module {sha256}"))
+        })?;
+    let tag = etag(&module.sha256);
+    if matches_etag(&headers, &module.sha256) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, tag)]).into_response());
+    }
+    Ok((
+        [
+            (header::ETAG, tag),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/wasm"),
+            ),
+        ],
+        Bytes::from(module.bytes.to_vec()),
+    )
+        .into_response())
+}
+
+/// The admin check of writes.
+fn authorize(state: &PolicyState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match &state.0.writes {
+        Writes::Disabled => Err(ApiError::Forbidden(
+            "template uploads are disabled: no admin token is configured".into(),
+        )),
+        Writes::Follower(url) => Err(ApiError::Forbidden(format!(
+            "this engine follows the policy manager at {url}; change templates there"
+        ))),
+        Writes::AdminToken(token) => match super::auth::bearer_token(headers)? {
+            None => Err(ApiError::Unauthenticated(
+                "changing templates needs `Authorization: Bearer <admin token>`".into(),
+            )),
+            Some(presented) if same_secret(presented, token) => Ok(()),
+            Some(_) => Err(ApiError::Unauthenticated("unknown token".into())),
+        },
+    }
+}
+
+/// Compares secrets in time independent of where they first differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
+}
+
+/// `PUT /v1/templates/{name}`: body = the template's YAML. `201` for a new template, `200`
+/// for a new revision of an existing one; `202` when the revision waits for its hook module
+/// to compile (it serves once `GET /v1/status` no longer lists it under `compiling`, unless
+/// `last_error` then names it); `422` with diagnostics when it does not compile.
+async fn upload(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, PolicyError> {
+    authorize(&state, &headers)?;
+    let body = body.map_err(|error| unreadable(error, MAX_TEMPLATE_BYTES))?;
+    let yaml = String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
+        code: "invalid_body",
+        message: "a template is UTF-8 YAML text".into(),
+        pointer: None,
+    })?;
+    let live = state.0.live.clone();
+    let uploaded = name.clone();
+    let upload = blocking(move || live.put(&uploaded, &yaml)).await?;
+    let compiling = upload.compiling.into_iter().next();
+    let (status, revision) = match &compiling {
+        Some(waiting) => (StatusCode::ACCEPTED, waiting.revision.clone()),
+        None => (
+            if upload.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            },
+            upload
+                .snapshot
+                .catalog
+                .latest(&name)
+                .map(|t| t.revision.to_string())
+                .unwrap_or_default(),
+        ),
+    };
+    let body = JsonResponse(TemplateUploaded {
+        name,
+        revision: revision.clone(),
+        compiling,
+    });
+    if status == StatusCode::ACCEPTED {
+        // No `ETag`: the revision is not what `GET /v1/templates/{name}` serves yet.
+        return Ok((status, body).into_response());
+    }
+    Ok((status, [(header::ETAG, etag(&revision))], body).into_response())
+}
+
+/// `PUT /v1/modules/{file}`: body = a wasm hook module, stored as `file` in the template
+/// directory for templates to name in `spec.hooks.module`. `201` for a new file, `200` for a
+/// replacement (every template naming it gets a new revision); `202` with the revisions
+/// waiting for it to compile (`{"compiling": [...]}`, as in `GET /v1/status`); `400` when it
+/// is not a wasm module; `422` with diagnostics when a template using it no longer passes.
+async fn upload_module(
+    State(state): State<PolicyState>,
+    PathParams(file): PathParams<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, PolicyError> {
+    authorize(&state, &headers)?;
+    let body = body.map_err(|error| unreadable(error, MAX_MODULE_BYTES))?;
+    let live = state.0.live.clone();
+    let upload = blocking(move || live.put_module(&file, &body)).await?;
+    if !upload.compiling.is_empty() {
+        let body = ModuleUploaded {
+            compiling: upload.compiling,
+        };
+        return Ok((StatusCode::ACCEPTED, JsonResponse(body)).into_response());
+    }
+    Ok(if upload.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    }
+    .into_response())
+}
+
+/// `DELETE /v1/templates/{name}`: `204`; new conversations of it are refused from then on,
+/// running ones finish on their revision.
+async fn remove(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, PolicyError> {
+    authorize(&state, &headers)?;
+    let live = state.0.live.clone();
+    blocking(move || live.delete(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Runs a blocking catalog change off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ChangeError> + Send + 'static,
+) -> Result<T, PolicyError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(PolicyError::from),
+        Err(join) => Err(ChangeError::Io(io::Error::other(join.to_string())).into()),
+    }
+}
+
+/// `GET /v1/status`.
+async fn status(
+    State(state): State<PolicyState>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<PolicyStatus>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
+    let live = &state.0.live;
+    let snapshot = live.snapshot();
+    Ok(JsonResponse(PolicyStatus {
+        revision: snapshot.revision.to_string(),
+        loaded_at: snapshot.loaded_at,
+        generation: snapshot.generation,
+        templates: snapshot.catalog.names().len(),
+        source: live.origin().to_owned(),
+        last_error: live.last_error().map(|failure| (*failure).clone()),
+        compiling: live.compiling(),
+    }))
+}
+
+/// `GET /v1/watch`: one `catalog` event now, then one per swap, until shutdown.
+async fn watch_feed(
+    State(state): State<PolicyState>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
+    let mut changes = state.0.live.subscribe();
+    changes.mark_changed();
+    let feed = Feed {
+        changes,
+        closing: state.0.closing.clone(),
+        sent: Vec::new(),
+    };
+    let stream = futures_util::stream::unfold(feed, |mut feed| async move {
+        let snapshot = feed.next().await?;
+        let event = feed.entry(&snapshot);
+        Some((Ok(event), feed))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(WATCH_KEEP_ALIVE)))
+}
+
+/// One subscriber's change feed.
+struct Feed {
+    changes: watch::Receiver<Arc<Snapshot>>,
+    closing: watch::Receiver<bool>,
+    /// What this subscriber was last told.
+    sent: Vec<TemplateSummary>,
+}
+
+impl Feed {
+    /// The next snapshot to announce; `None` at shutdown.
+    async fn next(&mut self) -> Option<Arc<Snapshot>> {
+        if *self.closing.borrow() {
+            return None;
+        }
+        tokio::select! {
+            changed = self.changes.changed() => {
+                changed.ok()?;
+                Some(self.changes.borrow_and_update().clone())
+            }
+            _ = self.closing.wait_for(|closing| *closing) => None,
+        }
+    }
+
+    fn entry(&mut self, snapshot: &Snapshot) -> Event {
+        let templates = snapshot.summaries();
+        let changed = templates
+            .iter()
+            .filter(|t| !self.sent.contains(t))
+            .map(|t| t.name.clone())
+            .collect();
+        let removed = self
+            .sent
+            .iter()
+            .filter(|old| !templates.iter().any(|t| t.name == old.name))
+            .map(|old| old.name.clone())
+            .collect();
+        let change = CatalogChange {
+            revision: snapshot.revision.to_string(),
+            loaded_at: snapshot.loaded_at,
+            templates: templates.clone(),
+            changed,
+            removed,
+        };
+        self.sent = templates;
+        Event::default()
+            .event(CATALOG_EVENT)
+            .id(snapshot.generation.to_string())
+            .json_data(&change)
+            .unwrap_or_else(|_| Event::default().comment("unserializable entry"))
+    }
+}
+
+/// A standalone policy manager accepting requests. Dropping it stops it at once;
+/// [`RunningPolicyManager::shutdown`] lets requests in flight finish.
+pub struct RunningPolicyManager {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its catalog.
+    pub live: Arc<LiveCatalog>,
+    closing: watch::Sender<bool>,
+    server: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl RunningPolicyManager {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Ends the change feeds, stops accepting connections, waits for requests in flight.
+    pub async fn shutdown(mut self) -> io::Result<()> {
+        // Fails only when no receiver is left: nothing to end.
+        let _ = self.closing.send(true);
+        match self.server.take() {
+            Some(server) => server
+                .await
+                .unwrap_or_else(|error| Err(io::Error::other(error))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningPolicyManager {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
+
+/// Serves the policy API alone (plus `/healthz`) over `live` on `listener`. Watching the
+/// directory is the caller's choice ([`colloquy_policy::watcher::watch`]). Reads are
+/// public: the standalone manager knows no agents, and the engines following it read
+/// without a token.
+pub fn launch(
+    live: Arc<LiveCatalog>,
+    listener: TcpListener,
+    admin_token: Option<String>,
+) -> io::Result<RunningPolicyManager> {
+    let addr = listener.local_addr()?;
+    let (closing, closing_rx) = watch::channel(false);
+    let writes = admin_token.map_or(Writes::Disabled, Writes::AdminToken);
+    let app = router(PolicyState::new(
+        live.clone(),
+        writes,
+        Reads::Public,
+        closing_rx.clone(),
+    ))
+    .route("/healthz", get(ops::healthz))
+    .fallback(ops::not_found)
+    .method_not_allowed_fallback(ops::method_not_allowed);
+    let mut shutdown = closing_rx;
+    let server = super::listen::spawn(listener, app, async move {
+        // An error means the sender is gone: shut down as well.
+        let _ = shutdown.wait_for(|closing| *closing).await;
+    });
+    Ok(RunningPolicyManager {
+        addr,
+        live,
+        closing,
+        server: Some(server),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use colloquy_policy::live::{Checked, CompileListener};
+    use colloquy_protocol::ErrorBody;
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    const TEMPLATE: &str = "apiVersion: colloquy.dev/v1\nkind: ConversationTemplate\nmetadata:\n  name: ping\n  version: 1.0.0\nspec:\n  roles:\n    participants: { min: 1, max: 1 }\n  thread:\n    initial: start\n    on_expiry: expired\n    states:\n      start:\n        transitions:\n          - { performative: request, from: initiator, to: done }\n      done: { terminal: success }\n      expired: { terminal: timeout }\n";
+
+    fn app(dir: &std::path::Path) -> (Router, Arc<LiveCatalog>) {
+        std::fs::write(dir.join("ping.yaml"), TEMPLATE).expect("fixture");
+        let live = Arc::new(LiveCatalog::open(dir).expect("compiles"));
+        let (_, closing) = watch::channel(false);
+        let state = PolicyState::new(
+            live.clone(),
+            Writes::AdminToken("root".into()),
+            Reads::Public,
+            closing,
+        );
+        (router(state), live)
+    }
+
+    async fn call(app: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, Bytes) {
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.expect("body").to_bytes();
+        (parts.status, parts.headers, bytes)
+    }
+
+    #[tokio::test]
+    async fn templates_are_served_as_yaml_or_json_with_etags() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (app, live) = app(dir.path());
+        let revision = live.latest("ping").expect("ping").revision.to_string();
+
+        let get = |accept: &str| {
+            Request::get("/v1/templates/ping")
+                .header("accept", accept)
+                .body(Body::empty())
+                .expect("request")
+        };
+        let (status, headers, body) = call(&app, get("*/*")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers[header::ETAG], format!("\"{revision}\""));
+        assert_eq!(headers[header::CONTENT_TYPE], YAML_MEDIA_TYPE);
+        assert_eq!(body, TEMPLATE.as_bytes());
+
+        let (status, _, body) = call(&app, get("application/json")).await;
+        assert_eq!(status, StatusCode::OK);
+        let document: TemplateDocument = serde_json::from_slice(&body).expect("document");
+        assert_eq!(document.revision, revision);
+        assert_eq!(document.template["metadata"]["name"], "ping");
+
+        let conditional = Request::get("/v1/templates/ping")
+            .header("if-none-match", format!("\"{revision}\""))
+            .body(Body::empty())
+            .expect("request");
+        let (status, _, body) = call(&app, conditional).await;
+        assert_eq!(status, StatusCode::NOT_MODIFIED);
+        assert!(body.is_empty());
+
+        let (status, _, body) = call(
+            &app,
+            Request::get("/v1/templates/nope")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let error: ErrorBody = serde_json::from_slice(&body).expect("error body");
+        assert!(error.error.message.contains("nope"));
+    }
+
+    #[tokio::test]
+    async fn writes_need_the_admin_token_and_broken_uploads_are_422() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (app, _live) = app(dir.path());
+        let put = |token: Option<&str>, body: &str| {
+            let mut request = Request::put("/v1/templates/ping");
+            if let Some(token) = token {
+                request = request.header("authorization", format!("Bearer {token}"));
+            }
+            request.body(Body::from(body.to_owned())).expect("request")
+        };
+        let (status, _, _) = call(&app, put(None, TEMPLATE)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, _, _) = call(&app, put(Some("wrong"), TEMPLATE)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+        let broken = TEMPLATE.replace("to: done", "to: nowhere");
+        let (status, _, body) = call(&app, put(Some("root"), &broken)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        let rejected: TemplateRejected = serde_json::from_slice(&body).expect("422 body");
+        assert_eq!(rejected.error.code, "invalid_template");
+        assert!(
+            rejected
+                .diagnostics
+                .iter()
+                .any(|d| d.line.is_some() && d.path.contains("transitions"))
+        );
+
+        let edited = TEMPLATE.replace("version: 1.0.0", "version: 1.0.1");
+        let (status, _, body) = call(&app, put(Some("root"), &edited)).await;
+        assert_eq!(status, StatusCode::OK);
+        let summary: TemplateSummary = serde_json::from_slice(&body).expect("summary");
+        let revisions = Request::get("/v1/templates/ping/revisions")
+            .body(Body::empty())
+            .expect("request");
+        let (_, _, body) = call(&app, revisions).await;
+        let list: RevisionList = serde_json::from_slice(&body).expect("revisions");
+        assert_eq!(list.revisions.len(), 2);
+        assert_eq!(list.revisions[0].revision, summary.revision);
+        assert!(list.revisions[0].current && !list.revisions[1].current);
+    }
+
+    #[tokio::test]
+    async fn hook_modules_upload_before_the_templates_that_name_them() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (app, live) = app(dir.path());
+        let put = |uri: &str, token: Option<&str>, body: Vec<u8>| {
+            let mut request = Request::put(uri);
+            if let Some(token) = token {
+                request = request.header("authorization", format!("Bearer {token}"));
+            }
+            request.body(Body::from(body)).expect("request")
+        };
+        let module = wat::parse_str("(module (memory (export \"memory\") 1))").expect("wat");
+        let (status, _, _) = call(&app, put("/v1/modules/ping.wasm", None, module.clone())).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, _, body) = call(
+            &app,
+            put("/v1/modules/ping.wasm", Some("root"), b"not wasm".to_vec()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let error: ErrorBody = serde_json::from_slice(&body).expect("error body");
+        assert_eq!(error.error.code, "invalid_module");
+        let (status, _, _) = call(
+            &app,
+            put("/v1/modules/..%2Fescape.wasm", Some("root"), module.clone()),
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "no path outside the directory"
+        );
+        assert!(!dir.path().join("escape.wasm").exists());
+        assert!(
+            !dir.path().join("ping.wasm").exists(),
+            "refused uploads write nothing"
+        );
+
+        let (status, _, _) = call(
+            &app,
+            put("/v1/modules/ping.wasm", Some("root"), module.clone()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(
+            std::fs::read(dir.path().join("ping.wasm")).expect("written"),
+            module
+        );
+        let hooked =
+            format!("{TEMPLATE}  hooks:\n    module: ping.wasm\n    events: [on_message]\n");
+        let (status, _, _) = call(
+            &app,
+            put("/v1/templates/ping", Some("root"), hooked.into_bytes()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let before = live
+            .snapshot()
+            .catalog
+            .latest("ping")
+            .expect("ping")
+            .revision
+            .clone();
+        let rebuilt = wat::parse_str("(module (memory (export \"memory\") 2))").expect("wat");
+        let (status, _, _) = call(&app, put("/v1/modules/ping.wasm", Some("root"), rebuilt)).await;
+        assert_eq!(status, StatusCode::OK, "a replacement");
+        let after = live
+            .snapshot()
+            .catalog
+            .latest("ping")
+            .expect("ping")
+            .revision
+            .clone();
+        assert_ne!(before, after, "the template's revision covers its module");
+    }
+
+    /// A hook check standing in for the runtime's: a module compiles until the test says
+    /// it is done.
+    #[derive(Clone, Default)]
+    struct FakeCompiles {
+        done: Arc<std::sync::Mutex<Vec<String>>>,
+        running: Arc<std::sync::Mutex<Vec<(String, CompileListener)>>>,
+    }
+
+    impl FakeCompiles {
+        fn check(&self) -> Box<colloquy_policy::live::TemplateCheck> {
+            let compiles = self.clone();
+            Box::new(move |template, listener| {
+                let Some(module) = &template.hook_module else {
+                    return Checked::Ready;
+                };
+                let sha256 = module.sha256.to_string();
+                if compiles.done.lock().expect("lock").contains(&sha256) {
+                    return Checked::Ready;
+                }
+                compiles
+                    .running
+                    .lock()
+                    .expect("lock")
+                    .push((sha256, listener.clone()));
+                Checked::Compiling
+            })
+        }
+
+        /// Ends every compile running, as the runtime's compile thread does.
+        fn finish(&self) {
+            let running = std::mem::take(&mut *self.running.lock().expect("lock"));
+            for (sha256, listener) in running {
+                self.done.lock().expect("lock").push(sha256.clone());
+                listener(&sha256);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_upload_whose_hook_compiles_answers_202_and_serves_once_compiled() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("ping.yaml"), TEMPLATE).expect("fixture");
+        let compiles = FakeCompiles::default();
+        let live = Arc::new(LiveCatalog::new(dir.path()).with_check(compiles.check()));
+        live.reload().expect("compiles");
+        let (_, closing) = watch::channel(false);
+        let app = router(PolicyState::new(
+            live.clone(),
+            Writes::AdminToken("root".into()),
+            Reads::Public,
+            closing,
+        ));
+        let put = |uri: &str, body: Vec<u8>| {
+            Request::put(uri)
+                .header("authorization", "Bearer root")
+                .body(Body::from(body))
+                .expect("request")
+        };
+        let served = || live.latest("ping").expect("ping").revision.to_string();
+        let first = served();
+
+        let module = wat::parse_str("(module (memory (export \"memory\") 1))").expect("wat");
+        let (status, _, _) = call(&app, put("/v1/modules/ping.wasm", module)).await;
+        assert_eq!(status, StatusCode::CREATED, "no template names it yet");
+        let hooked =
+            format!("{TEMPLATE}  hooks:\n    module: ping.wasm\n    events: [on_message]\n");
+        let (status, headers, body) =
+            call(&app, put("/v1/templates/ping", hooked.into_bytes())).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert!(headers.get(header::ETAG).is_none());
+        let uploaded: TemplateUploaded = serde_json::from_slice(&body).expect("body");
+        let compiling = uploaded.compiling.expect("compiling");
+        assert_eq!(compiling.revision, uploaded.revision);
+        assert_eq!(served(), first, "the previous revision serves meanwhile");
+        let (_, _, body) = call(
+            &app,
+            Request::get("/v1/status")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        let status: PolicyStatus = serde_json::from_slice(&body).expect("status");
+        assert_eq!(status.compiling, vec![compiling]);
+
+        compiles.finish();
+        assert_eq!(served(), uploaded.revision, "serves once compiled");
+        let (_, _, body) = call(
+            &app,
+            Request::get("/v1/status")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        let status: PolicyStatus = serde_json::from_slice(&body).expect("status");
+        assert!(status.compiling.is_empty());
+
+        let rebuilt = wat::parse_str("(module (memory (export \"memory\") 2))").expect("wat");
+        let (status, _, body) = call(&app, put("/v1/modules/ping.wasm", rebuilt)).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let accepted: ModuleUploaded = serde_json::from_slice(&body).expect("body");
+        assert_eq!(accepted.compiling.len(), 1);
+        assert_eq!(accepted.compiling[0].template, "ping");
+        assert_eq!(served(), uploaded.revision);
+        compiles.finish();
+        assert_eq!(served(), accepted.compiling[0].revision);
+    }
+}
