@@ -7,23 +7,18 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use colloquy_policy::{Catalog, CompiledTemplate};
-use colloquy_protocol::conversation::{
-    CommitmentState, CommitmentView, ConversationStatus, ConversationView, Outcome, SendReceipt,
-    ThreadView, Violation, ViolationKind,
-};
-use colloquy_protocol::event::{ConversationEvent, EventKind, ThreadTransition};
-use colloquy_protocol::message::{AgentId, ENGINE_PARTY, Message, SendMessage, StartConversation};
-use futures_util::StreamExt as _;
+use colloquy_protocol::conversation::{ConversationView, SendReceipt};
+use colloquy_protocol::event::{ConversationEvent, EventKind};
+use colloquy_protocol::message::{AgentId, Message, SendMessage, StartConversation};
 use tokio::sync::{Mutex, broadcast};
 
 use crate::clock::Clock;
 use crate::conversation::Conversation;
 use crate::dispatch;
 use crate::error::EngineError;
-use crate::hooks::{CallSite, HookCaller};
+use crate::hooks::HookCaller;
 use crate::ids::{MAX_ID_LEN, is_id};
 use crate::keyed::{self, ConversationMap};
 use crate::parties::{self, PartyIndex};
@@ -31,6 +26,12 @@ use crate::sight::Sight;
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
 use crate::wakeups::{Listener, Wakeups};
+
+mod commitments;
+mod scheduler;
+mod work;
+
+use work::*;
 
 /// How long a completed conversation stays readable before retention removes it.
 pub const DEFAULT_RETENTION_MS: u64 = 5 * 60 * 1000;
@@ -428,166 +429,6 @@ impl Engine {
         }
     }
 
-    /// Commitments of live conversations where `agent` is debtor or creditor (a party of
-    /// each: only the conversations the party index lists for it are read).
-    pub async fn commitments_of(&self, agent: &str) -> Vec<CommitmentView> {
-        let slots: Vec<Slot> = self
-            .parties
-            .of(agent, None)
-            .iter()
-            .filter_map(|id| self.live.get(id).map(|entry| entry.value().clone()))
-            .collect();
-        let mut found = Vec::new();
-        for slot in slots {
-            let guard = slot.lock().await;
-            if let Some(conversation) = guard.as_ref() {
-                found.extend(conversation.commitments_involving(agent));
-            }
-        }
-        found
-    }
-
-    /// The creditor waives a commitment.
-    pub async fn release_commitment(
-        &self,
-        commitment_id: &str,
-        agent: &str,
-    ) -> Result<CommitmentView, EngineError> {
-        self.settle(commitment_id, agent, CommitmentState::Released)
-            .await
-    }
-
-    /// The debtor withdraws from a commitment.
-    pub async fn cancel_commitment(
-        &self,
-        commitment_id: &str,
-        agent: &str,
-    ) -> Result<CommitmentView, EngineError> {
-        self.settle(commitment_id, agent, CommitmentState::Cancelled)
-            .await
-    }
-
-    async fn settle(
-        &self,
-        commitment_id: &str,
-        agent: &str,
-        to: CommitmentState,
-    ) -> Result<CommitmentView, EngineError> {
-        let (conversation_id, _) = commitment_id
-            .rsplit_once('/')
-            .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_owned()))?;
-        let work: Arc<Work<CommitmentView>> = {
-            let commitment_id: Arc<str> = Arc::from(commitment_id);
-            let agent: Arc<str> = Arc::from(agent);
-            Arc::new(move |step: &mut Step<'_>| {
-                dispatch::settle_commitment(step, &commitment_id, &agent, to)?;
-                let conversation = &*step.conversation;
-                conversation
-                    .commitments
-                    .iter()
-                    .find(|c| c.id == commitment_id)
-                    .map(|c| conversation.commitment_view(c))
-                    .ok_or_else(|| EngineError::UnknownCommitment(commitment_id.to_string()))
-            })
-        };
-        let (_, view) = self
-            .with_conversation(conversation_id, |_, _| Vec::new(), work)
-            .await
-            .map_err(|error| match error {
-                EngineError::UnknownConversation(_) => {
-                    EngineError::UnknownCommitment(commitment_id.to_owned())
-                }
-                other => other,
-            })?;
-        Ok(view)
-    }
-
-    /// One scheduler pass: fires every due deadline and retry, and removes conversations
-    /// whose retention window has passed; returns once all of them are done. Returns how
-    /// many conversations it looked at. Conversations are woken concurrently, so one whose
-    /// `on_timeout` hook runs to its budget holds up no other.
-    pub async fn run_due(&self) -> Result<usize, EngineError> {
-        let now = self.now();
-        let due = self.store.claim_due(now, SCHEDULER_BATCH).await?;
-        futures_util::stream::iter(&due)
-            .for_each_concurrent(MAX_CONCURRENT_WAKES, |id| self.wake_logged(id, now))
-            .await;
-        Ok(due.len())
-    }
-
-    /// Fires a claimed wake-up, logging a failure (the lease brings it back later).
-    async fn wake_logged(&self, id: &str, now: u64) {
-        let span = tracing::info_span!("conversation", id = %id);
-        if let Err(error) = tracing::Instrument::instrument(self.wake(id, now), span).await {
-            tracing::warn!(conversation = %id, %error, "scheduled wake-up failed");
-        }
-    }
-
-    /// Fires a claimed wake-up. A lost race (another node, or a stale cached copy) is
-    /// retried from a fresh load: the claim is this node's only chance to fire it soon.
-    async fn wake(&self, id: &str, now: u64) -> Result<(), EngineError> {
-        let mut attempt = 0;
-        let mut on_pool = false;
-        loop {
-            attempt += 1;
-            match self.wake_once(id, now, on_pool).await {
-                Err(EngineError::HookNeedsPool) if !on_pool => on_pool = true,
-                Err(EngineError::Store(StoreError::Conflict { .. }))
-                    if attempt < MAX_COMMIT_ATTEMPTS => {}
-                other => return other,
-            }
-        }
-    }
-
-    /// One try at firing a wake-up, on the hook pool when `on_pool` (or when its template's
-    /// hook must run there).
-    async fn wake_once(&self, id: &str, now: u64, on_pool: bool) -> Result<(), EngineError> {
-        let slot = self.loaded_slot(id).await?;
-        let mut guard = slot.lock().await;
-        let Some(conversation) = guard.as_mut() else {
-            return Ok(());
-        };
-        if let Some(completed_at) = conversation.completed_at
-            && now >= completed_at.saturating_add(self.config.retention_ms)
-        {
-            self.store.remove(id).await?;
-            self.parties.forget(conversation);
-            *guard = None;
-            drop(guard);
-            self.live.remove(id);
-            tracing::debug!(conversation = %id, "removed after retention");
-            return Ok(());
-        }
-        let template = conversation.template.clone();
-        // Owned by the step while it runs; a step that never comes back leaves the slot
-        // empty, and the next request reloads the conversation from the store.
-        let Some(mut conversation) = guard.take() else {
-            return Ok(());
-        };
-        let retention_ms = self.config.retention_ms;
-        let (conversation, commit, needs_pool) = self
-            .run_step(&template, on_pool, move |hooks, site| {
-                let mut step = Step::with_hooks(&mut conversation, now, hooks, site);
-                dispatch::fire_due(&mut step);
-                let needs_pool = step.needs_pool;
-                // Even with nothing fired, the commit puts the conversation back on the
-                // deadline index: claiming took it off.
-                let commit = step.into_commit(retention_ms);
-                (conversation, commit, needs_pool)
-            })
-            .await?;
-        if needs_pool {
-            // What it did is dropped (reloaded); `wake` runs it again on the hook pool.
-            return Err(EngineError::HookNeedsPool);
-        }
-        *guard = Some(conversation);
-        if let Err(error) = self.commit(commit).await {
-            *guard = None;
-            return Err(error.into());
-        }
-        Ok(())
-    }
-
     /// Deletes `agent`'s inbox entries up to and including `through`: the agent has handled
     /// them. Returns the inbox's head. Refused past the head, which would delete messages
     /// the agent has not been sent yet.
@@ -607,41 +448,6 @@ impl Engine {
             self.store.acknowledge(agent, through).await?;
         }
         Ok(head)
-    }
-
-    /// Fires due deadlines every `period` until the returned task is aborted. Each claimed
-    /// conversation is woken by a task of its own (at most [`MAX_CONCURRENT_WAKES`] at
-    /// once), and the next pass does not wait for them: a wake-up whose `on_timeout` hook
-    /// runs to its budget delays neither other conversations' deadlines nor later passes.
-    pub fn spawn_scheduler(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
-        let engine = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(period);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            let wakes = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_WAKES));
-            loop {
-                ticker.tick().await;
-                let now = engine.now();
-                let due = match engine.store.claim_due(now, SCHEDULER_BATCH).await {
-                    Ok(due) => due,
-                    Err(error) => {
-                        tracing::warn!(%error, "scheduler pass failed");
-                        continue;
-                    }
-                };
-                for id in due {
-                    // Never closed, so acquiring only waits.
-                    let Ok(permit) = wakes.clone().acquire_owned().await else {
-                        return;
-                    };
-                    let engine = engine.clone();
-                    tokio::spawn(async move {
-                        engine.wake_logged(&id, now).await;
-                        drop(permit);
-                    });
-                }
-            }
-        })
     }
 
     /// The revision of template `name` new conversations start with now.
@@ -813,137 +619,6 @@ impl Engine {
         Ok(Conversation::replay(template, &events).map(|conversation| (conversation, events)))
     }
 
-    /// Runs `work` on the loaded conversation after firing its due timers, and commits the
-    /// result. Lost races with other writers are retried from a fresh load. So is a refusal
-    /// decided on a cached copy that another node's commits have left behind: the version
-    /// check catches a stale copy only when the work gets as far as a commit.
-    ///
-    /// The summary's threads are those `threads_of` picks, given the work's result.
-    async fn with_conversation<R: Send + 'static>(
-        &self,
-        id: &str,
-        threads_of: impl Fn(&Conversation, &R) -> Vec<ThreadView>,
-        work: Arc<Work<R>>,
-    ) -> Result<(Summary, R), EngineError> {
-        let mut attempt = 0;
-        let mut on_pool = false;
-        loop {
-            attempt += 1;
-            let slot = self.loaded_slot(id).await?;
-            let mut guard = slot.lock().await;
-            // Owned by the work while it runs; work that never comes back (its caller gone,
-            // the hook pool busy) leaves the slot empty, and the next request reloads the
-            // conversation from the store.
-            let Some(conversation) = guard.take() else {
-                // Dropped by a failed commit between load and lock: load again.
-                continue;
-            };
-            let now = self.now();
-            let retention_ms = self.config.retention_ms;
-            let work = work.clone();
-            let Worked {
-                conversation,
-                timers,
-                version,
-                result,
-                emitted,
-                commit,
-                needs_pool,
-            } = self
-                .run_step(
-                    &conversation.template.clone(),
-                    on_pool,
-                    move |hooks, site| {
-                        work_on(conversation, now, (hooks, site), retention_ms, &*work)
-                    },
-                )
-                .await?;
-            if needs_pool && !on_pool {
-                // A hook could not finish on this worker; the work runs again on the hook
-                // pool, on this copy if the work changed nothing.
-                on_pool = true;
-                if timers.is_none() && !emitted {
-                    *guard = Some(conversation);
-                }
-                continue;
-            }
-            *guard = Some(conversation);
-            if let Some(timers) = timers
-                && let Err(error) = self.commit(timers).await
-            {
-                *guard = None;
-                if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS {
-                    continue;
-                }
-                return Err(error.into());
-            }
-            let value = match result {
-                Ok(value) => value,
-                Err(error) => {
-                    if emitted {
-                        // Contract broken (emitted, then failed): never trust this copy.
-                        tracing::error!(conversation = %id, %error, "step failed after emitting events; reloading");
-                        *guard = None;
-                    } else if self.shared_store
-                        && decided_by_state(&error)
-                        && attempt < MAX_COMMIT_ATTEMPTS
-                        && !self.store.events_after(id, version).await?.is_empty()
-                    {
-                        *guard = None;
-                        continue;
-                    }
-                    return Err(error);
-                }
-            };
-            if emitted && let Err(error) = self.commit(commit).await {
-                *guard = None;
-                if matches!(error, StoreError::Conflict { .. }) && attempt < MAX_COMMIT_ATTEMPTS {
-                    continue;
-                }
-                return Err(error.into());
-            }
-            let Some(conversation) = guard.as_ref() else {
-                continue;
-            };
-            let summary = Summary {
-                status: conversation.status,
-                outcome: conversation.outcome,
-                threads: threads_of(conversation, &value),
-            };
-            return Ok((summary, value));
-        }
-    }
-
-    /// Runs `step`, synchronous work on a conversation it owns, where `template`'s steps
-    /// belong, and tells it where that is. A template without a hook: here and now. One with
-    /// a hook: here too, its calls held to [`colloquy_hooks::INLINE_SLICE`] on warm
-    /// instances, while its module has not run past that too often; otherwise, or when
-    /// `on_pool` (a step that could not finish here, run again), on the hook pool, so that
-    /// its calls never hold an async worker for long (`crate::hook_pool`).
-    async fn run_step<T: Send + 'static>(
-        &self,
-        template: &CompiledTemplate,
-        on_pool: bool,
-        step: impl FnOnce(Option<&dyn HookCaller>, CallSite) -> T + Send + 'static,
-    ) -> Result<T, EngineError> {
-        match &self.hooks {
-            Some(runtime)
-                if template.hooks.is_some() && (on_pool || !runtime.runs_inline(template)) =>
-            {
-                let hooks = runtime.clone();
-                runtime
-                    .pool()
-                    .run(&template.name, move || step(Some(&*hooks), CallSite::Owned))
-                    .await
-                    .map_err(EngineError::HooksBusy)
-            }
-            Some(runtime) if template.hooks.is_some() => {
-                Ok(step(Some(&**runtime), CallSite::Inline))
-            }
-            hooks => Ok(step(hooks.as_deref(), CallSite::Owned)),
-        }
-    }
-
     async fn messages(&self, conversation: &Conversation) -> Result<Vec<Message>, EngineError> {
         let events = self.store.events_after(conversation.id(), 0).await?;
         Ok(events
@@ -967,15 +642,6 @@ fn check_id(id: &str, pointer: &str) -> Result<(), EngineError> {
     }
 }
 
-/// Whether `error` was decided from the conversation's state, which another node may have
-/// moved on, rather than from the request and the template alone.
-fn decided_by_state(error: &EngineError) -> bool {
-    !matches!(
-        error,
-        EngineError::UnknownPerformative { .. } | EngineError::SchemaViolation { .. }
-    )
-}
-
 /// A fresh UUIDv7, formatted straight into its shared string: the id of a conversation or
 /// message whose sender names none.
 pub fn new_id() -> Arc<str> {
@@ -991,177 +657,4 @@ fn message_id(message: &SendMessage) -> Result<Arc<str>, EngineError> {
         }
         None => Ok(new_id()),
     }
-}
-
-/// A unit of work on a conversation, as [`Engine::with_conversation`] runs it: it may run
-/// on a hook thread, so it owns what it reads.
-type Work<R> = dyn Fn(&mut Step<'_>) -> Result<R, EngineError> + Send + Sync;
-
-/// What a unit of work left, handed back from wherever it ran.
-struct Worked<R> {
-    conversation: Conversation,
-    /// The commit of the timers that fell due before the work, when any fired.
-    timers: Option<Commit>,
-    /// The conversation's version the work started from.
-    version: u64,
-    result: Result<R, EngineError>,
-    /// Whether the work emitted events (its commit is empty otherwise).
-    emitted: bool,
-    commit: Commit,
-    /// A hook could not finish where the work ran: all of it is to be dropped and run again
-    /// on the hook pool.
-    needs_pool: bool,
-}
-
-/// Fires `conversation`'s due timers, then runs `work` on it: the synchronous half of
-/// [`Engine::with_conversation`].
-fn work_on<R>(
-    mut conversation: Conversation,
-    now: u64,
-    (hooks, site): (Option<&dyn HookCaller>, CallSite),
-    retention_ms: u64,
-    work: &Work<R>,
-) -> Worked<R> {
-    let mut timers = Step::with_hooks(&mut conversation, now, hooks, site);
-    dispatch::fire_due(&mut timers);
-    let mut needs_pool = timers.needs_pool;
-    let timers = (!timers.is_empty()).then(|| timers.into_commit(retention_ms));
-    let version = conversation.version;
-    let mut step = Step::with_hooks(&mut conversation, now, hooks, site);
-    // After timers that need the pool, the work would run on a copy that is dropped anyway.
-    let result = if needs_pool {
-        Err(EngineError::HookNeedsPool)
-    } else {
-        work(&mut step)
-    };
-    needs_pool |= step.needs_pool || matches!(result, Err(EngineError::HookNeedsPool));
-    let emitted = !step.is_empty();
-    let commit = step.into_commit(retention_ms);
-    Worked {
-        conversation,
-        timers,
-        version,
-        result,
-        emitted,
-        commit,
-        needs_pool,
-    }
-}
-
-/// A start's step: `on_start`, then the opening message if there is one. Returns the
-/// messages it accepted.
-fn start_step(
-    step: &mut Step<'_>,
-    initiator: &str,
-    opening: Option<(SendMessage, Arc<str>)>,
-) -> Result<Vec<Message>, EngineError> {
-    dispatch::on_start(step)?;
-    if let Some((message, message_id)) = opening {
-        dispatch::on_message(step, initiator, &message, message_id)
-            .map_err(|error| error.under("/message"))?;
-    }
-    Ok(step
-        .events()
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::MessageAccepted { message, .. } => Some((**message).clone()),
-            _ => None,
-        })
-        .collect())
-}
-
-/// What [`Engine::send`]'s work found.
-enum Handled {
-    /// Accepted now.
-    Fresh(ReceiptParts),
-    /// Accepted before, at this event seq.
-    Duplicate(u64),
-}
-
-/// Where a conversation stands after a unit of work.
-struct Summary {
-    status: ConversationStatus,
-    outcome: Option<Outcome>,
-    threads: Vec<ThreadView>,
-}
-
-/// The message-specific half of a [`SendReceipt`].
-#[derive(Default)]
-struct ReceiptParts {
-    receivers: Vec<AgentId>,
-    transitions: Vec<ThreadTransition>,
-    violation: Option<Violation>,
-}
-
-/// A message sent again under an accepted id must be a retry: the same sender, performative,
-/// content, `in_reply_to` and `reply_by` as the message the id names (the first of
-/// `events`). Receivers are not compared: routing may have changed them. Anything else is a
-/// different message under a taken id, refused rather than answered with the first
-/// message's receipt (which would tell its sender it was accepted, and lose it).
-fn check_retry(
-    id: &Arc<str>,
-    events: &[ConversationEvent],
-    sender: &str,
-    retry: &SendMessage,
-) -> Result<(), EngineError> {
-    let Some(first) = events.iter().find_map(|event| match &event.kind {
-        EventKind::MessageAccepted { message, .. } if message.id == *id => Some(message),
-        _ => None,
-    }) else {
-        return Ok(());
-    };
-    let differs = if *first.sender != *sender {
-        Some("sender")
-    } else if first.performative.name() != retry.performative {
-        Some("performative")
-    } else if first.content.value() != retry.content {
-        Some("content")
-    } else if first.in_reply_to.as_deref() != retry.in_reply_to.as_deref() {
-        Some("in_reply_to")
-    } else if first.reply_by != retry.reply_by {
-        Some("reply_by")
-    } else {
-        None
-    };
-    match differs {
-        None => Ok(()),
-        Some(field) => Err(EngineError::MessageIdTaken {
-            id: id.to_string(),
-            field,
-        }),
-    }
-}
-
-/// Reads what happened to message `id` from the events from its `message_accepted` on.
-fn receipt_parts(id: &Arc<str>, events: &[ConversationEvent]) -> ReceiptParts {
-    let mut parts = ReceiptParts::default();
-    let mut iter = events.iter();
-    for event in iter.by_ref() {
-        if let EventKind::MessageAccepted {
-            message,
-            transitions,
-        } = &event.kind
-            && message.id == *id
-        {
-            parts.receivers = message.receivers.clone();
-            parts.transitions = transitions.clone();
-            break;
-        }
-    }
-    for event in iter {
-        match &event.kind {
-            EventKind::ViolationRecorded(recorded)
-                if recorded.message_id.as_deref() == Some(&**id)
-                    && recorded.kind != ViolationKind::CommitmentViolated =>
-            {
-                parts.violation = Some((**recorded).clone());
-                break;
-            }
-            EventKind::MessageAccepted { message, .. } if &*message.sender != ENGINE_PARTY => {
-                break;
-            }
-            _ => {}
-        }
-    }
-    parts
 }

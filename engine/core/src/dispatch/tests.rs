@@ -3,6 +3,10 @@
 use colloquy_protocol::action::{Action, RejectAction};
 use serde_json::json;
 
+use colloquy_policy::compiled::State;
+use colloquy_protocol::template::ReplyBySpec;
+
+use super::message::arrival_deadline;
 use super::*;
 
 fn schema(source: Value) -> colloquy_policy::compiled::JsonSchema {
