@@ -1,5 +1,5 @@
 //! Where a remote A2A agent is reached: what the agents file says of it, read by the API's
-//! identity ([`colloquy_server::auth`]) and used by push delivery and the bridge. A leaf: it
+//! identity (`colloquy_server::auth`) and used by push delivery and the bridge. A leaf: it
 //! depends on nothing else in the crate.
 
 use std::time::Duration;

@@ -76,7 +76,7 @@ pub const POLL_FIRST_WAIT: Duration = Duration::from_millis(500);
 /// Longest wait between two `tasks/get`.
 pub const POLL_MAX_WAIT: Duration = Duration::from_secs(30);
 /// Largest answer read from an agent: as large as the HTTP API's largest request body
-/// (`api::extract::MAX_BODY_BYTES`; a test keeps the two equal).
+/// (`colloquy_server::extract::MAX_BODY_BYTES`; a test there keeps the two equal).
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// Most `tasks/get` calls for one task (about two hours at the longest wait), unless the
 /// conversation leaves the agent nothing to answer first.

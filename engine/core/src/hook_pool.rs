@@ -4,7 +4,7 @@
 //! A hook call is synchronous CPU work of up to its template's budget. Run on an async worker,
 //! it holds that worker for the whole call: on a two-core machine three hooks that ran to a
 //! 4 s budget at once left no worker for anything else, and every other request waited
-//! (issue 32). A step whose hook once ran past [`colloquy_hooks::INLINE_SLICE`] on an async
+//! (issue 32). A step whose hook once ran past `colloquy_hooks::INLINE_SLICE` on an async
 //! worker (the engine tries there first: usual hooks take microseconds, and the crossing
 //! costs ~45 µs) runs here instead, on a pool thread, while the request's task waits without
 //! holding a worker.
@@ -12,7 +12,7 @@
 //! The pool is bounded both ways:
 //! - [`HookPoolConfig::threads`] threads, more than the cores by default, so that a few hooks
 //!   running to their budget do not keep the others' calls waiting (each call is stopped
-//!   once its budget is spent, in CPU time or, at most [`colloquy_hooks::WALL_MARGIN`] later,
+//!   once its budget is spent, in CPU time or, at most `colloquy_hooks::WALL_MARGIN` later,
 //!   in wall time);
 //! - a queue of [`HookPoolConfig::queue`] steps; past it, a step is refused at once with
 //!   [`HookPoolBusy::QueueFull`], and a step that waited longer than

@@ -1,6 +1,6 @@
 //! Inbox entries as clients and pushes see them: each labelled with its conversation's
-//! template. Used by the inbox streams ([`colloquy_server::streams`]) and by push delivery
-//! ([`colloquy_server::delivery`]).
+//! template. Used by the inbox streams (`colloquy_server::streams`) and by push delivery
+//! (`colloquy_server::delivery`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

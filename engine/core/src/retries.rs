@@ -1,5 +1,5 @@
-//! How the engine retries a push to another service: a webhook POST ([`colloquy_server::delivery`])
-//! and a call to a remote A2A agent ([`colloquy_a2a::outward`]) alike, with exponential
+//! How the engine retries a push to another service: a webhook POST (`colloquy_server::delivery`)
+//! and a call to a remote A2A agent (`colloquy_a2a::outward`) alike, with exponential
 //! backoff. A leaf, so both directions of push depend on it and not on each other.
 
 use std::time::Duration;

@@ -24,12 +24,22 @@
 //! - an on-disk AOT cache of compiled modules, keyed by module hash and
 //!   `Engine::precompile_compatibility_hash()` (`cache`).
 //!
-//! Submodules: `host` (store data, limiter, the `colloquy:hooks/host` imports), `module`
-//! (loading, instances, calls, for both forms), `core` (ABI v1's shape check and calling
-//! convention), `component` (the world check and the component call), `cache` (AOT files),
-//! `input` (building the JSON event from a conversation), `output` (reading the answer),
-//! [`operators`] (wasm operators per call, for benchmarks), `ticker` (the epoch ticker),
-//! `engine_ext` ([`colloquy_core::Engine::with_hooks`]), [`latency`] (call durations for `/metrics`).
+//! # Layout
+//! - `host`: store data, limiter, the `colloquy:hooks/host` imports.
+//! - `module`: loading, instances, calls, for both forms.
+//! - `core`: ABI v1's shape check and calling convention; `component`: the world check and
+//!   the component call.
+//! - `cache`: AOT files; `budget` and `ticker`: how long a call may run, and the epoch ticker.
+//! - `output`: reading the answer; [`operators`]: wasm operators per call, for benchmarks.
+//! - `reload_check`: [`hook_check`], a live catalog's check of each new revision's module.
+//!
+//! The JSON event a hook is given is built by the core (`colloquy_core::hooks::input`), and
+//! call durations are counted in its [`latency`], which `/metrics` reads.
+//!
+//! # Dependencies
+//! `colloquy-core` only (with the protocol and the policy compiler): this crate implements
+//! the core's [`HookCaller`] and takes plain inputs (a compiled template, an event, the
+//! event's JSON), never the engine's types. wasmtime appears in no other crate.
 
 mod budget;
 mod cache;

@@ -2,7 +2,7 @@
 //! policy-manager serve` ([`launch`]) or merged into `colloquy serve` ([`router`]).
 //!
 //! It lives here rather than in the policy-manager crate because axum lives only in
-//! `engine::api` (STYLE 6) and the `colloquy` binary is built from this crate anyway; the
+//! `colloquy-server` (STYLE 6), which the `colloquy` binary mounts anyway; the
 //! domain (compiling, reloading, uploads, the mirror of remote engines) stays in
 //! `colloquy_policy`, and this module is its thin HTTP skin.
 //!

@@ -5,7 +5,7 @@
 //! conversation's stream, moves its wake-up in the deadline sorted set, appends inbox
 //! entries (numbered by a per-agent counter) and publishes a change notice, or does
 //! nothing at all. Deadlines are claimed by a script that leases the due members of the
-//! sorted set (see [`CLAIM_LEASE_MS`](colloquy_core::store::CLAIM_LEASE_MS)), so each is handed to one node.
+//! sorted set (see [`CLAIM_LEASE_MS`]), so each is handed to one node.
 //!
 //! # Key layout (`P` is the prefix, `colloquy` by default)
 //! | key | type | holds |

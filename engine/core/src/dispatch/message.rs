@@ -39,12 +39,12 @@ pub(super) enum Fit<'t> {
 
 /// Handles a message from `sender`. The caller has checked it is not a duplicate.
 ///
-/// The steps, in the order they run, each a function below: [`draft`] (the message on its
-/// own: a known performative from a party, its fields and content valid, who it reaches),
-/// [`fit_threads`] (how each thread it concerns takes it), [`admit`] (whether the
-/// conversation takes it at all), [`decide`] (the template's rules and hook), [`route`] (the
-/// receivers the decision leaves), [`Emission::plan`] (every change it makes), [`emit`].
-/// Every step before `emit` only reads: a refusal anywhere leaves the conversation as it was.
+/// The steps, in the order they run, each a function of this module: `draft` (the message
+/// on its own: a known performative from a party, its fields and content valid, who it
+/// reaches), `fit_threads` (how each thread it concerns takes it), `admit` (whether the
+/// conversation takes it at all), `decide` (the template's rules and hook), `route` (the
+/// receivers the decision leaves), `Emission::plan` (every change it makes), `emit`. Every
+/// step before `emit` only reads: a refusal anywhere leaves the conversation as it was.
 pub fn on_message(
     step: &mut Step<'_>,
     sender: &str,

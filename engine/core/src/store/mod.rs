@@ -15,7 +15,7 @@
 //! - `colloquy_store::RedisStore`: several engine nodes sharing one Redis.
 //!
 //! `colloquy_store::open` turns a `--store` spec (`memory`, `sqlite:PATH`, `redis://…`)
-//! into a store. [`fixtures`] (feature `fixtures`) is the contract every backend's tests run.
+//! into a store. `fixtures` (feature `fixtures`) is the contract every backend's tests run.
 //!
 //! # Deadlines across crashes and nodes
 //! [`ConversationStore::claim_due`] hands each due entry to one caller. The durable stores

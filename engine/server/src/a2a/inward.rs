@@ -13,7 +13,7 @@
 //! A task is the conversation as the caller sees it ([`task_of`]): its state from the
 //! conversation's status and outcome, its artifacts the participants' results (`inform`,
 //! `propose`, `confirm`). The outward direction, remote A2A agents as participants, is
-//! [`super::outward`].
+//! `colloquy_a2a::outward`.
 
 use std::time::Duration;
 
