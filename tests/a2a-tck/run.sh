@@ -9,17 +9,26 @@
 # Needs the debug binary (`cargo test --workspace` builds it) and the Python SDK's venv
 # (sdk/python/run-tests.sh creates it).
 #
-#   COLLOQUY_A2A_TCK        the kit (default: ../shared/a2a-tck, beside the clone, where CI
-#                           lays its copy of shared/)
+#   COLLOQUY_A2A_TCK        the kit (default: shared/a2a-tck in the nearest folder above
+#                           the clone that has one: ../shared/a2a-tck beside a working copy)
 #   COLLOQUY_TCK_VENV       the kit's virtualenv (default: ~/.cache/colloquy-a2a-tck-venv)
 #   COLLOQUY_TCK_OUT        reports (default: TARGET/a2a-tck-reports)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
 
-# The kit sits beside the clone (../shared/a2a-tck: CI lays a copy of shared/ there); a
-# clone kept anywhere else names it with COLLOQUY_A2A_TCK.
-kit="${COLLOQUY_A2A_TCK:-$root/../shared/a2a-tck}"
+# The kit sits in the workplace's shared/ folder, beside the working copy or a few levels
+# above a clone made elsewhere in the workplace: the nearest one up the tree is taken. A
+# clone outside the workplace names it with COLLOQUY_A2A_TCK.
+kit="${COLLOQUY_A2A_TCK:-}"
+if [ -z "$kit" ]; then
+    dir="$root"
+    while [ "$dir" != "/" ]; do
+        dir="$(dirname "$dir")"
+        if [ -f "$dir/shared/a2a-tck/run_tck.py" ]; then kit="$dir/shared/a2a-tck"; break; fi
+    done
+    kit="${kit:-$root/../shared/a2a-tck}"
+fi
 if [ ! -f "$kit/run_tck.py" ]; then
     if [ "${CI:-}" = "true" ]; then
         echo "a2a tck: the kit is missing at $kit, and CI=true requires it" >&2
