@@ -23,6 +23,9 @@ use colloquy_core::log_safe::LogSafe;
 /// Page size of `GET /v1/conversations` when the caller names none.
 pub const DEFAULT_PAGE: usize = 50;
 
+/// Where a started conversation is read: this, then its id (the `Location` of a start).
+const LOCATION_PREFIX: &str = "/v1/conversations/";
+
 /// `POST /v1/conversations` → 201 with the conversation view.
 pub async fn start(
     State(state): State<AppState>,
@@ -72,7 +75,12 @@ pub async fn start(
     };
     span.in_scope(|| tracing::debug!(conversation = %view.id, "started"));
     let mut response = (StatusCode::CREATED, JsonResponse(&view)).into_response();
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/conversations/{}", view.id)) {
+    // Written straight into its buffer, which the header value then owns: `format!` and
+    // `HeaderValue::from_str` went through the formatting machinery and copied it again.
+    let mut location = String::with_capacity(LOCATION_PREFIX.len() + view.id.len());
+    location.push_str(LOCATION_PREFIX);
+    location.push_str(&view.id);
+    if let Ok(location) = HeaderValue::try_from(location) {
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
