@@ -68,12 +68,20 @@ impl PartyIndex {
 
     /// Forgets `id` for `agent` alone: it turned out to be gone (removed through another
     /// engine node).
+    ///
+    /// Looked up by `&str`: `DashMap::entry` wanted an owned key, an `Arc<str>` allocated
+    /// for each reader of each conversation retention removes.
     pub fn forget_one(&self, agent: &str, id: &str) {
-        if let dashmap::Entry::Occupied(mut entry) = self.by_agent.entry(Arc::from(agent)) {
-            entry.get_mut().remove(id);
-            if entry.get().is_empty() {
-                entry.remove();
+        let emptied = match self.by_agent.get_mut(agent) {
+            Some(mut ids) => {
+                ids.remove(id);
+                ids.is_empty()
             }
+            None => false,
+        };
+        // Checked again under the shard's write lock: an `add` in between keeps the entry.
+        if emptied {
+            self.by_agent.remove_if(agent, |_, ids| ids.is_empty());
         }
     }
 
