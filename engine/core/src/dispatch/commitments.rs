@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use colloquy_policy::compiled::StateId;
 use colloquy_protocol::conversation::{CommitmentState, ViolationKind};
 use colloquy_protocol::event::EventKind;
@@ -52,11 +54,7 @@ pub(super) fn move_commitments(
             continue;
         }
         let conversation = &*step.conversation;
-        let id: Arc<str> = Arc::from(format!(
-            "{}/{}",
-            conversation.id(),
-            conversation.commitments.len() + 1
-        ));
+        let id = numbered_id(conversation.id(), conversation.commitments.len() + 1);
         let deadline = armed_deadline(
             rule.deadline.as_ref(),
             rule.initial,
@@ -76,6 +74,31 @@ pub(super) fn move_commitments(
         };
         step.emit(EventKind::CommitmentCreated(Box::new(view)));
     }
+}
+
+/// `{prefix}/{n}` (a commitment's id: its conversation's, then its number), built on the
+/// stack and copied once into its shared string. `format!` went through the formatting
+/// machinery into a `String` of its own, which `Arc::from` then copied again.
+pub(super) fn numbered_id(prefix: &str, n: usize) -> Arc<str> {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = n;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    // A conversation id (at most `MAX_ID_LEN`, 128 bytes) with its number fits on the stack;
+    // anything longer spills to the heap, as correct.
+    let mut id: SmallVec<[u8; 160]> = SmallVec::new();
+    id.extend_from_slice(prefix.as_bytes());
+    id.push(b'/');
+    id.extend_from_slice(&digits[start..]);
+    // ASCII digits after a `str`: UTF-8 throughout.
+    Arc::from(std::str::from_utf8(&id).unwrap_or(prefix))
 }
 
 /// The deadline a commitment has after entering `state`: kept if already running and still

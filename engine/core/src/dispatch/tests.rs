@@ -6,8 +6,24 @@ use serde_json::json;
 use colloquy_policy::compiled::State;
 use colloquy_protocol::template::ReplyBySpec;
 
+use super::commitments::numbered_id;
 use super::message::arrival_deadline;
 use super::*;
+
+#[test]
+fn numbered_ids_read_as_the_format_they_replace() {
+    let long = "c".repeat(200);
+    for prefix in [
+        "",
+        "c-1",
+        "0193a5e2-7c4b-7d1e-9a3f-2b8c4d5e6f70",
+        long.as_str(),
+    ] {
+        for n in [0, 1, 9, 10, 99, 100, 12345, usize::MAX] {
+            assert_eq!(&*numbered_id(prefix, n), format!("{prefix}/{n}"));
+        }
+    }
+}
 
 fn schema(source: Value) -> colloquy_policy::compiled::JsonSchema {
     colloquy_policy::compiled::JsonSchema {
