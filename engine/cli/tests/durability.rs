@@ -758,13 +758,19 @@ fn pushed_ids(pushed: &Pushed) -> Vec<String> {
 /// bob's webhook cursor in the SQLite file at `db`, read beside the running server; `None`
 /// until there is one (or while the file is busy).
 fn sqlite_webhook_cursor(db: &Path) -> Option<u64> {
+    sqlite_push_cursor(db, "bob")
+}
+
+/// How far `agent`'s pushes (webhook or A2A bridge) got, in the SQLite file at `db`, read
+/// beside the running server; `None` until there is a cursor (or while the file is busy).
+fn sqlite_push_cursor(db: &Path, agent: &str) -> Option<u64> {
     let connection =
         rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .ok()?;
     connection
         .query_row(
-            "SELECT through FROM webhook_cursors WHERE agent = 'bob'",
-            [],
+            "SELECT through FROM webhook_cursors WHERE agent = ?1",
+            [agent],
             |row| row.get::<_, i64>(0),
         )
         .ok()
@@ -906,6 +912,14 @@ async fn a_restarted_server_goes_on_following_a_running_a2a_task() {
                 .iter()
                 .any(|m| m.performative.name() == "agree")
                 .then_some(())
+        })
+        .await;
+        // Delivery is at least once: killed between the agree and the bridge's record of how
+        // far it got, the restarted engine would send the request again. Kill after it.
+        eventually("the bridge's cursor past the request", || async {
+            sqlite_push_cursor(&db, "translator")
+                .filter(|through| *through >= 1)
+                .map(|_| ())
         })
         .await;
         first.kill();

@@ -38,8 +38,8 @@
 //! so the served cost is given as a multiple of the in-process cost of the same run.
 //!
 //! Figure, 2026-12-04: `--pin --retention 1` at c29eeb4 gave a server CPU ratio
-//! (echo/colloquy) of 0.42–0.47 over three runs, and 0.45–0.48 with the `hotpath` commits
-//! on top (df0f64c), on a shared two-core VM under a concurrent build (load average 4–5).
+//! (echo/colloquy) of 0.42–0.47 over three runs, and 0.45–0.48 with issue 37's four hot-path
+//! commits on top, on a shared two-core VM under a concurrent build (load average 4–5).
 
 use std::io::Write as _;
 use std::net::SocketAddr;
