@@ -1,7 +1,7 @@
 //! Messages per second of request conversations per store backend, as ratios to the memory
 //! store measured in the same run, just before each backend (the machines are shared, and
 //! their other load drifts over a run). Run with
-//! `cargo bench -p colloquy-server --bench stores`.
+//! `cargo bench -p colloquy --bench stores`.
 //!
 //! A request conversation is three messages: `request` (sent with the start call), `agree`,
 //! `inform`. Two workloads per backend, both with `--clients` (default 64) concurrent
