@@ -14,6 +14,8 @@ bash templates/examples/build.sh
 python3 -m unittest discover -s guest-sdk/python/tests
 node --test guest-sdk/js/test/
 cargo test --workspace
+# Every template test file, the built-ins' and the examples' (each hook build), with coverage.
+cargo run --quiet -p colloquy -- templates test templates --coverage
 bash sdk/python/run-tests.sh
 bash tests/inspector/run.sh
 bash tests/a2a-tck/run.sh

@@ -445,6 +445,14 @@ fn read(path: &Path) -> Result<String, Box<Diagnostic>> {
 }
 
 /// The `*.yaml` / `*.yml` files directly in `dir`, sorted by path.
+/// Whether `path` names a template test file (`*.test.yaml`, `*.test.yml`): those sit
+/// beside templates but are read by `colloquy templates test`, never loaded as templates.
+pub fn is_test_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.ends_with(".test.yaml") || name.ends_with(".test.yml"))
+}
+
 fn template_files(dir: &Path) -> Result<Vec<PathBuf>, Box<Diagnostic>> {
     let unreadable = |error: std::io::Error| {
         Box::new(Diagnostic {
@@ -462,7 +470,7 @@ fn template_files(dir: &Path) -> Result<Vec<PathBuf>, Box<Diagnostic>> {
         let is_yaml = path
             .extension()
             .is_some_and(|ext| ext == "yaml" || ext == "yml");
-        if is_yaml && path.is_file() {
+        if is_yaml && !is_test_file(&path) && path.is_file() {
             files.push(path);
         }
     }

@@ -24,7 +24,7 @@ pub mod compiled;
 pub mod compiler;
 pub mod follower;
 pub mod live;
-mod locations;
+pub mod locations;
 pub mod watcher;
 
 pub use catalog::Catalog;

@@ -1,5 +1,6 @@
-//! Where things are in a template's YAML: an index from template paths such as
-//! `spec.thread.states.called.transitions[0].to` to 1-based line and column.
+//! Where things are in a template's YAML (or any YAML document, such as a template test
+//! file): an index from paths such as `spec.thread.states.called.transitions[0].to` to
+//! 1-based line and column.
 //!
 //! serde tells us *what* is wrong but, once a document has deserialized, no longer *where*
 //! anything is; the semantic checks of the [`crate::compiler`] only know paths. So the
@@ -15,11 +16,11 @@ use yaml_rust2::scanner::Marker;
 
 /// A position in the YAML source, both 1-based.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Location {
+pub struct Location {
     /// Line, from 1.
-    pub(crate) line: usize,
+    pub line: usize,
     /// Column, from 1 (in characters).
-    pub(crate) column: usize,
+    pub column: usize,
 }
 
 impl Location {
@@ -34,7 +35,7 @@ impl Location {
 
 /// The index: template path → position of its map key (or sequence item).
 #[derive(Debug, Default)]
-pub(crate) struct Locations {
+pub struct Locations {
     positions: HashMap<String, Location>,
     duplicates: Vec<DuplicateKey>,
     /// Set while a duplicate key's scalar is being consumed: the name its value is indexed
@@ -77,7 +78,7 @@ const COMPLEX_KEY: &str = "?";
 impl Locations {
     /// Indexes the first document of `source`. Never fails: on a syntax error the index keeps
     /// what was read before it (serde reports the error itself).
-    pub(crate) fn index(source: &str) -> Locations {
+    pub fn index(source: &str) -> Locations {
         let mut locations = Locations::default();
         let mut parser = Parser::new_from_str(source);
         let mut stack: Vec<Frame> = Vec::new();
@@ -218,7 +219,7 @@ impl Locations {
     }
 
     /// The position of `path`, or of its nearest ancestor that has one.
-    pub(crate) fn nearest(&self, path: &str) -> Option<Location> {
+    pub fn nearest(&self, path: &str) -> Option<Location> {
         let mut path = path;
         loop {
             if let Some(location) = self.positions.get(path) {

@@ -51,10 +51,18 @@ pub fn watch(live: Arc<LiveCatalog>) -> notify::Result<DirectoryWatcher> {
 }
 
 /// Whether an event may change what a reload compiles. Reads (the compiler opening files)
-/// do not, and must not trigger reloads of their own.
+/// do not, and must not trigger reloads of their own; nor do edits of template test files
+/// (`*.test.yaml`), which the compiler skips.
 fn relevant(event: &notify::Result<notify::Event>) -> bool {
     match event {
-        Ok(event) => !matches!(event.kind, EventKind::Access(_)),
+        Ok(event) => {
+            let only_test_files = !event.paths.is_empty()
+                && event
+                    .paths
+                    .iter()
+                    .all(|path| crate::compiler::is_test_file(path));
+            !matches!(event.kind, EventKind::Access(_)) && !only_test_files
+        }
         Err(error) => {
             // Lost events (queue overflow) or a watch error: reload to be safe.
             tracing::warn!(%error, "template watcher error; reloading");

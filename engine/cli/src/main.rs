@@ -121,8 +121,56 @@ enum TemplatesCommand {
         /// The directory holding the *.yaml templates.
         dir: PathBuf,
     },
-    /// Print the JSON Schema of the template format.
-    Schema,
+    /// Print the JSON Schema of the template format (or of the test file format).
+    Schema {
+        /// Which format: `template` (a conversation template) or `test` (a
+        /// `*.test.yaml` file of `templates test`).
+        #[arg(long, value_enum, default_value_t = templates::SchemaKind::Template)]
+        kind: templates::SchemaKind,
+    },
+    /// Run the template tests (`*.test.yaml`) at the paths given: each case in an engine
+    /// in memory, hooks included. Exit 0 when all pass, 1 when a case fails (or coverage is
+    /// below --threshold), 2 when a test file cannot be loaded.
+    Test {
+        /// Test files, or folders searched for `*.test.yaml` [default: ./templates, else
+        /// the source tree's templates/].
+        paths: Vec<PathBuf>,
+        /// Only the cases whose name (or template's name) contains TEXT.
+        #[arg(long, value_name = "TEXT")]
+        filter: Option<String>,
+        /// Report which states, transitions, rules and commitment states the cases reach.
+        #[arg(long)]
+        coverage: bool,
+        /// Fail when coverage (of every item of every template tested) is below PCT.
+        #[arg(long, value_name = "PCT")]
+        threshold: Option<f64>,
+        /// How to write the report.
+        #[arg(long, value_enum, default_value_t = templates::test::Format::Text)]
+        format: templates::test::Format,
+    },
+    /// Search every sequence of messages and deadlines up to a depth for stuck
+    /// conversations, unreachable parts, engine bugs and hook failures; each finding with a
+    /// test case that shows it. Exit 0 with no findings, 1 with findings, 2 when the
+    /// template cannot be loaded.
+    Explore {
+        /// A template's name (in --dir) or a template file.
+        template: String,
+        /// Where named templates are [default: ./templates, else the source tree's templates/].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Search conversations with 1 to N participants (within the template's roles).
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        participants: usize,
+        /// Inputs after the start, at most.
+        #[arg(long, default_value_t = 6, value_name = "D")]
+        depth: usize,
+        /// Sequences to run at most.
+        #[arg(long, default_value_t = 200_000, value_name = "S")]
+        max_states: usize,
+        /// Write the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -201,10 +249,57 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             &mut io::stderr().lock(),
         ),
         Command::Templates {
-            command: TemplatesCommand::Schema,
+            command: TemplatesCommand::Schema { kind },
         } => {
-            templates::schema(&mut out)?;
+            templates::schema(kind, &mut out)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Templates {
+            command:
+                TemplatesCommand::Test {
+                    paths,
+                    filter,
+                    coverage,
+                    threshold,
+                    format,
+                },
+        } => {
+            let paths = if paths.is_empty() {
+                vec![default_templates_dir()]
+            } else {
+                paths
+            };
+            let options = templates::test::TestOptions {
+                paths,
+                filter,
+                coverage,
+                threshold,
+                format,
+            };
+            templates::test::test(&options, &mut out, &mut io::stderr().lock())
+        }
+        Command::Templates {
+            command:
+                TemplatesCommand::Explore {
+                    template,
+                    dir,
+                    participants,
+                    depth,
+                    max_states,
+                    json,
+                },
+        } => {
+            let options = templates::explore::ExploreOptions {
+                template,
+                dir: dir.unwrap_or_else(default_templates_dir),
+                limits: colloquy_sandbox::explore::Limits {
+                    participants,
+                    depth,
+                    max_states,
+                },
+                json,
+            };
+            templates::explore::run(&options, &mut out, &mut io::stderr().lock())
         }
     }
 }

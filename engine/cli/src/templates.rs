@@ -1,4 +1,9 @@
-//! `colloquy templates …`: check a template directory, print the template format's schema.
+//! `colloquy templates …`: check a template directory, print the template format's schema
+//! (or the test format's), run template tests ([`test`]), search a template's conversations
+//! ([`explore`]).
+
+pub mod explore;
+pub mod test;
 
 use std::io::Write;
 use std::path::Path;
@@ -38,9 +43,22 @@ pub fn check(dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Re
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the JSON Schema of the template format, pretty-printed.
-pub fn schema(out: &mut dyn Write) -> anyhow::Result<()> {
-    let schema = serde_json::to_string_pretty(&template_json_schema())?;
+/// Which format `templates schema` describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaKind {
+    /// A conversation template.
+    Template,
+    /// A template test file (`*.test.yaml`).
+    Test,
+}
+
+/// Writes the JSON Schema of the template format (or the test file format), pretty-printed.
+pub fn schema(kind: SchemaKind, out: &mut dyn Write) -> anyhow::Result<()> {
+    let schema = match kind {
+        SchemaKind::Template => template_json_schema(),
+        SchemaKind::Test => colloquy_sandbox::suite::file::test_json_schema(),
+    };
+    let schema = serde_json::to_string_pretty(&schema)?;
     writeln!(out, "{schema}")?;
     Ok(())
 }

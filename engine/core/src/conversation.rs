@@ -59,6 +59,9 @@ pub struct Conversation {
     pub completed_at: Option<u64>,
     /// Number of events applied; the store's optimistic-concurrency version.
     pub version: u64,
+    /// Where the rules that fire are recorded, when the engine keeps a rule log (template
+    /// tests and the explorer measure coverage with it); `None` in a server.
+    pub rule_log: Option<Arc<crate::rules::RuleLog>>,
 }
 
 /// One initiator ↔ participant thread.
@@ -136,6 +139,7 @@ impl Conversation {
             retry: RetryState::default(),
             completed_at: None,
             version: 0,
+            rule_log: None,
         }
     }
 

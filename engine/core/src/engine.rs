@@ -118,6 +118,9 @@ pub struct Engine {
     shared_store: bool,
     /// Inbox entries this engine dropped unacknowledged after the inbox TTL (`inbox_expiry`).
     pub(crate) inbox_entries_expired: std::sync::atomic::AtomicU64,
+    /// Given to every conversation, to record the rules that fire (see
+    /// [`Engine::with_rule_log`]).
+    rule_log: Option<Arc<crate::rules::RuleLog>>,
 }
 
 /// Published after every commit the store accepted: which conversation moved to which
@@ -157,7 +160,27 @@ impl Engine {
             inbox_entries_expired: std::sync::atomic::AtomicU64::new(0),
             inbox_wakeups: Wakeups::default(),
             conversation_wakeups: Wakeups::default(),
+            rule_log: None,
         }
+    }
+
+    /// Records every rule that fires in this engine's conversations in `log`, for coverage
+    /// (template tests, the explorer). Costs a lock per fired rule: not for servers.
+    pub fn with_rule_log(mut self, log: Arc<crate::rules::RuleLog>) -> Engine {
+        self.rule_log = Some(log);
+        self
+    }
+
+    /// When the conversation next needs the scheduler (a deadline, a retry), as its loaded
+    /// state says; `None` when nothing is pending. Completed conversations answer with
+    /// their removal after retention.
+    pub async fn next_wake(&self, conversation_id: &str) -> Result<Option<u64>, EngineError> {
+        let slot = self.loaded_slot(conversation_id).await?;
+        let guard = slot.lock().await;
+        let conversation = guard
+            .as_ref()
+            .ok_or_else(|| EngineError::UnknownConversation(conversation_id.to_owned()))?;
+        Ok(conversation.next_wake(self.config.retention_ms))
     }
 
     /// The engine's clock reading.
@@ -208,7 +231,8 @@ impl Engine {
             // could not finish there (so twice at most).
             let mut on_pool = false;
             let (conversation, stepped) = loop {
-                let conversation = Conversation::new(template.clone(), started.clone());
+                let mut conversation = Conversation::new(template.clone(), started.clone());
+                conversation.rule_log = self.rule_log.clone();
                 let (initiator, opening) = (initiator.clone(), opening.clone());
                 let (conversation, stepped, needs_pool) = self
                     .run_step(&template, on_pool, move |hooks, site| {
@@ -616,7 +640,12 @@ impl Engine {
                 name: started.template.to_string(),
                 revision: started.revision.to_string(),
             })?;
-        Ok(Conversation::replay(template, &events).map(|conversation| (conversation, events)))
+        Ok(
+            Conversation::replay(template, &events).map(|mut conversation| {
+                conversation.rule_log = self.rule_log.clone();
+                (conversation, events)
+            }),
+        )
     }
 
     async fn messages(&self, conversation: &Conversation) -> Result<Vec<Message>, EngineError> {

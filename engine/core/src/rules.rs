@@ -136,6 +136,35 @@ impl Sizes {
     }
 }
 
+/// The rules that fired, for coverage: each recorded by its address inside its compiled
+/// template (a [`CompiledRule`] of a rule list, or an element of `outcome.rules`). Compiled
+/// templates are immutable and shared, so the address names one rule of one revision for
+/// as long as the template lives; whoever reads the log holds the templates it ran.
+/// Recorded when a conversation carries a log ([`Conversation::rule_log`]), which only
+/// tools set; a step that is run again (on the hook pool, after a lost race) may record a
+/// rule twice, which a set of addresses absorbs.
+#[derive(Debug, Default)]
+pub struct RuleLog {
+    fired: std::sync::Mutex<std::collections::HashSet<usize>>,
+}
+
+impl RuleLog {
+    fn record<T>(&self, rule: &T) {
+        self.fired
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(std::ptr::from_ref(rule) as usize);
+    }
+
+    /// The addresses of the rules that fired so far.
+    pub fn fired(&self) -> std::collections::HashSet<usize> {
+        self.fired
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
 /// What an expression is, for an error naming it.
 pub enum Origin<'a> {
     /// A routing or lifecycle rule.
@@ -311,12 +340,16 @@ impl Scope<'_> {
             &|name| expressions().any(|when| when.reads(name)),
             expressions().any(|when| when.cost.needs_bound()),
         );
-        for (index, (when, value)) in rules.iter().enumerate() {
+        for (index, rule) in rules.iter().enumerate() {
+            let (when, value) = rule;
             let holds = match when {
                 None => true,
                 Some(when) => self.holds_in(&variables, when, &Origin::Outcome(index))?,
             };
             if holds {
+                if let Some(log) = &self.conversation.rule_log {
+                    log.record(rule);
+                }
                 return Ok(Some(value));
             }
         }
@@ -418,6 +451,9 @@ impl Scope<'_> {
                 && !self.holds_in(&variables, when, &origin)?
             {
                 continue;
+            }
+            if let Some(log) = &self.conversation.rule_log {
+                log.record(rule);
             }
             for action in &rule.then {
                 match action {

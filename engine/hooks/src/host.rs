@@ -2,7 +2,9 @@
 //! functions of `colloquy:hooks/host@1.0.0` (`log`, `now-ms`).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use colloquy_core::clock::Clock;
 
 use colloquy_protocol::hook::HOST_MODULE;
 use wasmtime::{Caller, Engine, Linker, ResourceLimiter};
@@ -35,12 +37,16 @@ pub struct HostState {
     pub lines_logged: u32,
     /// The current call's time budget (see `budget`).
     pub budget: CallBudget,
+    /// What `now-ms` reads: the engine's clock, so hooks in template tests and replay see
+    /// the test clock, not the wall clock.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl HostState {
-    /// A fresh state with a memory cap.
-    pub fn new(memory_cap: u64) -> HostState {
+    /// A fresh state with a memory cap, whose `now-ms` reads `clock`.
+    pub fn new(memory_cap: u64, clock: Arc<dyn Clock>) -> HostState {
         HostState {
+            clock,
             memory_cap,
             memory_refused: None,
             memory_bytes: 0,
@@ -101,9 +107,11 @@ impl ResourceLimiter for HostState {
 pub fn core_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     linker.func_wrap(HOST_MODULE, "log", log)?;
-    linker.func_wrap(HOST_MODULE, "now-ms", |_: Caller<'_, HostState>| -> i64 {
-        now_ms() as i64
-    })?;
+    linker.func_wrap(
+        HOST_MODULE,
+        "now-ms",
+        |caller: Caller<'_, HostState>| -> i64 { caller.data().clock.now_ms() as i64 },
+    )?;
     Ok(linker)
 }
 
@@ -132,16 +140,8 @@ pub fn component_linker(
         log_line(store.data_mut(), level, line.as_bytes());
         Ok(())
     })?;
-    host.func_wrap("now-ms", |_store, (): ()| Ok((now_ms(),)))?;
+    host.func_wrap("now-ms", |store, (): ()| Ok((store.data().clock.now_ms(),)))?;
     Ok(linker)
-}
-
-/// Wall-clock time, like the `now` of the event. Before 1970 reads as 0.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// `log(level, ptr, len)`: a UTF-8 line from guest memory into tracing, with the

@@ -220,8 +220,18 @@ impl std::fmt::Debug for HookRuntime {
 pub struct RuntimeError(String);
 
 impl HookRuntime {
-    /// A runtime with its own wasmtime engine and epoch ticker thread.
+    /// A runtime with its own wasmtime engine and epoch ticker thread, whose hooks read the
+    /// wall clock through `now-ms`.
     pub fn new(config: HookRuntimeConfig) -> Result<HookRuntime, RuntimeError> {
+        HookRuntime::with_clock(config, Arc::new(colloquy_core::clock::SystemClock))
+    }
+
+    /// [`HookRuntime::new`], with hooks reading `clock` through `now-ms`: give it the
+    /// engine's clock, so a test clock (template tests, replay) is the hooks' clock too.
+    pub fn with_clock(
+        config: HookRuntimeConfig,
+        clock: Arc<dyn colloquy_core::clock::Clock>,
+    ) -> Result<HookRuntime, RuntimeError> {
         let mut pool = wasmtime::PoolingAllocationConfig::new();
         pool.total_component_instances(config.max_instances)
             .total_core_instances(config.max_instances.saturating_mul(CORE_INSTANCES_PER_SLOT))
@@ -246,6 +256,7 @@ impl HookRuntime {
             core: host::core_linker(&engine).map_err(|error| RuntimeError(error.to_string()))?,
             component: host::component_linker(&engine)
                 .map_err(|error| RuntimeError(error.to_string()))?,
+            clock,
         };
         let ticker = ticker::EpochTicker::start(engine.clone())
             .map_err(|error| RuntimeError(error.to_string()))?;

@@ -3,10 +3,11 @@
 //! tells them apart, and both are called, budgeted, capped and reused the same way here.
 
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use colloquy_core::clock::Clock;
 use colloquy_policy::compiled::HookModule;
 use colloquy_protocol::hook::{HookInput, HookOutput};
 use colloquy_protocol::template::HookEvent;
@@ -109,6 +110,8 @@ pub struct LoadedModule {
     events: [bool; 3],
     /// Instances waiting for the next call.
     idle: Mutex<Vec<Instance>>,
+    /// What its instances' `now-ms` reads.
+    clock: Arc<dyn Clock>,
 }
 
 /// The pre-instantiated hook, in its binary form.
@@ -138,10 +141,12 @@ enum Exports {
     Component(ComponentExports),
 }
 
-/// The linkers hooks are instantiated with: one per binary form.
+/// The linkers hooks are instantiated with (one per binary form), and the clock their
+/// host functions read.
 pub(super) struct Linkers {
     pub core: Linker<HostState>,
     pub component: wasmtime::component::Linker<HostState>,
+    pub clock: Arc<dyn Clock>,
 }
 
 impl LoadedModule {
@@ -183,6 +188,7 @@ impl LoadedModule {
             form,
             events,
             idle: Mutex::new(Vec::new()),
+            clock: linkers.clock.clone(),
         };
         let mut probe = loaded.instantiate(engine, ticker, super::MAX_MEMORY_BYTES)?;
         if let Exports::Core(exports) = &probe.exports {
@@ -415,7 +421,7 @@ impl LoadedModule {
         ticker: &TickerHandle,
         cap: u64,
     ) -> Result<Instance, HookFailure> {
-        let mut store = Store::new(engine, HostState::new(cap));
+        let mut store = Store::new(engine, HostState::new(cap, self.clock.clone()));
         store.limiter(|state| state);
         let ticker = ticker.clone();
         store.epoch_deadline_callback(move |store| {

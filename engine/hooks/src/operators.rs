@@ -35,7 +35,13 @@ pub fn per_call(
         Module::new(&engine, wasm).map_err(|error| HookFailure::Compile(error.to_string()))?;
     let events = check_shape(&module)?;
     let linker = host::core_linker(&engine).map_err(wasm_error)?;
-    let mut store = Store::new(&engine, HostState::new(MAX_MEMORY_BYTES));
+    let mut store = Store::new(
+        &engine,
+        HostState::new(
+            MAX_MEMORY_BYTES,
+            std::sync::Arc::new(colloquy_core::clock::SystemClock),
+        ),
+    );
     store.limiter(|state| state);
     store.set_fuel(FUEL).map_err(wasm_error)?;
     let instance = linker

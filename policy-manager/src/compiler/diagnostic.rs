@@ -152,7 +152,7 @@ pub(crate) const MAX_LISTED_PER_FILE: usize = 100;
 impl Diagnostics {
     /// Wraps and orders diagnostics, listing at most [`MAX_LISTED_PER_FILE`] per file. The
     /// sort is stable, so problems at one position keep the order the checks found them in.
-    pub(crate) fn sorted(mut diagnostics: Vec<Diagnostic>) -> Diagnostics {
+    pub fn sorted(mut diagnostics: Vec<Diagnostic>) -> Diagnostics {
         let total = diagnostics.len();
         diagnostics.iter_mut().for_each(Diagnostic::cut_quotes);
         diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
