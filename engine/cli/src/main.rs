@@ -116,10 +116,14 @@ enum HooksCommand {
 
 #[derive(Debug, Subcommand)]
 enum TemplatesCommand {
-    /// Compile every template in DIR; list them, or print the diagnostics and exit 1.
+    /// Compile every template in DIR; list them (and any warnings), or print the
+    /// diagnostics and exit 1.
     Check {
         /// The directory holding the *.yaml templates.
         dir: PathBuf,
+        /// `--deny warnings`: exit 1 when a template has a warning (for CI).
+        #[arg(long, value_name = "warnings", value_parser = ["warnings"])]
+        deny: Option<String>,
     },
     /// Print the JSON Schema of the template format (or of the test file format).
     Schema {
@@ -232,8 +236,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Templates {
-            command: TemplatesCommand::Check { dir },
-        } => templates::check(&dir, &mut out, &mut io::stderr().lock()),
+            command: TemplatesCommand::Check { dir, deny },
+        } => templates::check(&dir, deny.is_some(), &mut out, &mut io::stderr().lock()),
         Command::Hooks {
             command:
                 HooksCommand::Call {

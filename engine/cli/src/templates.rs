@@ -13,9 +13,15 @@ use colloquy_policy::TemplateCompiler;
 use colloquy_protocol::template::template_json_schema;
 
 /// Compiles every template in `dir`. On success writes one line per template (name,
-/// revision, number of states, file) to `out`; on failure writes the compiler's diagnostics
-/// to `err` and returns a failing exit code.
-pub fn check(dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
+/// revision, number of states, file) to `out`, and the templates' warnings
+/// ([`colloquy_sandbox::lint`]) to `err`; on failure writes the compiler's diagnostics to
+/// `err` and returns a failing exit code. With `deny_warnings`, a warning fails too.
+pub fn check(
+    dir: &Path,
+    deny_warnings: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     let templates = match TemplateCompiler::new().compile_dir(dir) {
         Ok(templates) => templates,
         Err(diagnostics) => {
@@ -39,6 +45,27 @@ pub fn check(dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Re
             template.revision,
             template.machine.states.len(),
         )?;
+    }
+    let warnings: Vec<_> = templates
+        .iter()
+        .flat_map(colloquy_sandbox::lint::warnings)
+        .collect();
+    for warning in &warnings {
+        writeln!(err, "{warning}")?;
+    }
+    if deny_warnings && !warnings.is_empty() {
+        let noun = if warnings.len() == 1 {
+            "warning"
+        } else {
+            "warnings"
+        };
+        writeln!(
+            err,
+            "{}: {} {noun}, denied (--deny warnings)",
+            dir.display(),
+            warnings.len()
+        )?;
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -71,7 +98,7 @@ mod tests {
     fn check_lists_the_built_in_templates() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates");
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = check(&dir, &mut out, &mut err).expect("writes to memory");
+        let code = check(&dir, true, &mut out, &mut err).expect("writes to memory");
         let out = String::from_utf8(out).expect("UTF-8");
         assert_eq!(code, ExitCode::SUCCESS, "{}", String::from_utf8_lossy(&err));
         let names: Vec<&str> = out

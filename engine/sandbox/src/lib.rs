@@ -8,6 +8,7 @@
 //!   diagnostics at file:line:col, running cases, comparing expectations.
 //! - [`coverage`]: which states, transitions, rules and commitment states the cases reached.
 //! - [`explore`]: `colloquy templates explore`, the breadth-first model checker.
+//! - [`lint`]: the warnings `colloquy templates check` adds, from the template's text alone.
 //!
 //! # Dependencies
 //! The core, the hook runtime (hooks run for real in tests), the policy compiler and the
@@ -16,6 +17,7 @@
 
 pub mod coverage;
 pub mod explore;
+pub mod lint;
 pub mod sandbox;
 pub mod suite;
 

@@ -37,12 +37,56 @@ fn reference() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
-/// The complete template examples (blocks with an `apiVersion`).
+/// The complete template examples (blocks with an `apiVersion`, but test files).
 fn complete_examples() -> Vec<String> {
     yaml_blocks(&reference())
         .into_iter()
-        .filter(|block| block.contains("apiVersion:"))
+        .filter(|block| block.contains("apiVersion:") && !is_test_file(block))
         .collect()
+}
+
+fn is_test_file(block: &str) -> bool {
+    block.contains("kind: TemplateTest")
+}
+
+/// The test file example runs as written against the built-in templates, and passes.
+#[test]
+fn the_test_file_example_passes_against_the_built_in_templates() {
+    use colloquy_sandbox::suite::load::{TemplateDirs, load};
+    let examples: Vec<String> = yaml_blocks(&reference())
+        .into_iter()
+        .filter(|block| is_test_file(block))
+        .collect();
+    assert_eq!(
+        examples.len(),
+        1,
+        "docs/templates.md has one test file example"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    for built_in in [
+        "fipa-request.yaml",
+        "fipa-query.yaml",
+        "fipa-contract-net.yaml",
+    ] {
+        std::fs::copy(templates_dir().join(built_in), dir.path().join(built_in)).expect("copy");
+    }
+    let path = dir.path().join("example.test.yaml");
+    std::fs::write(&path, &examples[0]).expect("write");
+    let suite = load(&path, &mut TemplateDirs::default()).expect("the example loads");
+    let clock = std::sync::Arc::new(colloquy_core::clock::ManualClock::new(
+        colloquy_sandbox::TEST_EPOCH_MS,
+    ));
+    let reports = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(colloquy_sandbox::suite::run::run_suite(
+            &suite, &clock, None, None,
+        ));
+    assert_eq!(reports.len(), 3);
+    for report in &reports {
+        assert!(report.passed(), "{}: {:#?}", report.name, report.failures);
+    }
 }
 
 fn price_quote_yaml() -> String {
