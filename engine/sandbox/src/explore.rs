@@ -6,8 +6,9 @@
 //! content from the message schema ([`instance`]), and a clock advance to the next pending
 //! deadline — up to a depth, each sequence run for real in a fresh [`Sandbox`] (hooks
 //! included). Conversations that end up alike (the same thread and commitment states,
-//! variables, status and pending deadlines, relative to the clock) are explored once, so
-//! the search is over the template's states, not over every ordering of its messages. It
+//! variables, status and pending deadlines, relative to the clock, whichever participant
+//! is in which) are explored once, so the search is over the template's states, not over
+//! every ordering of its messages or naming of its participants. It
 //! reports, each with the shortest sequence that shows it, as a test case to paste:
 //! - a stuck conversation: active, with no allowed message for anyone and no deadline
 //!   pending but the conversation's own;
@@ -722,25 +723,43 @@ async fn next_thread_deadline(sandbox: &Sandbox, view: &ConversationView) -> Opt
 
 /// What makes two conversations behave alike from here on: status, outcome, thread and
 /// commitment states, variables, and pending deadlines relative to the clock.
+///
+/// Participants are interchangeable (templates name roles, not agents), so each
+/// participant's part — its thread and the commitments it owes or is owed — is written
+/// without its name, and the parts are sorted: conversations that differ only by which
+/// participant did what are one state (symmetry reduction). Variables keep any names they
+/// hold, so a template that remembers who did what keeps those states apart.
 fn fingerprint(view: &ConversationView, clock: &ManualClock) -> String {
     use colloquy_core::clock::Clock as _;
     let now = clock.now_ms();
     let relative = |deadline: Option<u64>| deadline.map(|at| at.saturating_sub(now));
-    let threads: Vec<Value> = view
+    let mut parts: Vec<String> = view
         .threads
         .iter()
-        .map(|thread| json!([thread.participant, thread.state, relative(thread.deadline)]))
+        .map(|thread| {
+            let mut commitments: Vec<String> = view
+                .commitments
+                .iter()
+                .filter(|c| c.debtor == thread.participant || c.creditor == thread.participant)
+                .map(|c| {
+                    json!([
+                        c.name,
+                        c.debtor == thread.participant,
+                        c.state,
+                        relative(c.deadline)
+                    ])
+                    .to_string()
+                })
+                .collect();
+            commitments.sort();
+            json!([thread.state, relative(thread.deadline), commitments]).to_string()
+        })
         .collect();
-    let commitments: Vec<Value> = view
-        .commitments
-        .iter()
-        .map(|c| json!([c.name, c.debtor, c.state, relative(c.deadline)]))
-        .collect();
+    parts.sort();
     json!([
         view.status,
         view.outcome,
-        threads,
-        commitments,
+        parts,
         view.vars,
         relative(view.deadline)
     ])
