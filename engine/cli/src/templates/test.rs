@@ -377,3 +377,97 @@ fn xml(text: &str) -> String {
     }
     escaped
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSING: &str = "apiVersion: colloquy.dev/v1\nkind: TemplateTest\ntemplate: fipa-request\ncases:\n  \
+        - name: refused\n    start:\n      initiator: alice\n      participants: [bob]\n      \
+        message: { performative: request, content: { action: x } }\n    steps:\n      \
+        - send: { from: bob, performative: refuse, content: {} }\n    expect: { outcome: refused }\n";
+
+    /// A folder with fipa-request and the test files given.
+    fn folder(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let templates = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../templates");
+        std::fs::copy(
+            templates.join("fipa-request.yaml"),
+            dir.path().join("fipa-request.yaml"),
+        )
+        .expect("copy");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("write");
+        }
+        dir
+    }
+
+    fn run(dir: &Path, format: Format, threshold: Option<f64>) -> (ExitCode, String, String) {
+        let options = TestOptions {
+            paths: vec![dir.to_path_buf()],
+            filter: None,
+            coverage: false,
+            threshold,
+            format,
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = test(&options, &mut out, &mut err).expect("runs");
+        (
+            code,
+            String::from_utf8(out).expect("UTF-8"),
+            String::from_utf8(err).expect("UTF-8"),
+        )
+    }
+
+    use std::path::Path;
+
+    #[test]
+    fn passing_failing_and_unloadable_files_have_their_own_exit_codes() {
+        let dir = folder(&[("a.test.yaml", PASSING)]);
+        let (code, out, _) = run(dir.path(), Format::Text, None);
+        assert_eq!(code, ExitCode::SUCCESS, "{out}");
+        assert!(out.contains("ok      fipa-request: refused"), "{out}");
+        // One case reaches a few of fipa-request's items: far below 90%.
+        let (code, out, _) = run(dir.path(), Format::Text, Some(90.0));
+        assert_eq!(code, ExitCode::FAILURE, "{out}");
+
+        let failing = PASSING.replace("outcome: refused", "outcome: success");
+        let dir = folder(&[("a.test.yaml", &failing)]);
+        let (code, out, _) = run(dir.path(), Format::Text, None);
+        assert_eq!(code, ExitCode::FAILURE);
+        assert!(
+            out.contains(
+                "a.test.yaml:12:15: error: expect: outcome: expected \"success\", got \"refused\""
+            ),
+            "{out}"
+        );
+
+        let dir = folder(&[("a.test.yaml", PASSING), ("b.test.yaml", "kind: [")]);
+        let (code, out, err) = run(dir.path(), Format::Text, None);
+        assert_eq!(code, ExitCode::from(EXIT_UNLOADABLE));
+        assert!(err.contains("b.test.yaml:"), "{err}");
+        assert!(
+            out.contains("1 passed, 0 failed"),
+            "the loadable file still runs: {out}"
+        );
+    }
+
+    #[test]
+    fn json_and_junit_reports_name_each_case_and_failure() {
+        let failing = PASSING.replace("outcome: refused", "outcome: success");
+        let dir = folder(&[("a.test.yaml", &failing)]);
+        let (_, out, _) = run(dir.path(), Format::Json, None);
+        let report: Value = serde_json::from_str(&out).expect("JSON");
+        assert_eq!(report["failed"], 1);
+        assert_eq!(report["cases"][0]["failures"][0]["path"], "outcome");
+        assert_eq!(report["cases"][0]["failures"][0]["got"], "refused");
+        let (_, out, _) = run(dir.path(), Format::Junit, None);
+        assert!(out.starts_with("<?xml"), "{out}");
+        assert!(
+            out.contains(r#"<testcase classname="fipa-request" name="refused""#),
+            "{out}"
+        );
+        assert!(out.contains("<failure message="), "{out}");
+        assert!(out.trim_end().ends_with("</testsuites>"), "{out}");
+    }
+}
