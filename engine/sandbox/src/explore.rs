@@ -454,11 +454,9 @@ impl Search {
                 return None;
             }
         };
-        let (started, last) = match last {
-            Driven::NotStarted => return None,
-            Driven::Ran { last } => (true, last),
+        let Driven::Ran { last } = last else {
+            return None;
         };
-        debug_assert!(started);
         let refused = match &last {
             Err(error) if is_bug(error) => {
                 self.finding(
