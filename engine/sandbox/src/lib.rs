@@ -9,6 +9,8 @@
 //! - [`coverage`]: which states, transitions, rules and commitment states the cases reached.
 //! - [`explore`]: `colloquy templates explore`, the breadth-first model checker.
 //! - [`lint`]: the warnings `colloquy templates check` adds, from the template's text alone.
+//! - [`replay`]: a recorded conversation re-driven against a revision, and its first
+//!   divergence (the groundwork of `colloquy templates replay`).
 //!
 //! # Dependencies
 //! The core, the hook runtime (hooks run for real in tests), the policy compiler and the
@@ -18,6 +20,7 @@
 pub mod coverage;
 pub mod explore;
 pub mod lint;
+pub mod replay;
 pub mod sandbox;
 pub mod suite;
 

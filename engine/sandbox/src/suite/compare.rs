@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 /// One way the outcome differs from the expectation.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Difference {
     /// Where, e.g. `threads.bob` or `commitments[0].state`.
     pub path: String,

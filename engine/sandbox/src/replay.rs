@@ -1,0 +1,383 @@
+//! Replaying a recorded conversation against a template revision: would it have ended the
+//! same way? The groundwork of `colloquy templates replay` (issue 39): this module re-drives
+//! one conversation's log; reading logs from a store and the command are not built yet.
+//!
+//! What is re-driven is what the parties did: the start (its participants, parameters,
+//! context and deadline as recorded) and every message of a real party, each at its recorded
+//! time, with the clock advanced to it first so the candidate's own deadlines fire as it
+//! passes them. Recorded expiries are never injected, and messages the engine sent itself
+//! (automatic replies, a hook's) are outputs to compare, not inputs.
+//!
+//! Before each input, and once after the last, the two logs are compared as digests — the
+//! threads' states, status and outcome, commitments, violations, variables and the engine's
+//! own messages — so the first divergence is named at the input it precedes. A replay
+//! against the conversation's own revision must find none: that is the determinism check (a
+//! hook reading the wall clock or randomness shows up there).
+
+use std::sync::Arc;
+
+use colloquy_core::clock::ManualClock;
+use colloquy_core::hooks::HookCaller;
+use colloquy_policy::{Catalog, CompiledTemplate};
+use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
+use colloquy_protocol::message::{ENGINE_PARTY, Message, SendMessage, StartConversation};
+use serde_json::{Map, Value, json};
+
+use crate::sandbox::Sandbox;
+use crate::suite::compare::{Difference, compare};
+
+/// How a replay went.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The candidate did what the recording did, input for input.
+    Same,
+    /// It did not; the first divergence.
+    Diverged(Divergence),
+}
+
+/// The first point where the candidate's conversation differs from the recorded one.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Divergence {
+    /// Which input it showed at (0: the start; the last input + 1: after the last).
+    pub step: usize,
+    /// What that input is, e.g. `inform from bob at 1767225780000`.
+    pub input: String,
+    /// What differs.
+    pub kind: DivergenceKind,
+    /// How: paths into the digest, the recorded value as `expected`, the candidate's as `got`.
+    pub differences: Vec<Difference>,
+}
+
+/// What kind of divergence.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DivergenceKind {
+    /// The candidate refused an input the recording accepted (with the refusal's code).
+    Refused(String),
+    /// A thread's state.
+    Thread,
+    /// The status or the outcome.
+    Outcome,
+    /// A violation recorded on one side only.
+    Violation,
+    /// A commitment.
+    Commitment,
+    /// Variables or the engine's own messages: an action.
+    Action,
+    /// A hook call failed in the replay.
+    HookFailure(String),
+}
+
+/// Why a log cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The log does not begin with `started`.
+    #[error("the log does not begin with a `started` event")]
+    NoStart,
+}
+
+/// Replays `log` against `candidate` in a fresh sandbox on `clock`, hooks on `hooks`.
+pub async fn replay(
+    log: &[ConversationEvent],
+    candidate: &Arc<CompiledTemplate>,
+    clock: &Arc<ManualClock>,
+    hooks: Option<Arc<dyn HookCaller>>,
+) -> Result<Verdict, ReplayError> {
+    let Some(EventKind::Started(started)) = log.first().map(|event| &event.kind) else {
+        return Err(ReplayError::NoStart);
+    };
+    let started_at = log[0].at;
+    let inputs = inputs(log, started);
+    let opening = inputs
+        .first()
+        .filter(|input| input.is_opening)
+        .map(|input| input.message.clone());
+    let later: Vec<&Input> = inputs.iter().filter(|input| !input.is_opening).collect();
+
+    let sandbox = Sandbox::new(
+        Arc::new(Catalog::new([candidate.clone()])),
+        clock.clone(),
+        hooks,
+    );
+    clock.set(started_at);
+    let id = started.id.to_string();
+    let parties: Vec<&str> = std::iter::once(&*started.initiator)
+        .chain(started.participants.iter().map(|p| &**p))
+        .collect();
+    let request = StartConversation {
+        template: candidate.name.to_string(),
+        participants: started.participants.iter().map(|p| p.to_string()).collect(),
+        parameters: started.parameters.clone(),
+        context: started.context.clone(),
+        conversation_id: Some(id.clone()),
+        deadline_ms: started.deadline.map(|at| at.saturating_sub(started_at)),
+        message: opening.as_ref().map(|message| resend(message, &parties)),
+    };
+    if let Err(error) = sandbox.start(&started.initiator, request).await {
+        return Ok(Verdict::Diverged(Divergence {
+            step: 0,
+            input: describe_start(started, opening.as_deref()),
+            kind: DivergenceKind::Refused(error.code().to_owned()),
+            differences: vec![refusal(&error)],
+        }));
+    }
+    for (index, input) in later.iter().enumerate() {
+        let step = index + 1;
+        let now = sandbox.now();
+        // A recorded time before the clock (never, in a well-formed log) is taken as now.
+        let _ = sandbox.advance(&id, input.at.saturating_sub(now)).await;
+        let recorded: Vec<&ConversationEvent> =
+            log.iter().filter(|event| event.seq < input.seq).collect();
+        if let Some(divergence) = diverges(&sandbox, &id, &recorded, step, &describe(input)).await {
+            return Ok(Verdict::Diverged(divergence));
+        }
+        if let Err(error) = sandbox
+            .send(&id, &input.message.sender, resend(&input.message, &parties))
+            .await
+        {
+            return Ok(Verdict::Diverged(Divergence {
+                step,
+                input: describe(input),
+                kind: DivergenceKind::Refused(error.code().to_owned()),
+                differences: vec![refusal(&error)],
+            }));
+        }
+    }
+    let end = log.last().map_or(started_at, |event| event.at);
+    let _ = sandbox
+        .advance(&id, end.saturating_sub(sandbox.now()))
+        .await;
+    let recorded: Vec<&ConversationEvent> = log.iter().collect();
+    let step = later.len() + 1;
+    Ok(
+        match diverges(&sandbox, &id, &recorded, step, "the end of the recording").await {
+            Some(divergence) => Verdict::Diverged(divergence),
+            None => Verdict::Same,
+        },
+    )
+}
+
+/// One input: a real party's message.
+struct Input {
+    seq: u64,
+    at: u64,
+    message: Arc<Message>,
+    /// The start's opening message.
+    is_opening: bool,
+}
+
+/// The real parties' messages of `log`, in order; the first is the opening when the
+/// initiator sent it with the start.
+fn inputs(log: &[ConversationEvent], started: &Started) -> Vec<Input> {
+    let started_at = log.first().map_or(0, |event| event.at);
+    let mut inputs = Vec::new();
+    for event in log {
+        if let EventKind::MessageAccepted { message, .. } = &event.kind
+            && &*message.sender != ENGINE_PARTY
+        {
+            let is_opening = inputs.is_empty()
+                && event.at == started_at
+                && message.sender == started.initiator
+                && log[1..]
+                    .iter()
+                    .take_while(|e| e.seq < event.seq)
+                    .all(|e| !matches!(e.kind, EventKind::MessageAccepted { .. }));
+            inputs.push(Input {
+                seq: event.seq,
+                at: event.at,
+                message: message.clone(),
+                is_opening,
+            });
+        }
+    }
+    inputs
+}
+
+/// The recorded message as it was sent: its receivers, but those routing added (agents
+/// outside the conversation), are its `to`.
+fn resend(message: &Message, parties: &[&str]) -> SendMessage {
+    SendMessage {
+        message_id: Some(message.id.to_string()),
+        performative: message.performative.name().to_owned(),
+        to: message
+            .receivers
+            .iter()
+            .filter(|receiver| parties.contains(&&***receiver))
+            .map(|receiver| receiver.to_string())
+            .collect(),
+        content: message.content.value(),
+        in_reply_to: message.in_reply_to.as_ref().map(|id| id.to_string()),
+        reply_by: message.reply_by,
+    }
+}
+
+/// Compares the candidate's log so far with the recorded one.
+async fn diverges(
+    sandbox: &Sandbox,
+    id: &str,
+    recorded: &[&ConversationEvent],
+    step: usize,
+    input: &str,
+) -> Option<Divergence> {
+    for call in sandbox.take_hook_calls() {
+        if let Err(failure) = call.answer {
+            return Some(Divergence {
+                step,
+                input: input.to_owned(),
+                kind: DivergenceKind::HookFailure(call.event.to_owned()),
+                differences: vec![Difference {
+                    path: "hooks".into(),
+                    expected: json!("no failure"),
+                    got: json!(failure.to_string()),
+                    note: None,
+                }],
+            });
+        }
+    }
+    let replayed = sandbox.events(id).await.unwrap_or_default();
+    let live = digest(recorded.iter().copied());
+    let candidate = digest(replayed.iter());
+    if live == candidate {
+        return None;
+    }
+    let mut differences = Vec::new();
+    compare("", &live, &candidate, &mut differences);
+    // What only the candidate has (a thread that moved, a variable set) compares too.
+    let mut reverse = Vec::new();
+    compare("", &candidate, &live, &mut reverse);
+    for difference in reverse {
+        if !differences
+            .iter()
+            .any(|known| known.path == difference.path)
+        {
+            differences.push(Difference {
+                path: difference.path,
+                expected: difference.got,
+                got: difference.expected,
+                note: difference.note,
+            });
+        }
+    }
+    // Named by the most telling part that differs: a thread's move explains a commitment's.
+    let differs = |part: &str| {
+        differences
+            .iter()
+            .any(|d| d.path.split(['.', '[']).next() == Some(part))
+    };
+    let kind = if differs("threads") {
+        DivergenceKind::Thread
+    } else if differs("status") || differs("outcome") {
+        DivergenceKind::Outcome
+    } else if differs("violations") {
+        DivergenceKind::Violation
+    } else if differs("commitments") {
+        DivergenceKind::Commitment
+    } else {
+        DivergenceKind::Action
+    };
+    Some(Divergence {
+        step,
+        input: input.to_owned(),
+        kind,
+        differences,
+    })
+}
+
+/// What a log has done so far, as the replay compares it: the thread states reached (the
+/// initial one is the template's, the same on both sides unless a move changes it), status
+/// and outcome, commitments in creation order, violations, variables, and the engine's own
+/// messages.
+fn digest<'a>(events: impl Iterator<Item = &'a ConversationEvent>) -> Value {
+    let mut threads = Map::new();
+    let mut status = "active";
+    let mut outcome = Value::Null;
+    let mut commitments: Vec<(String, Value)> = Vec::new();
+    let mut violations = Vec::new();
+    let mut vars = Map::new();
+    let mut engine_messages = Vec::new();
+    for event in events {
+        match &event.kind {
+            EventKind::MessageAccepted {
+                message,
+                transitions,
+            } => {
+                for moved in transitions {
+                    threads.insert(moved.participant.to_string(), json!(moved.to));
+                }
+                if &*message.sender == ENGINE_PARTY {
+                    engine_messages.push(json!({
+                        "performative": message.performative,
+                        "to": message.receivers,
+                        "content": message.content.value(),
+                    }));
+                }
+            }
+            EventKind::ThreadExpired(moved) => {
+                threads.insert(moved.participant.to_string(), json!(moved.to));
+            }
+            EventKind::ViolationRecorded(violation) => violations.push(json!({
+                "kind": violation.kind,
+                "agent": violation.agent,
+                "message_id": violation.message_id,
+            })),
+            EventKind::CommitmentCreated(commitment) => commitments.push((
+                commitment.id.to_string(),
+                json!({ "name": commitment.name, "debtor": commitment.debtor, "state": commitment.state }),
+            )),
+            EventKind::CommitmentMoved { id, to, .. } => {
+                if let Some((_, commitment)) = commitments.iter_mut().find(|(known, _)| **known == **id) {
+                    commitment["state"] = json!(to);
+                }
+            }
+            EventKind::VarsMerged { vars: merged } => {
+                for (key, value) in merged {
+                    vars.insert(key.clone(), value.clone());
+                }
+            }
+            EventKind::Completed { outcome: ended, .. } => {
+                status = "completed";
+                outcome = json!(ended);
+            }
+            _ => {}
+        }
+    }
+    json!({
+        "status": status,
+        "outcome": outcome,
+        "threads": threads,
+        "commitments": commitments.into_iter().map(|(_, c)| c).collect::<Vec<_>>(),
+        "violations": violations,
+        "vars": vars,
+        "engine_messages": engine_messages,
+    })
+}
+
+fn refusal(error: &colloquy_core::error::EngineError) -> Difference {
+    Difference {
+        path: "accepted".into(),
+        expected: json!(true),
+        got: json!({ "code": error.code(), "pointer": error.pointer(), "message": error.to_string() }),
+        note: Some("the candidate refused what the recording accepted".into()),
+    }
+}
+
+fn describe(input: &Input) -> String {
+    format!(
+        "{} from {} at {} (message {})",
+        input.message.performative, input.message.sender, input.at, input.message.id
+    )
+}
+
+fn describe_start(started: &Started, opening: Option<&Message>) -> String {
+    match opening {
+        Some(message) => format!(
+            "the start by {}, with {}",
+            started.initiator, message.performative
+        ),
+        None => format!("the start by {}", started.initiator),
+    }
+}
+
+#[cfg(test)]
+mod tests;
