@@ -175,6 +175,30 @@ enum TemplatesCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Re-drive a template's recorded conversations from a store against a candidate
+    /// template file, and report which would have gone differently and where first. Reads
+    /// the store without writing (a server may run on it). Exit 0 when all replay the same,
+    /// 1 when some diverge, 2 when the store or the candidate cannot be read.
+    Replay {
+        /// The store: `sqlite:PATH`.
+        #[arg(long)]
+        store: String,
+        /// Whose conversations: the template's name.
+        #[arg(long)]
+        template: String,
+        /// The candidate template file.
+        #[arg(long)]
+        candidate: PathBuf,
+        /// Only conversations started since: Unix milliseconds, or a duration ago (`7d`).
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// At most N conversations, oldest first.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// How to write the report: text or json.
+        #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+        format: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -304,6 +328,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json,
             };
             templates::explore::run(&options, &mut out, &mut io::stderr().lock())
+        }
+        Command::Templates {
+            command:
+                TemplatesCommand::Replay {
+                    store,
+                    template,
+                    candidate,
+                    since,
+                    limit,
+                    format,
+                },
+        } => {
+            let options = templates::replay::ReplayOptions {
+                store,
+                template,
+                candidate,
+                since,
+                limit,
+                json: format == "json",
+            };
+            templates::replay::run(&options, &mut out, &mut io::stderr().lock())
         }
     }
 }

@@ -1,8 +1,9 @@
 //! `colloquy templates …`: check a template directory, print the template format's schema
 //! (or the test format's), run template tests ([`test`]), search a template's conversations
-//! ([`explore`]).
+//! ([`explore`]), replay recorded conversations against a candidate ([`replay`]).
 
 pub mod explore;
+pub mod replay;
 pub mod test;
 
 use std::io::Write;

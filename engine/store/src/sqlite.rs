@@ -51,6 +51,7 @@ use colloquy_core::store::{
 
 mod checkpoint;
 mod queries;
+pub mod recorded;
 mod schema;
 mod writer;
 

@@ -1,0 +1,359 @@
+//! `colloquy templates replay`: re-drives a template's recorded conversations from a store
+//! against a candidate revision and reports which would have gone differently, and where
+//! first (`colloquy_sandbox::replay`). It never writes to the store it reads.
+//!
+//! Exit codes: 0 when every conversation replays the same, 1 when some diverge, 2 when the
+//! store or the candidate cannot be read.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use colloquy_core::clock::ManualClock;
+use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
+use colloquy_policy::TemplateCompiler;
+use colloquy_protocol::event::EventKind;
+use colloquy_sandbox::replay::{Verdict, replay};
+use colloquy_sandbox::suite::file::Duration;
+use colloquy_store::sqlite::recorded::RecordedLogs;
+use serde_json::json;
+
+/// What `templates replay` was asked.
+pub struct ReplayOptions {
+    /// Where the conversations are: `sqlite:PATH`.
+    pub store: String,
+    /// Whose conversations.
+    pub template: String,
+    /// The candidate template file.
+    pub candidate: PathBuf,
+    /// Only conversations started at or after this: Unix milliseconds, or a duration ago
+    /// (`7d`).
+    pub since: Option<String>,
+    /// At most this many conversations (the oldest first).
+    pub limit: Option<usize>,
+    /// JSON instead of text.
+    pub json: bool,
+}
+
+/// Exit code of a store or candidate that cannot be read.
+const EXIT_UNREADABLE: u8 = 2;
+
+/// Runs the replay and writes the report to `out`, a problem reading to `err`.
+pub fn run(
+    options: &ReplayOptions,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let candidate = match TemplateCompiler::new().compile_file(&options.candidate) {
+        Ok(template) => Arc::new(template),
+        Err(diagnostics) => {
+            writeln!(err, "{diagnostics}")?;
+            return Ok(ExitCode::from(EXIT_UNREADABLE));
+        }
+    };
+    let since = match options.since.as_deref().map(since_ms).transpose() {
+        Ok(since) => since.unwrap_or(0),
+        Err(problem) => {
+            writeln!(err, "--since: {problem}")?;
+            return Ok(ExitCode::from(EXIT_UNREADABLE));
+        }
+    };
+    let logs = match open(&options.store) {
+        Ok(logs) => logs,
+        Err(problem) => {
+            writeln!(err, "{problem}")?;
+            return Ok(ExitCode::from(EXIT_UNREADABLE));
+        }
+    };
+    let ids = match logs.conversation_ids() {
+        Ok(ids) => ids,
+        Err(error) => {
+            writeln!(err, "{}: {error}", options.store)?;
+            return Ok(ExitCode::from(EXIT_UNREADABLE));
+        }
+    };
+    let clock = Arc::new(ManualClock::new(0));
+    let hooks: Option<Arc<dyn colloquy_core::hooks::HookCaller>> = match candidate.hooks {
+        Some(_) => Some(Arc::new(HookRuntime::with_clock(
+            HookRuntimeConfig::default(),
+            clock.clone(),
+        )?)),
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let began = std::time::Instant::now();
+    let (mut same, mut diverged, mut inputs) = (0usize, Vec::new(), 0usize);
+    let mut by_kind: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for id in ids {
+        if options
+            .limit
+            .is_some_and(|limit| same + diverged.len() >= limit)
+        {
+            break;
+        }
+        let log = match logs.load(&id) {
+            Ok(log) => log,
+            Err(error) => {
+                writeln!(err, "{}: conversation {id}: {error}", options.store)?;
+                return Ok(ExitCode::from(EXIT_UNREADABLE));
+            }
+        };
+        let Some(first) = log.first() else { continue };
+        let EventKind::Started(started) = &first.kind else {
+            continue;
+        };
+        if *started.template != *options.template || first.at < since {
+            continue;
+        }
+        inputs += log
+            .iter()
+            .filter(|event| {
+                matches!(&event.kind, EventKind::MessageAccepted { message, .. }
+                if &*message.sender != colloquy_protocol::message::ENGINE_PARTY)
+            })
+            .count();
+        match runtime.block_on(replay(&log, &candidate, &clock, hooks.clone()))? {
+            Verdict::Same => same += 1,
+            Verdict::Diverged(divergence) => {
+                let kind = serde_json::to_value(&divergence.kind)?;
+                let kind = kind.as_str().map_or_else(
+                    || {
+                        kind.as_object()
+                            .and_then(|o| o.keys().next().cloned())
+                            .unwrap_or_default()
+                    },
+                    str::to_owned,
+                );
+                *by_kind.entry(kind).or_insert(0) += 1;
+                diverged.push((id, divergence));
+            }
+        }
+    }
+    let seconds = began.elapsed().as_secs_f64();
+    let total = same + diverged.len();
+    if options.json {
+        let report = json!({
+            "template": options.template,
+            "candidate": { "name": candidate.name, "revision": candidate.revision },
+            "conversations": total,
+            "same": same,
+            "diverged": diverged.len(),
+            "by_kind": by_kind,
+            "inputs_replayed": inputs,
+            "seconds": seconds,
+            "divergences": diverged.iter().map(|(id, divergence)| json!({
+                "conversation_id": id,
+                "divergence": divergence,
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        if total == 0 {
+            writeln!(
+                out,
+                "no conversations of `{}` in {}{}: completed conversations are removed with \
+                 their logs after the server's --retention (5 minutes by default); serve with \
+                 --retention 7d to replay last week's",
+                options.template,
+                options.store,
+                if since > 0 {
+                    format!(" since {since}")
+                } else {
+                    String::new()
+                },
+            )?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        for (id, divergence) in &diverged {
+            writeln!(
+                out,
+                "diverged  {id}: at step {} ({}): {:?}",
+                divergence.step, divergence.input, divergence.kind
+            )?;
+            for difference in &divergence.differences {
+                writeln!(
+                    out,
+                    "  {}: recorded {}, candidate {}",
+                    difference.path, difference.expected, difference.got
+                )?;
+            }
+        }
+        let kinds: Vec<String> = by_kind
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect();
+        writeln!(
+            out,
+            "{total} conversations of `{}` replayed against {} ({}): {same} same, {} diverged{}; {inputs} inputs in {seconds:.3} s",
+            options.template,
+            candidate.name,
+            candidate.revision,
+            diverged.len(),
+            if kinds.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", kinds.join(", "))
+            },
+        )?;
+    }
+    Ok(if diverged.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The store's logs: SQLite, read-only.
+fn open(store: &str) -> Result<RecordedLogs, String> {
+    if let Some(rest) = store.strip_prefix("sqlite:") {
+        let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+        return RecordedLogs::open(path).map_err(|error| error.to_string());
+    }
+    Err(format!(
+        "cannot replay from `{store}`: replay reads SQLite stores (`sqlite:PATH`) so far"
+    ))
+}
+
+/// `--since`: Unix milliseconds, or a duration before now.
+fn since_ms(text: &str) -> Result<u64, String> {
+    if let Ok(at) = text.parse::<u64>() {
+        return Ok(at);
+    }
+    let ago = Duration::parse(text).map_err(|error| error.to_string())?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        });
+    Ok(now.saturating_sub(ago.ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use colloquy_core::engine::{Engine, EngineConfig};
+    use colloquy_policy::Catalog;
+    use colloquy_protocol::message::{SendMessage, StartConversation};
+    use colloquy_store::SqliteStore;
+
+    use super::*;
+
+    fn templates() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates")
+    }
+
+    fn replay_of(store: &str, candidate: &Path) -> (ExitCode, String, String) {
+        let options = ReplayOptions {
+            store: store.to_owned(),
+            template: "fipa-request".into(),
+            candidate: candidate.to_path_buf(),
+            since: None,
+            limit: None,
+            json: false,
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(&options, &mut out, &mut err).expect("runs");
+        (
+            code,
+            String::from_utf8(out).expect("UTF-8"),
+            String::from_utf8(err).expect("UTF-8"),
+        )
+    }
+
+    /// A conversation recorded in SQLite by an engine that keeps the store open (as a
+    /// running server does), replayed against its own template and a changed one.
+    #[test]
+    fn a_sqlite_store_in_use_is_replayed_and_a_changed_deadline_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("c.db");
+        let template = Arc::new(
+            TemplateCompiler::new()
+                .compile_file(&templates().join("fipa-request.yaml"))
+                .expect("compiles"),
+        );
+        let store = Arc::new(SqliteStore::open(&db).expect("opens"));
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+        let engine = Engine::new(
+            Arc::new(Catalog::new([template])),
+            store.clone(),
+            clock.clone(),
+            EngineConfig::default(),
+        );
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let start = StartConversation {
+                    template: "fipa-request".into(),
+                    participants: vec!["bob".into()],
+                    conversation_id: Some("c1".into()),
+                    message: Some(SendMessage::new("request", json!({ "action": "x" }))),
+                    ..StartConversation::default()
+                };
+                engine.start("alice", start).await.expect("starts");
+                engine
+                    .send("c1", "bob", SendMessage::new("agree", json!(null)))
+                    .await
+                    .expect("agrees");
+                clock.advance(180_000);
+                engine
+                    .send(
+                        "c1",
+                        "bob",
+                        SendMessage::new("inform", json!({ "done": true })),
+                    )
+                    .await
+                    .expect("informs");
+            });
+        let spec = format!("sqlite:{}", db.display());
+
+        let (code, out, err) = replay_of(&spec, &templates().join("fipa-request.yaml"));
+        assert_eq!(code, ExitCode::SUCCESS, "{out}{err}");
+        assert!(
+            out.contains("1 conversations of `fipa-request` replayed")
+                && out.contains("1 same, 0 diverged"),
+            "{out}"
+        );
+
+        let changed = dir.path().join("candidate.yaml");
+        let source = std::fs::read_to_string(templates().join("fipa-request.yaml")).expect("read");
+        std::fs::write(
+            &changed,
+            source.replacen(
+                "reply_by: { default_ms: 300000 } }",
+                "reply_by: { default_ms: 60000 } }",
+                1,
+            ),
+        )
+        .expect("write");
+        let (code, out, _) = replay_of(&spec, &changed);
+        assert_eq!(code, ExitCode::FAILURE, "{out}");
+        assert!(
+            out.contains("diverged  c1: at step 2 (inform from bob"),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"threads.bob: recorded "agreed", candidate "timed_out""#),
+            "{out}"
+        );
+
+        let (code, _, err) = replay_of(
+            &format!("sqlite:{}", dir.path().join("none.db").display()),
+            &changed,
+        );
+        assert_eq!(code, ExitCode::from(EXIT_UNREADABLE));
+        assert!(err.contains("cannot read"), "{err}");
+        assert!(
+            !dir.path().join("none.db").exists(),
+            "replay created a file"
+        );
+        drop(engine);
+        drop(store);
+    }
+}
