@@ -440,11 +440,7 @@ impl Search {
         let last = match outcome {
             Ok(last) => last,
             Err(panic) => {
-                let text = panic
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".to_owned());
+                let text = crate::sandbox::panic_text(&*panic);
                 self.finding(
                     FindingKind::EngineBug,
                     format!("the engine panicked: {text}"),

@@ -24,4 +24,4 @@ pub mod replay;
 pub mod sandbox;
 pub mod suite;
 
-pub use sandbox::{HookCall, Sandbox, TEST_EPOCH_MS};
+pub use sandbox::{HookCall, Sandbox, TEST_EPOCH_MS, hooks_on};

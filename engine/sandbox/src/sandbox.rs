@@ -217,3 +217,28 @@ impl HookCaller for TracedHooks {
         self.inner.latency()
     }
 }
+
+/// A hook runtime whose hooks read `clock` through `now-ms`, when `needed` (some template
+/// to run has hooks); `None` otherwise, so runs without hooks never reserve its pool.
+pub fn hooks_on(
+    clock: &Arc<ManualClock>,
+    needed: bool,
+) -> Result<Option<Arc<dyn HookCaller>>, colloquy_hooks::RuntimeError> {
+    if !needed {
+        return Ok(None);
+    }
+    let runtime = colloquy_hooks::HookRuntime::with_clock(
+        colloquy_hooks::HookRuntimeConfig::default(),
+        clock.clone(),
+    )?;
+    Ok(Some(Arc::new(runtime)))
+}
+
+/// What a caught panic says, for a report.
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
+}

@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use colloquy_core::clock::ManualClock;
-use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
 use colloquy_policy::{CompiledTemplate, TemplateCompiler};
 use colloquy_sandbox::explore::{Limits, explore};
 
@@ -39,13 +38,7 @@ pub fn run(
         }
     };
     let clock = Arc::new(ManualClock::new(colloquy_sandbox::TEST_EPOCH_MS));
-    let hooks: Option<Arc<dyn colloquy_core::hooks::HookCaller>> = match template.hooks {
-        Some(_) => Some(Arc::new(HookRuntime::with_clock(
-            HookRuntimeConfig::default(),
-            clock.clone(),
-        )?)),
-        None => None,
-    };
+    let hooks = colloquy_sandbox::hooks_on(&clock, template.hooks.is_some())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use colloquy_core::clock::ManualClock;
-use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
 use colloquy_policy::TemplateCompiler;
 use colloquy_protocol::event::EventKind;
 use colloquy_sandbox::replay::{Verdict, replay};
@@ -75,13 +74,7 @@ pub fn run(
         }
     };
     let clock = Arc::new(ManualClock::new(0));
-    let hooks: Option<Arc<dyn colloquy_core::hooks::HookCaller>> = match candidate.hooks {
-        Some(_) => Some(Arc::new(HookRuntime::with_clock(
-            HookRuntimeConfig::default(),
-            clock.clone(),
-        )?)),
-        None => None,
-    };
+    let hooks = colloquy_sandbox::hooks_on(&clock, candidate.hooks.is_some())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

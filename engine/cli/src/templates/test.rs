@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use colloquy_core::clock::ManualClock;
-use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
 use colloquy_sandbox::coverage::{Coverage, Kind};
 use colloquy_sandbox::suite::load::{TemplateDirs, load};
 use colloquy_sandbox::suite::run::{CaseReport, run_suite};
@@ -83,14 +82,7 @@ pub fn test(
             .iter()
             .any(|template| template.hooks.is_some())
     });
-    let hooks: Option<Arc<dyn colloquy_core::hooks::HookCaller>> = if needs_hooks {
-        Some(Arc::new(HookRuntime::with_clock(
-            HookRuntimeConfig::default(),
-            clock.clone(),
-        )?))
-    } else {
-        None
-    };
+    let hooks = colloquy_sandbox::hooks_on(&clock, needs_hooks)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -98,11 +98,7 @@ pub async fn run_suite(
                 .catch_unwind()
                 .await;
             if let Err(panic) = outcome {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".to_owned());
+                let message = crate::sandbox::panic_text(&*panic);
                 run.fail(
                     &run.key.clone(),
                     "engine",
