@@ -21,7 +21,7 @@ use serde_json::json;
 
 /// What `templates replay` was asked.
 pub struct ReplayOptions {
-    /// Where the conversations are: `sqlite:PATH`.
+    /// Where the conversations are: `sqlite:PATH` or `redis://…`.
     pub store: String,
     /// Whose conversations.
     pub template: String,
@@ -59,25 +59,25 @@ pub fn run(
             return Ok(ExitCode::from(EXIT_UNREADABLE));
         }
     };
-    let logs = match open(&options.store) {
+    let clock = Arc::new(ManualClock::new(0));
+    let hooks = colloquy_sandbox::hooks_on(&clock, candidate.hooks.is_some())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let logs = match runtime.block_on(Logs::open(&options.store)) {
         Ok(logs) => logs,
         Err(problem) => {
             writeln!(err, "{problem}")?;
             return Ok(ExitCode::from(EXIT_UNREADABLE));
         }
     };
-    let ids = match logs.conversation_ids() {
+    let ids = match runtime.block_on(logs.conversation_ids()) {
         Ok(ids) => ids,
         Err(error) => {
             writeln!(err, "{}: {error}", options.store)?;
             return Ok(ExitCode::from(EXIT_UNREADABLE));
         }
     };
-    let clock = Arc::new(ManualClock::new(0));
-    let hooks = colloquy_sandbox::hooks_on(&clock, candidate.hooks.is_some())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let began = std::time::Instant::now();
     let (mut same, mut diverged, mut inputs) = (0usize, Vec::new(), 0usize);
     let mut by_kind: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
@@ -88,7 +88,7 @@ pub fn run(
         {
             break;
         }
-        let log = match logs.load(&id) {
+        let log = match runtime.block_on(logs.load(&id)) {
             Ok(log) => log,
             Err(error) => {
                 writeln!(err, "{}: conversation {id}: {error}", options.store)?;
@@ -200,15 +200,71 @@ pub fn run(
     })
 }
 
-/// The store's logs: SQLite, read-only.
-fn open(store: &str) -> Result<RecordedLogs, String> {
-    if let Some(rest) = store.strip_prefix("sqlite:") {
-        let path = rest.split_once('?').map_or(rest, |(path, _)| path);
-        return RecordedLogs::open(path).map_err(|error| error.to_string());
+/// Where the recorded logs come from.
+enum Logs {
+    /// A SQLite file, opened read-only without the server's lock.
+    Sqlite(RecordedLogs),
+    /// Redis, through the store's own reads (no write is ever sent).
+    Redis(Arc<dyn colloquy_core::store::ConversationStore>),
+}
+
+/// Conversation ids read per page from Redis.
+const PAGE: usize = 1000;
+
+impl Logs {
+    async fn open(store: &str) -> Result<Logs, String> {
+        if let Some(rest) = store.strip_prefix("sqlite:") {
+            let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+            return RecordedLogs::open(path)
+                .map(Logs::Sqlite)
+                .map_err(|error| error.to_string());
+        }
+        if store.starts_with("redis://") || store.starts_with("rediss://") {
+            let redis = colloquy_store::RedisStore::connect(store)
+                .await
+                .map_err(|error| error.to_string())?;
+            return Ok(Logs::Redis(Arc::new(redis)));
+        }
+        Err(format!(
+            "cannot replay from `{store}`: give `sqlite:PATH` or `redis://HOST:PORT[/DB]`"
+        ))
     }
-    Err(format!(
-        "cannot replay from `{store}`: replay reads SQLite stores (`sqlite:PATH`) so far"
-    ))
+
+    async fn conversation_ids(&self) -> Result<Vec<String>, String> {
+        match self {
+            Logs::Sqlite(logs) => logs.conversation_ids().map_err(|error| error.to_string()),
+            Logs::Redis(store) => {
+                let mut ids = Vec::new();
+                loop {
+                    let after = ids.last().map(String::as_str);
+                    let page = store
+                        .conversation_ids(after, PAGE)
+                        .await
+                        .map_err(|error| error.to_string())?
+                        .unwrap_or_default();
+                    let done = page.len() < PAGE;
+                    ids.extend(page.iter().map(|id| id.to_string()));
+                    if done {
+                        return Ok(ids);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn load(
+        &self,
+        id: &str,
+    ) -> Result<Vec<colloquy_protocol::event::ConversationEvent>, String> {
+        match self {
+            Logs::Sqlite(logs) => logs.load(id).map_err(|error| error.to_string()),
+            Logs::Redis(store) => store
+                .load(id)
+                .await
+                .map(Option::unwrap_or_default)
+                .map_err(|error| error.to_string()),
+        }
+    }
 }
 
 /// `--since`: Unix milliseconds, or a duration before now.
@@ -348,5 +404,89 @@ mod tests {
         );
         drop(engine);
         drop(store);
+    }
+
+    /// The same through Redis (`COLLOQUY_TEST_REDIS`; its database 11, so the servers of
+    /// the durability tests, on database 0, are not read): conversations there from earlier
+    /// runs replay too, so the assertions name this run's conversation.
+    #[test]
+    fn a_redis_store_is_replayed() {
+        let url = match std::env::var("COLLOQUY_TEST_REDIS") {
+            Ok(url) if !url.is_empty() => format!("{}/11", url.trim_end_matches('/')),
+            _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+                panic!("CI=true but COLLOQUY_TEST_REDIS is not set; .ci/run starts Redis")
+            }
+            _ => {
+                eprintln!("SKIPPED a_redis_store_is_replayed: set COLLOQUY_TEST_REDIS");
+                return;
+            }
+        };
+        let dir = tempfile::tempdir().expect("temp dir");
+        let template = Arc::new(
+            TemplateCompiler::new()
+                .compile_file(&templates().join("fipa-request.yaml"))
+                .expect("compiles"),
+        );
+        let id = format!("replay-{}", uuid::Uuid::now_v7());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+        runtime.block_on(async {
+            let store = Arc::new(
+                colloquy_store::RedisStore::connect(&url)
+                    .await
+                    .expect("connects"),
+            );
+            let engine = Engine::new(
+                Arc::new(Catalog::new([template])),
+                store,
+                clock.clone(),
+                EngineConfig::default(),
+            );
+            let start = StartConversation {
+                template: "fipa-request".into(),
+                participants: vec!["bob".into()],
+                conversation_id: Some(id.clone()),
+                message: Some(SendMessage::new("request", json!({ "action": "x" }))),
+                ..StartConversation::default()
+            };
+            engine.start("alice", start).await.expect("starts");
+            engine
+                .send(&id, "bob", SendMessage::new("agree", json!(null)))
+                .await
+                .expect("agrees");
+            clock.advance(180_000);
+            engine
+                .send(
+                    &id,
+                    "bob",
+                    SendMessage::new("inform", json!({ "done": true })),
+                )
+                .await
+                .expect("informs");
+        });
+        drop(runtime);
+        let (code, out, err) = replay_of(&url, &templates().join("fipa-request.yaml"));
+        assert_eq!(code, ExitCode::SUCCESS, "{out}{err}");
+        assert!(out.contains(" 0 diverged"), "{out}");
+        let changed = dir.path().join("candidate.yaml");
+        let source = std::fs::read_to_string(templates().join("fipa-request.yaml")).expect("read");
+        std::fs::write(
+            &changed,
+            source.replacen(
+                "reply_by: { default_ms: 300000 } }",
+                "reply_by: { default_ms: 60000 } }",
+                1,
+            ),
+        )
+        .expect("write");
+        let (code, out, _) = replay_of(&url, &changed);
+        assert_eq!(code, ExitCode::FAILURE, "{out}");
+        assert!(
+            out.contains(&format!("diverged  {id}: at step 2 (inform from bob")),
+            "{out}"
+        );
     }
 }
