@@ -82,7 +82,7 @@ pub struct Start {
     /// The conversation's deadline, in milliseconds from the start.
     #[serde(default)]
     pub deadline_ms: Option<u64>,
-    /// The conversation's id (default: `test-1`, numbered by case).
+    /// The conversation's id (default: `case-N`, N numbering the cases from 1).
     #[serde(default)]
     pub conversation_id: Option<String>,
     /// The opening message, sent by the initiator.
@@ -132,7 +132,8 @@ pub struct Message {
     /// The content.
     #[serde(default)]
     pub content: Value,
-    /// The message's id (default: numbered by step).
+    /// The message's id (default: `msg-N`: `msg-0` for the opening message, then N numbering
+    /// the steps from 1).
     #[serde(default)]
     pub message_id: Option<String>,
     /// The id of the message this one answers.
