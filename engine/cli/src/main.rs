@@ -175,6 +175,19 @@ enum TemplatesCommand {
         #[arg(long)]
         json: bool,
     },
+    /// What changes between two revisions of a template, in the protocol's terms: states,
+    /// moves per state and role, deadlines, outcome rules, commitments, schemas (wider or
+    /// narrower), roles, enforcement, hooks. Exit 0 when nothing changes, 1 when something
+    /// does, 2 when a file does not compile.
+    Diff {
+        /// The old template file.
+        old: PathBuf,
+        /// The new template file.
+        new: PathBuf,
+        /// Write the changes as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Re-drive a template's recorded conversations from a store against a candidate
     /// template file, and report which would have gone differently and where first. Reads
     /// the store without writing (a server may run on it). Exit 0 when all replay the same,
@@ -330,6 +343,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             templates::explore::run(&options, &mut out, &mut io::stderr().lock())
         }
+        Command::Templates {
+            command: TemplatesCommand::Diff { old, new, json },
+        } => templates::diff(&old, &new, json, &mut out, &mut io::stderr().lock()),
         Command::Templates {
             command:
                 TemplatesCommand::Replay {

@@ -71,6 +71,56 @@ pub fn check(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `templates diff OLD NEW`: what changes between two revisions of a template, in the
+/// protocol's terms ([`colloquy_sandbox::diff`]). Exit 0 when nothing does, 1 when something
+/// does, 2 when either file does not compile (its diagnostics on `err`).
+pub fn diff(
+    old: &Path,
+    new: &Path,
+    json: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let compiler = TemplateCompiler::new();
+    let (before, after) = match (compiler.compile_file(old), compiler.compile_file(new)) {
+        (Ok(before), Ok(after)) => (before, after),
+        (before, after) => {
+            for diagnostics in [before.err(), after.err()].into_iter().flatten() {
+                writeln!(err, "{diagnostics}")?;
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let changes = colloquy_sandbox::diff::diff(&before.source.spec, &after.source.spec);
+    if json {
+        let report = serde_json::json!({
+            "old": { "name": before.name, "revision": before.revision },
+            "new": { "name": after.name, "revision": after.revision },
+            "changes": changes,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        writeln!(
+            out,
+            "{} {} → {} {}: {} change{}",
+            before.name,
+            before.revision,
+            after.name,
+            after.revision,
+            changes.len(),
+            if changes.len() == 1 { "" } else { "s" }
+        )?;
+        for change in &changes {
+            writeln!(out, "  {}: {}", change.path, change.what)?;
+        }
+    }
+    Ok(if changes.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// Which format `templates schema` describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SchemaKind {
@@ -120,5 +170,31 @@ mod tests {
                 .all(|l| l.contains("sha256:") && l.contains(" states ")),
             "{out}"
         );
+    }
+
+    #[test]
+    fn diff_exits_0_for_the_same_revision_1_for_a_change_2_for_a_broken_file() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates");
+        let request = dir.join("fipa-request.yaml");
+        let run = |old: &Path, new: &Path| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let code = diff(old, new, false, &mut out, &mut err).expect("writes to memory");
+            (
+                code,
+                String::from_utf8(out).expect("UTF-8") + &String::from_utf8_lossy(&err),
+            )
+        };
+        let (code, out) = run(&request, &request);
+        assert_eq!(code, ExitCode::SUCCESS, "{out}");
+        assert!(out.contains(": 0 changes"), "{out}");
+        let (code, out) = run(&request, &dir.join("fipa-query.yaml"));
+        assert_eq!(code, ExitCode::FAILURE, "{out}");
+        assert!(out.contains("state queried added"), "{out}");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let broken = scratch.path().join("broken.yaml");
+        std::fs::write(&broken, "kind: [").expect("write");
+        let (code, out) = run(&request, &broken);
+        assert_eq!(code, ExitCode::from(2), "{out}");
+        assert!(out.contains("broken.yaml"), "{out}");
     }
 }

@@ -7,6 +7,7 @@
 //! - [`suite`]: `colloquy templates test`: the `*.test.yaml` format, loading with
 //!   diagnostics at file:line:col, running cases, comparing expectations.
 //! - [`coverage`]: which states, transitions, rules and commitment states the cases reached.
+//! - [`diff`]: what changes between two revisions, in the protocol's terms.
 //! - [`explore`]: `colloquy templates explore`, the breadth-first model checker.
 //! - [`lint`]: the warnings `colloquy templates check` adds, from the template's text alone.
 //! - [`replay`]: a recorded conversation re-driven against a revision, and its first
@@ -18,6 +19,7 @@
 //! but the templates and hook modules it is given.
 
 pub mod coverage;
+pub mod diff;
 pub mod explore;
 pub mod lint;
 pub mod replay;
