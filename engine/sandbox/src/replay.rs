@@ -69,6 +69,31 @@ pub enum DivergenceKind {
     HookFailure(String),
 }
 
+impl DivergenceKind {
+    /// Its name in reports and totals: `refused`, `thread`, `outcome`, `violation`,
+    /// `commitment`, `action`, `hook_failure`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DivergenceKind::Refused(_) => "refused",
+            DivergenceKind::Thread => "thread",
+            DivergenceKind::Outcome => "outcome",
+            DivergenceKind::Violation => "violation",
+            DivergenceKind::Commitment => "commitment",
+            DivergenceKind::Action => "action",
+            DivergenceKind::HookFailure(_) => "hook_failure",
+        }
+    }
+}
+
+/// How many inputs a replay of `log` re-drives: its real parties' messages, the opening one
+/// included.
+pub fn recorded_inputs(log: &[ConversationEvent]) -> usize {
+    match log.first().map(|event| &event.kind) {
+        Some(EventKind::Started(started)) => inputs(log, started).len(),
+        _ => 0,
+    }
+}
+
 /// Why a log cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {

@@ -9,8 +9,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use colloquy_core::clock::ManualClock;
-use colloquy_policy::{CompiledTemplate, TemplateCompiler};
+use colloquy_policy::CompiledTemplate;
 use colloquy_sandbox::explore::{Limits, explore};
+use colloquy_sandbox::suite::load::{TemplateDirs, find_template, is_template_path};
 
 /// What `templates explore` was asked.
 pub struct ExploreOptions {
@@ -31,7 +32,7 @@ pub fn run(
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let template = match find(&options.template, &options.dir) {
-        Ok(template) => Arc::new(template),
+        Ok(template) => template,
         Err(problem) => {
             writeln!(err, "{problem}")?;
             return Ok(ExitCode::from(2));
@@ -87,27 +88,18 @@ pub fn run(
     })
 }
 
-/// A template by path, or by name among `dir`'s.
-fn find(reference: &str, dir: &Path) -> Result<CompiledTemplate, String> {
-    let compiler = TemplateCompiler::new();
-    let path = Path::new(reference);
-    if reference.ends_with(".yaml") || reference.ends_with(".yml") || reference.contains('/') {
-        return compiler
-            .compile_file(path)
-            .map_err(|diagnostics| diagnostics.to_string());
-    }
-    let templates = compiler
-        .compile_dir(dir)
-        .map_err(|diagnostics| diagnostics.to_string())?;
-    let names: Vec<String> = templates.iter().map(|t| t.name.to_string()).collect();
-    templates
-        .into_iter()
-        .find(|template| &*template.name == reference)
-        .ok_or_else(|| {
-            format!(
-                "no template named `{reference}` in {}; it has: {}",
-                dir.display(),
-                names.join(", ")
-            )
-        })
+/// A template by path (as given), or by name among `dir`'s.
+fn find(reference: &str, dir: &Path) -> Result<Arc<CompiledTemplate>, String> {
+    // A path is the caller's (relative to the working directory), not `dir`'s.
+    let base = if is_template_path(reference) {
+        Path::new("")
+    } else {
+        dir
+    };
+    find_template(base, reference, &mut TemplateDirs::default()).map_err(|(problem, hint)| {
+        match hint {
+            Some(hint) => format!("{problem}\n  hint: {hint}"),
+            None => problem,
+        }
+    })
 }

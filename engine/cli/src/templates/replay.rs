@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use colloquy_core::clock::ManualClock;
 use colloquy_policy::TemplateCompiler;
 use colloquy_protocol::event::EventKind;
-use colloquy_sandbox::replay::{Verdict, replay};
+use colloquy_sandbox::replay::{Verdict, recorded_inputs, replay};
 use colloquy_sandbox::suite::file::Duration;
 use colloquy_store::sqlite::recorded::RecordedLogs;
 use serde_json::json;
@@ -80,7 +80,7 @@ pub fn run(
     };
     let began = std::time::Instant::now();
     let (mut same, mut diverged, mut inputs) = (0usize, Vec::new(), 0usize);
-    let mut by_kind: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    let mut by_kind: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for id in ids {
         if options
             .limit
@@ -102,26 +102,11 @@ pub fn run(
         if *started.template != *options.template || first.at < since {
             continue;
         }
-        inputs += log
-            .iter()
-            .filter(|event| {
-                matches!(&event.kind, EventKind::MessageAccepted { message, .. }
-                if &*message.sender != colloquy_protocol::message::ENGINE_PARTY)
-            })
-            .count();
+        inputs += recorded_inputs(&log);
         match runtime.block_on(replay(&log, &candidate, &clock, hooks.clone()))? {
             Verdict::Same => same += 1,
             Verdict::Diverged(divergence) => {
-                let kind = serde_json::to_value(&divergence.kind)?;
-                let kind = kind.as_str().map_or_else(
-                    || {
-                        kind.as_object()
-                            .and_then(|o| o.keys().next().cloned())
-                            .unwrap_or_default()
-                    },
-                    str::to_owned,
-                );
-                *by_kind.entry(kind).or_insert(0) += 1;
+                *by_kind.entry(divergence.kind.name()).or_insert(0) += 1;
                 diverged.push((id, divergence));
             }
         }

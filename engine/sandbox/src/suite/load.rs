@@ -133,15 +133,19 @@ pub fn load(path: &Path, dirs: &mut TemplateDirs) -> Result<Suite, Diagnostics> 
     })
 }
 
-/// A template by name among `dir`'s, or by path.
-fn find_template(
+/// Whether a reference to a template is a file path (else a `metadata.name`).
+pub fn is_template_path(reference: &str) -> bool {
+    reference.contains('/') || reference.ends_with(".yaml") || reference.ends_with(".yml")
+}
+
+/// A template by name among `dir`'s, or by path relative to `dir`: on failure, what is
+/// wrong and a hint.
+pub fn find_template(
     dir: &Path,
     reference: &str,
     dirs: &mut TemplateDirs,
 ) -> Result<Arc<CompiledTemplate>, (String, Option<String>)> {
-    let is_path =
-        reference.contains('/') || reference.ends_with(".yaml") || reference.ends_with(".yml");
-    if is_path {
+    if is_template_path(reference) {
         let file = dir.join(reference);
         return dirs
             .compiler
