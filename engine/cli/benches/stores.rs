@@ -59,7 +59,8 @@ use colloquy_core::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, TemplateCompiler};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use colloquy_server::ServiceOptions;
-use colloquy_store::{RedisStore, SqliteStore, Synchronous, sqlite};
+use colloquy_store::raw::{redis_ceiling, set_appendfsync, sqlite_ceiling};
+use colloquy_store::{RedisStore, SqliteStore, Synchronous};
 
 #[path = "../../bench_support.rs"]
 mod support;
@@ -324,18 +325,6 @@ async fn over_http(store: Arc<dyn ConversationStore>, seconds: u64, clients: usi
     }
 }
 
-/// Sizes of what a request conversation's commit writes, in bytes: its events as JSON (663
-/// on average over the three commits, measured in this bench's database) and the message
-/// in the receiver's inbox (180).
-const EVENTS_BYTES: usize = 663;
-const MESSAGE_BYTES: usize = 180;
-/// The commit-shaped Lua script of the Redis ceiling: the four writes any Redis layout
-/// needs for a message.
-const CEILING_SCRIPT: &str = "redis.call('XADD', KEYS[1], '*', 'e', ARGV[1]); \
-    redis.call('HSET', KEYS[2], KEYS[1], ARGV[3]); \
-    redis.call('ZADD', KEYS[3], ARGV[3], KEYS[1]); \
-    redis.call('RPUSH', KEYS[4], ARGV[2]); return 1";
-
 /// What a backend does alone, against the memory store in process.
 struct Ceiling {
     name: &'static str,
@@ -345,114 +334,6 @@ struct Ceiling {
     memory: f64,
     /// The most the engine on this backend could do, sharing the cores (SQLite only).
     with_engine: Option<f64>,
-}
-
-/// SQLite alone: messages/s of the least a store must write per message (see the module
-/// docs), on this thread, in request conversations of three messages.
-/// One transaction takes as many messages as the clients can have waiting at once (one
-/// each), the three of a conversation together.
-fn sqlite_ceiling(dir: &Path, messages: usize, clients: usize) -> f64 {
-    let path = dir.join("ceiling.db");
-    let connection = rusqlite::Connection::open(&path).expect("open ceiling database");
-    connection
-        .execute_batch(&format!(
-            "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = NORMAL;
-             PRAGMA wal_autocheckpoint = 0;
-             PRAGMA cache_size = -{};
-             CREATE TABLE conversations (id TEXT PRIMARY KEY, version INTEGER NOT NULL)
-                 WITHOUT ROWID;
-             CREATE TABLE events (conversation_id TEXT NOT NULL, last_seq INTEGER NOT NULL,
-                 body TEXT NOT NULL);
-             CREATE UNIQUE INDEX events_by_conversation ON events (conversation_id, last_seq);
-             CREATE TABLE inbox (agent TEXT NOT NULL, seq INTEGER NOT NULL,
-                 conversation_id TEXT NOT NULL, message TEXT NOT NULL);",
-            sqlite::CACHE_KIB
-        ))
-        .expect("ceiling schema");
-    let (events, message) = ("e".repeat(EVENTS_BYTES), "m".repeat(MESSAGE_BYTES));
-    let ids: Vec<String> = (0..messages.div_ceil(3))
-        .map(|_| uuid::Uuid::now_v7().to_string())
-        .collect();
-    let began = Instant::now();
-    for (batch, chunk) in ids.chunks((clients / 3).max(1)).enumerate() {
-        let transaction = connection.unchecked_transaction().expect("begin");
-        for version in 1..=3_i64 {
-            for (client, id) in chunk.iter().enumerate() {
-                let sql = if version == 1 {
-                    "INSERT INTO conversations (id, version) VALUES (?1, ?2)"
-                } else {
-                    "UPDATE conversations SET version = ?2 WHERE id = ?1"
-                };
-                transaction
-                    .prepare_cached(sql)
-                    .and_then(|mut statement| statement.execute(rusqlite::params![id, version]))
-                    .expect("version row");
-                transaction
-                    .prepare_cached("INSERT INTO events VALUES (?1, ?2, ?3)")
-                    .and_then(|mut statement| {
-                        statement.execute(rusqlite::params![id, version, events])
-                    })
-                    .expect("event row");
-                let seq = (batch * 3) as i64 + version;
-                transaction
-                    .prepare_cached("INSERT INTO inbox VALUES (?1, ?2, ?3, ?4)")
-                    .and_then(|mut statement| {
-                        statement.execute(rusqlite::params![format!("b{client}"), seq, id, message])
-                    })
-                    .expect("inbox row");
-            }
-        }
-        transaction.commit().expect("commit");
-    }
-    (ids.len() * 3) as f64 / began.elapsed().as_secs_f64()
-}
-
-/// Redis alone: commit-shaped scripts per second from `clients` tasks sharing one
-/// multiplexed connection, as the store's do; `None` when Redis cannot be reached.
-async fn redis_ceiling(url: &str, messages: usize, clients: usize) -> Option<f64> {
-    let client = ::redis::Client::open(url).ok()?;
-    let connection = client.get_multiplexed_async_connection().await.ok()?;
-    let prefix = format!("colloquy-bench:ceiling:{}", uuid::Uuid::now_v7());
-    let script = Arc::new(::redis::Script::new(CEILING_SCRIPT));
-    let (events, message) = ("e".repeat(EVENTS_BYTES), "m".repeat(MESSAGE_BYTES));
-    let next = Arc::new(AtomicUsize::new(0));
-    let began = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|task| {
-            let (mut connection, script, next, prefix) = (
-                connection.clone(),
-                script.clone(),
-                next.clone(),
-                prefix.clone(),
-            );
-            let (events, message) = (events.clone(), message.clone());
-            tokio::spawn(async move {
-                loop {
-                    let sent = next.fetch_add(1, Ordering::Relaxed);
-                    if sent >= messages {
-                        break;
-                    }
-                    let answer: Result<i64, _> = script
-                        .key(format!("{prefix}:c{task}"))
-                        .key(format!("{prefix}:versions"))
-                        .key(format!("{prefix}:wake"))
-                        .key(format!("{prefix}:inbox:b{task}"))
-                        .arg(&events)
-                        .arg(&message)
-                        .arg(sent)
-                        .invoke_async(&mut connection)
-                        .await;
-                    answer.ok()?;
-                }
-                Some(())
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.ok()??;
-    }
-    Some(messages as f64 / began.elapsed().as_secs_f64())
 }
 
 /// A `redis-server` for the run, stopped on drop.
@@ -519,25 +400,6 @@ fn sqlite_store(dir: &Path, run: &str, synchronous: Synchronous) -> Arc<dyn Conv
     Arc::new(
         SqliteStore::open_with(dir.join(format!("{run}.db")), synchronous).expect("open SQLite"),
     )
-}
-
-/// Switches the benchmark's own Redis between fsync policies (best effort: an error leaves
-/// the policy as it was, and the row says which was asked for).
-async fn set_appendfsync(url: &str, policy: &str) {
-    let Ok(client) = ::redis::Client::open(url) else {
-        return;
-    };
-    if let Ok(mut connection) = client.get_multiplexed_async_connection().await {
-        let result: Result<(), _> = ::redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("appendfsync")
-            .arg(policy)
-            .query_async(&mut connection)
-            .await;
-        if let Err(error) = result {
-            println!("could not set appendfsync {policy}: {error}");
-        }
-    }
 }
 
 /// One backend's figures (in-process, HTTP) and those of the memory-store run made just

@@ -202,17 +202,7 @@ fn request(id: &str, participant: &str, reply_by: Option<u64>) -> StartConversat
 /// The URL of database `db` of the test Redis at `redis`, emptied: a test that owns a
 /// database sees no other run's leftovers.
 async fn emptied_database(redis: &str, db: u8) -> String {
-    let url = format!("{redis}/{db}");
-    let client = ::redis::Client::open(url.as_str()).expect("redis url");
-    let mut connection = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis");
-    let () = ::redis::cmd("FLUSHDB")
-        .query_async(&mut connection)
-        .await
-        .expect("flushdb");
-    url
+    colloquy_store::raw::emptied_redis_database(redis, db).await
 }
 
 /// Polls `check` until it returns `Some`, for at most [`WAIT`].
@@ -764,17 +754,7 @@ fn sqlite_webhook_cursor(db: &Path) -> Option<u64> {
 /// How far `agent`'s pushes (webhook or A2A bridge) got, in the SQLite file at `db`, read
 /// beside the running server; `None` until there is a cursor (or while the file is busy).
 fn sqlite_push_cursor(db: &Path, agent: &str) -> Option<u64> {
-    let connection =
-        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .ok()?;
-    connection
-        .query_row(
-            "SELECT through FROM webhook_cursors WHERE agent = ?1",
-            [agent],
-            |row| row.get::<_, i64>(0),
-        )
-        .ok()
-        .and_then(|through| u64::try_from(through).ok())
+    colloquy_store::raw::sqlite_push_cursor(db, agent)
 }
 
 /// A server killed and restarted on its SQLite file goes on pushing bob's webhook where it
@@ -1440,14 +1420,8 @@ async fn a_node_behind_another_does_not_refuse_what_the_store_allows() {
 }
 
 async fn wait_for_redis(url: &str) {
-    let client = ::redis::Client::open(url).expect("redis url");
     eventually("redis accepts connections", || async {
-        let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-        let pong: String = ::redis::cmd("PING")
-            .query_async(&mut connection)
-            .await
-            .ok()?;
-        (pong == "PONG").then_some(())
+        colloquy_store::raw::redis_answers(url).await.then_some(())
     })
     .await;
 }

@@ -7,12 +7,17 @@
 //! - [`redis`]: [`RedisStore`], several engine nodes sharing one Redis (one Lua script per
 //!   commit, a change stream other nodes follow).
 //! - [`open`]: a `--store` spec (`memory`, `sqlite:PATH`, `redis://…`) made a store.
+//! - `sqlite::recorded`: a SQLite store's logs read-only, beside a running server (replay).
+//! - `raw` (feature `raw`, for the stores bench and the binary's crash tests only): the
+//!   backends below the store's layout — ceiling workloads and direct reads.
 //!
 //! # Dependencies
 //! This crate depends on `colloquy-core` (the trait, its types and the in-memory store) and
 //! the protocol; nothing above it (hooks, A2A, the server) and nothing of it leaks into
 //! them: they see an `Arc<dyn ConversationStore>`.
 
+#[cfg(feature = "raw")]
+pub mod raw;
 pub mod redis;
 pub mod sqlite;
 
