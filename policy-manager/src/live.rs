@@ -50,6 +50,10 @@ use crate::catalog::Catalog;
 use crate::compiled::{CompiledTemplate, HookModule};
 use crate::compiler::{Diagnostic, Diagnostics, TemplateCompiler};
 
+pub mod rollout;
+
+pub use rollout::{Archive, Candidate, RolloutError, RolloutMode};
+
 /// Retired revisions (edited away or deleted) whose text is kept per template, so that a
 /// conversation pinned to one still loads: 32 edits back covers every conversation started
 /// since unless a template is edited many times during one conversation's life, while 32
@@ -97,6 +101,10 @@ pub struct Snapshot {
     /// The current revisions and the retired ones kept (see the module docs): the text each
     /// was compiled from, its hook module and when it first loaded.
     sources: HashMap<(Arc<str>, Arc<str>), LoadedSource>,
+    /// The staged candidate of each template that has one ([`rollout`]).
+    pub candidates: HashMap<Arc<str>, Arc<Candidate>>,
+    /// The rollout's version this snapshot shows.
+    rollout_version: u64,
 }
 
 /// What a revision was compiled from.
@@ -120,6 +128,22 @@ impl Snapshot {
             loaded_at: now_ms(),
             generation: 0,
             sources: HashMap::new(),
+            candidates: HashMap::new(),
+            rollout_version: 0,
+        }
+    }
+
+    /// A copy to change and swap in: the same templates (the same `Arc`s), sources and
+    /// candidates, one generation on.
+    fn clone_for_change(&self) -> Snapshot {
+        Snapshot {
+            catalog: self.catalog.clone(),
+            revision: self.revision.clone(),
+            loaded_at: self.loaded_at,
+            generation: self.generation + 1,
+            sources: self.sources.clone(),
+            candidates: self.candidates.clone(),
+            rollout_version: self.rollout_version,
         }
     }
 
@@ -249,6 +273,11 @@ struct Shared {
     /// Given to the check; made at the first reload with a check, since it holds a weak
     /// reference to this state.
     listener: OnceLock<CompileListener>,
+    /// Pins, candidates and the history ([`rollout`]).
+    rollout: Mutex<rollout::Rollout>,
+    /// New conversations started while a ramp runs: every hundred, the ramp's percent start
+    /// on the candidate.
+    ramp_starts: AtomicU64,
 }
 
 impl std::fmt::Debug for LiveCatalog {
@@ -280,6 +309,8 @@ impl LiveCatalog {
                 compiling: Mutex::new(Vec::new()),
                 compiles_ended: Condvar::new(),
                 listener: OnceLock::new(),
+                rollout: Mutex::new(rollout::Rollout::default()),
+                ramp_starts: AtomicU64::new(0),
             }),
         }
     }
@@ -356,9 +387,23 @@ impl LiveCatalog {
         self.shared.current.load_full()
     }
 
-    /// The newest revision of `name`.
+    /// The revision of `name` a new conversation starts on: the active one, or the candidate
+    /// for the share of starts its ramp asks for.
     pub fn latest(&self, name: &str) -> Option<Arc<CompiledTemplate>> {
-        self.shared.current.load().catalog.latest(name)
+        let snapshot = self.shared.current.load();
+        if !snapshot.candidates.is_empty()
+            && let Some(candidate) = snapshot.candidates.get(name)
+        {
+            let percent = u64::from(candidate.ramp_percent());
+            // Exactly `percent` of every hundred starts, spread by a counter rather than drawn:
+            // a ramp at 5% starts its fifth conversation on the candidate, not "about" that.
+            if percent > 0
+                && self.shared.ramp_starts.fetch_add(1, Ordering::Relaxed) % 100 < percent
+            {
+                return Some(candidate.template.clone());
+            }
+        }
+        snapshot.catalog.latest(name)
     }
 
     /// A specific revision of `name`: a current one, a retired one still held, or a retired
@@ -390,7 +435,7 @@ impl LiveCatalog {
     pub fn reload(&self) -> Result<Reloaded, Diagnostics> {
         let shared = self.prepared();
         let guard = shared.lock();
-        shared.reload_locked(&guard)
+        shared.reload_locked(&guard, &shared.reload_cause())
     }
 
     /// Reloads, then waits for every hook compile the reload started and reloads again,
@@ -447,6 +492,13 @@ impl Shared {
         let snapshot = self.current.load_full();
         if let Some(current) = snapshot.catalog.revision(name, revision) {
             return Some(current);
+        }
+        if let Some(candidate) = snapshot
+            .candidates
+            .get(name)
+            .filter(|candidate| *candidate.template.revision == *revision)
+        {
+            return Some(candidate.template.clone());
         }
         let key = (Arc::from(name), Arc::from(revision));
         let mut retired = lock(&self.retired);
@@ -511,7 +563,7 @@ impl Shared {
             return;
         }
         // The outcome is logged and kept for `/v1/status` by the reload itself.
-        let _ = self.reload_locked(&guard);
+        let _ = self.reload_locked(&guard, &self.reload_cause());
         lock(&self.compiling).retain(|waiting| waiting.hook_sha256 != hook_sha256);
         self.compiles_ended.notify_all();
     }
@@ -539,9 +591,29 @@ impl Shared {
         self.compiles_ended.notify_all();
     }
 
-    fn reload_locked(&self, _guard: &MutexGuard<'_, ()>) -> Result<Reloaded, Diagnostics> {
+    /// What a reload of the directory is, for the history: the watcher's, or a remote
+    /// policy manager's change followed.
+    fn reload_cause(&self) -> rollout::Cause {
+        if self.origin == self.dir.display().to_string() {
+            rollout::Cause {
+                kind: Some("reload"),
+                by: "watcher".into(),
+            }
+        } else {
+            rollout::Cause {
+                kind: Some("follow"),
+                by: format!("policy manager {}", self.origin),
+            }
+        }
+    }
+
+    fn reload_locked(
+        &self,
+        _guard: &MutexGuard<'_, ()>,
+        cause: &rollout::Cause,
+    ) -> Result<Reloaded, Diagnostics> {
         let mut compiling = None;
-        let result = match self.build_next(&mut compiling) {
+        let result = match self.build_next(&mut compiling, cause) {
             Ok(reloaded) => {
                 if self.last_error.swap(None).is_some() {
                     tracing::info!(dir = %self.dir.display(), "templates compile again; reload error cleared");
@@ -580,6 +652,7 @@ impl Shared {
     fn build_next(
         &self,
         compiling: &mut Option<Vec<CompilingRevision>>,
+        cause: &rollout::Cause,
     ) -> Result<Reloaded, Diagnostics> {
         let compiled = self.compiler.compile_dir_with_sources(&self.dir)?;
         let previous = self.current.load_full();
@@ -647,20 +720,49 @@ impl Shared {
         if !problems.is_empty() {
             return Err(Diagnostics::sorted(problems));
         }
-        let pairs: Vec<(&str, &str)> = templates.iter().map(|t| (&*t.name, &*t.revision)).collect();
-        let revision = catalog_revision(&pairs);
-        if previous.generation > 0 && revision == previous.revision {
-            return Ok(Reloaded::Unchanged(previous));
-        }
         let loaded_at = now_ms();
         let mut sources = previous.sources.clone();
+        let mut rollout = lock(&self.rollout);
         for (name, template_revision, source) in new_sources {
-            sources
-                .entry((name, template_revision))
-                .or_insert(LoadedSource {
+            if let std::collections::hash_map::Entry::Vacant(vacant) =
+                sources.entry((name.clone(), template_revision.clone()))
+            {
+                let source = vacant.insert(LoadedSource {
                     loaded_at,
                     ..source
                 });
+                if let Some(archive) = &rollout.archive {
+                    archive.revision_loaded(&name, &template_revision, source);
+                }
+            }
+        }
+        let previous_active: HashMap<Arc<str>, Arc<str>> = previous
+            .catalog
+            .templates()
+            .into_iter()
+            .map(|t| (t.name.clone(), t.revision.clone()))
+            .collect();
+        let templates = rollout.apply(
+            templates,
+            &previous_active,
+            cause,
+            &sources,
+            &|name, revision| self.revision(name, revision),
+        );
+        let candidates: HashMap<Arc<str>, Arc<Candidate>> = rollout
+            .templates
+            .iter()
+            .filter_map(|(name, state)| Some((name.clone(), state.candidate.clone()?)))
+            .collect();
+        let rollout_version = rollout.version;
+        drop(rollout);
+        let pairs: Vec<(&str, &str)> = templates.iter().map(|t| (&*t.name, &*t.revision)).collect();
+        let revision = catalog_revision(&pairs);
+        if previous.generation > 0
+            && revision == previous.revision
+            && rollout_version == previous.rollout_version
+        {
+            return Ok(Reloaded::Unchanged(previous));
         }
         self.retire(&previous.catalog, &templates, &mut sources);
         let names: Vec<String> = templates
@@ -684,6 +786,8 @@ impl Shared {
             loaded_at,
             generation: previous.generation + 1,
             sources,
+            candidates,
+            rollout_version,
         });
         self.current.store(next.clone());
         self.changes.send_replace(next.clone());
@@ -867,7 +971,11 @@ impl Shared {
         path: &Path,
         previous: Option<Vec<u8>>,
     ) -> Result<Arc<Snapshot>, ChangeError> {
-        match self.reload_locked(guard) {
+        let cause = rollout::Cause {
+            kind: Some("upload"),
+            by: "admin".into(),
+        };
+        match self.reload_locked(guard, &cause) {
             Ok(reloaded) => Ok(reloaded.snapshot().clone()),
             Err(diagnostics) => {
                 match previous {
@@ -876,7 +984,7 @@ impl Shared {
                 }
                 // The directory compiled before the change, so this puts back what served
                 // and clears the error (it stays if someone broke another file meanwhile).
-                let _ = self.reload_locked(guard);
+                let _ = self.reload_locked(guard, &cause);
                 Err(ChangeError::Rejected(diagnostics))
             }
         }

@@ -27,6 +27,7 @@ pub mod hook;
 pub mod message;
 pub mod performative;
 pub mod policy;
+pub mod rollout;
 pub mod template;
 
 pub use action::Action;
