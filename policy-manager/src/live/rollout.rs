@@ -48,6 +48,9 @@ pub trait Archive: Send + Sync {
     fn activated(&self, activation: &Activation);
 }
 
+/// A revision the archive kept: the template's name, the revision, its source.
+pub type ArchivedSource = (Arc<str>, Arc<str>, LoadedSource);
+
 /// A staged candidate revision.
 #[derive(Clone, Debug)]
 pub struct Candidate {
@@ -420,7 +423,7 @@ impl LiveCatalog {
     /// As [`LiveCatalog::with_check`].
     pub fn seed(
         mut self,
-        sources: Vec<(Arc<str>, Arc<str>, LoadedSource)>,
+        sources: Vec<ArchivedSource>,
         history: Vec<Activation>,
     ) -> LiveCatalog {
         let shared = self.configure();

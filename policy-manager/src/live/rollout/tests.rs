@@ -206,7 +206,7 @@ fn staging_the_active_revision_or_a_broken_one_is_refused() {
 /// An archive that remembers what it was told.
 #[derive(Default)]
 struct Remembered {
-    sources: Mutex<Vec<(Arc<str>, Arc<str>, LoadedSource)>>,
+    sources: Mutex<Vec<ArchivedSource>>,
     history: Mutex<Vec<Activation>>,
 }
 
