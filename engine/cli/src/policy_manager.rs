@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use colloquy_policy::live::RolloutMode;
 use colloquy_policy::watcher::{self, DirectoryWatcher};
 use colloquy_policy::{Catalog, LiveCatalog, PolicyClient, TemplateCompiler};
 use colloquy_server::policy::{self, PolicyState, Reads, Writes};
+use colloquy_server::rollout::{Rollouts, ShadowSettings};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -124,6 +126,8 @@ pub struct ServeTemplates {
     pub routes: axum::Router,
     /// Flip to `true` before shutting the service down: ends the change feeds.
     pub closing: watch::Sender<bool>,
+    /// The engine's rollouts: shadow twins and canary tallies, fed by the store's commits.
+    pub rollouts: Arc<Rollouts>,
     _watcher: Option<DirectoryWatcher>,
     _follower: Option<tokio::task::JoinHandle<()>>,
 }
@@ -144,18 +148,55 @@ impl Drop for ServeTemplates {
     }
 }
 
+/// How `colloquy serve` sets up its templates.
+pub struct TemplateOptions {
+    /// The template directory (embedded policy manager).
+    pub dir: Option<PathBuf>,
+    /// The policy manager to follow instead.
+    pub remote: Option<String>,
+    /// The admin's token, for template writes.
+    pub admin_token: Option<String>,
+    /// Who may read the policy routes.
+    pub reads: Reads,
+    /// Who the tokens name, so an agent's token on a template write is told 403.
+    pub identity: Option<Arc<colloquy_server::Identity>>,
+    /// Where the mirror of a remote policy manager lives.
+    pub data_dir: PathBuf,
+    /// The hook runtime revisions are checked against.
+    pub hooks: Option<Arc<colloquy_hooks::HookRuntime>>,
+    /// What an edited template file does.
+    pub rollout: RolloutMode,
+    /// How candidates are shadowed.
+    pub shadow: ShadowSettings,
+}
+
 /// Templates of `colloquy serve`: an embedded policy manager over `dir` (watched, with its
 /// API merged into the service), or, with `remote`, a mirror under `data_dir` following the
 /// policy manager at that URL. `reads` says who may read the policy routes.
 pub fn serve_templates(
-    dir: Option<PathBuf>,
-    remote: Option<String>,
-    admin_token: Option<String>,
-    reads: Reads,
-    data_dir: &Path,
-    hooks: Option<Arc<colloquy_hooks::HookRuntime>>,
+    options: TemplateOptions,
     out: &mut dyn Write,
 ) -> anyhow::Result<ServeTemplates> {
+    let TemplateOptions {
+        dir,
+        remote,
+        admin_token,
+        reads,
+        identity,
+        data_dir,
+        hooks,
+        rollout,
+        shadow,
+    } = options;
+    let policy_state = |live: &Arc<LiveCatalog>, writes, closing_rx| {
+        let rollouts = Rollouts::new(live.clone(), shadow.clone());
+        let mut state = PolicyState::new(live.clone(), writes, reads.clone(), closing_rx)
+            .with_rollouts(rollouts.clone());
+        if let Some(identity) = &identity {
+            state = state.with_identity(identity.clone());
+        }
+        (policy::router(state), rollouts)
+    };
     // With a hook runtime, a revision whose module does not link is refused at reload,
     // like a template that does not compile, and so is one whose hook budget is over the
     // runtime's ceiling.
@@ -171,7 +212,7 @@ pub fn serve_templates(
     match remote {
         None => {
             let dir = dir.unwrap_or_else(crate::default_templates_dir);
-            let live = checked(LiveCatalog::new(&dir));
+            let live = checked(LiveCatalog::new(&dir)).with_rollout(rollout);
             // At start-up nothing serves yet: wait for the hooks to compile, so the service
             // starts with every template (and a refused hook stops it, as a broken file does).
             live.reload_settled()
@@ -184,11 +225,12 @@ pub fn serve_templates(
             let watcher = watch_dir(&live)?;
             list(out, &dir.display(), &live)?;
             let writes = admin_token.map_or(Writes::Disabled, Writes::AdminToken);
-            let routes = policy::router(PolicyState::new(live.clone(), writes, reads, closing_rx));
+            let (routes, rollouts) = policy_state(&live, writes, closing_rx);
             Ok(ServeTemplates {
                 live,
                 routes,
                 closing,
+                rollouts,
                 _watcher: Some(watcher),
                 _follower: None,
             })
@@ -213,16 +255,12 @@ pub fn serve_templates(
                 &live,
             )?;
             let follower = colloquy_policy::follower::follow(live.clone(), client);
-            let routes = policy::router(PolicyState::new(
-                live.clone(),
-                Writes::Follower(url),
-                reads,
-                closing_rx,
-            ));
+            let (routes, rollouts) = policy_state(&live, Writes::Follower(url), closing_rx);
             Ok(ServeTemplates {
                 live,
                 routes,
                 closing,
+                rollouts,
                 _watcher: None,
                 _follower: Some(follower),
             })

@@ -14,6 +14,7 @@ use colloquy_core::hook_pool::HookPoolConfig;
 use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
 use colloquy_server::auth::AgentsFile;
 use colloquy_server::policy::Reads;
+use colloquy_server::rollout::ShadowSettings;
 use colloquy_server::{self as api, Identity, ServiceOptions};
 use tokio::net::TcpListener;
 
@@ -50,6 +51,11 @@ pub struct ServeArgs {
     /// file's `admin_token`; without any, uploads are disabled].
     #[arg(long, value_name = "TOKEN")]
     admin_token: Option<String>,
+    /// What an edited template file (or an upload) does: `immediate` serves it at once;
+    /// `shadow` stages it as the template's candidate, shadowed beside the active revision
+    /// until promoted (`colloquy templates promote`).
+    #[arg(long, value_name = "MODE", value_enum, default_value = "immediate")]
+    rollout: Rollout,
     /// With --agents, let anyone read the policy routes (`GET /v1/templates…`, `/v1/watch`,
     /// `/v1/status`), template sources and hook modules included. Without it they need a
     /// token: any agent's, or the admin's for sources and modules. (Without --agents
@@ -192,6 +198,22 @@ fn policy_reads(identity: &Identity, public_templates: bool) -> Reads {
     }
 }
 
+/// `--rollout`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Rollout {
+    Immediate,
+    Shadow,
+}
+
+impl From<Rollout> for colloquy_policy::live::RolloutMode {
+    fn from(rollout: Rollout) -> Self {
+        match rollout {
+            Rollout::Immediate => colloquy_policy::live::RolloutMode::Immediate,
+            Rollout::Shadow => colloquy_policy::live::RolloutMode::Shadow,
+        }
+    }
+}
+
 /// Runs the service until Ctrl-C, then lets requests in flight finish.
 pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let agents = args.agents.as_deref().map(AgentsFile::read).transpose()?;
@@ -229,13 +251,28 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         })
         .context("starting the wasm hook runtime")?,
     );
+    let shadow = ShadowSettings {
+        off: spec.starts_with("redis").then(|| {
+            "several engine nodes may share this store, and a twin must see all of its \
+             conversation: shadowing runs on a store one node owns (memory, SQLite)"
+                .to_owned()
+        }),
+        ..ShadowSettings::default()
+    };
+    let token_identity =
+        matches!(identity, Identity::Tokens { .. }).then(|| Arc::new(identity.clone()));
     let templates = crate::policy_manager::serve_templates(
-        args.templates,
-        args.policy_manager,
-        admin_token,
-        reads,
-        &args.data_dir,
-        Some(hooks.clone()),
+        crate::policy_manager::TemplateOptions {
+            dir: args.templates,
+            remote: args.policy_manager,
+            admin_token,
+            reads,
+            identity: token_identity,
+            data_dir: args.data_dir.clone(),
+            hooks: Some(hooks.clone()),
+            rollout: args.rollout.into(),
+            shadow,
+        },
         out,
     )?;
     match &args.agents {
@@ -265,6 +302,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let options = ServiceOptions {
         identity,
         store: Some(store),
+        commit_observer: Some(templates.rollouts.clone()),
         templates: Some(templates.live.clone()),
         routes: Some(templates.routes.clone()),
         hooks: Some(hooks),

@@ -353,16 +353,43 @@ impl Tally {
     }
 }
 
+/// Told of the commits the store acknowledged, after the fact: the engine's rollouts (shadow
+/// twins of new conversations on a candidate revision, a canary's tallies) follow live
+/// conversations through it.
+pub trait CommitObserver: Send + Sync {
+    /// Whether commits of `template` interest it. Asked first, for every commit: it must be
+    /// cheap, and a commit it declines costs nothing more.
+    fn watches(&self, template: &str) -> bool;
+    /// A commit of a watched template was acknowledged. Must not block.
+    fn committed(
+        &self,
+        template: &Arc<str>,
+        conversation_id: &Arc<str>,
+        events: Vec<ConversationEvent>,
+    );
+}
+
 /// A [`ConversationStore`] that counts what its inner store accepted.
 pub struct MeteredStore {
     inner: Arc<dyn ConversationStore>,
     metrics: Arc<Metrics>,
+    observer: Option<Arc<dyn CommitObserver>>,
 }
 
 impl MeteredStore {
     /// Wraps `inner`, counting into `metrics`.
     pub fn new(inner: Arc<dyn ConversationStore>, metrics: Arc<Metrics>) -> MeteredStore {
-        MeteredStore { inner, metrics }
+        MeteredStore {
+            inner,
+            metrics,
+            observer: None,
+        }
+    }
+
+    /// Tells `observer` of every acknowledged commit of the templates it watches.
+    pub fn with_observer(mut self, observer: Arc<dyn CommitObserver>) -> MeteredStore {
+        self.observer = Some(observer);
+        self
     }
 }
 
@@ -374,8 +401,22 @@ impl ConversationStore for MeteredStore {
         let template = commit.template.clone();
         // A commit has a few events (a message, a completion): counted without allocating.
         let tallies: SmallVec<[Tally; 4]> = commit.events.iter().filter_map(Tally::of).collect();
+        let observed = self
+            .observer
+            .as_ref()
+            .filter(|observer| observer.watches(&template))
+            .map(|observer| {
+                (
+                    observer.clone(),
+                    commit.conversation_id.clone(),
+                    commit.events.clone(),
+                )
+            });
         self.inner.commit(commit).await?;
         self.metrics.count(&template, tallies);
+        if let Some((observer, id, events)) = observed {
+            observer.committed(&template, &id, events);
+        }
         Ok(())
     }
 

@@ -109,78 +109,197 @@ pub async fn replay(
     clock: &Arc<ManualClock>,
     hooks: Option<Arc<dyn HookCaller>>,
 ) -> Result<Verdict, ReplayError> {
-    let Some(EventKind::Started(started)) = log.first().map(|event| &event.kind) else {
-        return Err(ReplayError::NoStart);
-    };
-    let started_at = log[0].at;
-    let inputs = inputs(log, started);
-    let opening = inputs
-        .first()
-        .filter(|input| input.is_opening)
-        .map(|input| input.message.clone());
-    let later: Vec<&Input> = inputs.iter().filter(|input| !input.is_opening).collect();
+    let mut twin = Twin::start(log, candidate, clock, hooks).await?;
+    Ok(twin.finish().await)
+}
 
-    let sandbox = Sandbox::new(
-        Arc::new(Catalog::new([candidate.clone()])),
-        clock.clone(),
-        hooks,
-    );
-    clock.set(started_at);
-    let id = started.id.to_string();
-    let parties: Vec<&str> = std::iter::once(&*started.initiator)
-        .chain(started.participants.iter().map(|p| &**p))
-        .collect();
-    let request = StartConversation {
-        template: candidate.name.to_string(),
-        participants: started.participants.iter().map(|p| p.to_string()).collect(),
-        parameters: started.parameters.clone(),
-        context: started.context.clone(),
-        conversation_id: Some(id.clone()),
-        deadline_ms: started.deadline.map(|at| at.saturating_sub(started_at)),
-        message: opening.as_ref().map(|message| resend(message, &parties)),
-    };
-    if let Err(error) = sandbox.start(&started.initiator, request).await {
-        return Ok(Verdict::Diverged(Divergence {
-            step: 0,
-            input: describe_start(started, opening.as_deref()),
-            kind: DivergenceKind::Refused(error.code().to_owned()),
-            differences: vec![refusal(&error)],
-        }));
-    }
-    for (index, input) in later.iter().enumerate() {
-        let step = index + 1;
-        let now = sandbox.now();
-        // A recorded time before the clock (never, in a well-formed log) is taken as now.
-        let _ = sandbox.advance(&id, input.at.saturating_sub(now)).await;
-        let recorded: Vec<&ConversationEvent> =
-            log.iter().filter(|event| event.seq < input.seq).collect();
-        if let Some(divergence) = diverges(&sandbox, &id, &recorded, step, &describe(input)).await {
-            return Ok(Verdict::Diverged(divergence));
+/// A conversation re-driven on a candidate revision as its log grows: [`replay`] hands it
+/// a whole recorded log; a shadow twin (`colloquy_server::rollout`) the events of each live
+/// commit as they are acknowledged. It stops at its first divergence.
+pub struct Twin {
+    sandbox: Sandbox,
+    clock: Arc<ManualClock>,
+    id: String,
+    parties: Vec<String>,
+    /// The live (recorded) log so far.
+    recorded: Vec<ConversationEvent>,
+    /// The real parties' messages re-driven after the start (step 0) so far.
+    steps: usize,
+    /// The twin's own time: the clock may be shared by other twins in between.
+    now: u64,
+    divergence: Option<Divergence>,
+}
+
+impl Twin {
+    /// Starts the twin from the first events of a log (`started`, and with it the opening
+    /// message when the initiator sent one), then follows the rest of `first`.
+    pub async fn start(
+        first: &[ConversationEvent],
+        candidate: &Arc<CompiledTemplate>,
+        clock: &Arc<ManualClock>,
+        hooks: Option<Arc<dyn HookCaller>>,
+    ) -> Result<Twin, ReplayError> {
+        let Some(EventKind::Started(started)) = first.first().map(|event| &event.kind) else {
+            return Err(ReplayError::NoStart);
+        };
+        let started_at = first[0].at;
+        let opening = inputs(first, started)
+            .into_iter()
+            .next()
+            .filter(|input| input.is_opening);
+        let sandbox = Sandbox::new(
+            Arc::new(Catalog::new([candidate.clone()])),
+            clock.clone(),
+            hooks,
+        );
+        clock.set(started_at);
+        let id = started.id.to_string();
+        let parties: Vec<String> = std::iter::once(&started.initiator)
+            .chain(started.participants.iter())
+            .map(|party| party.to_string())
+            .collect();
+        let party_names: Vec<&str> = parties.iter().map(String::as_str).collect();
+        let request = StartConversation {
+            template: candidate.name.to_string(),
+            participants: started.participants.iter().map(|p| p.to_string()).collect(),
+            parameters: started.parameters.clone(),
+            context: started.context.clone(),
+            conversation_id: Some(id.clone()),
+            deadline_ms: started.deadline.map(|at| at.saturating_sub(started_at)),
+            message: opening
+                .as_ref()
+                .map(|input| resend(&input.message, &party_names)),
+        };
+        let mut twin = Twin {
+            sandbox,
+            clock: clock.clone(),
+            id,
+            parties,
+            recorded: Vec::new(),
+            steps: 0,
+            now: started_at,
+            divergence: None,
+        };
+        let opening_seq = opening.as_ref().map(|input| input.seq);
+        if let Err(error) = twin.sandbox.start(&started.initiator, request).await {
+            twin.divergence = Some(Divergence {
+                step: 0,
+                input: describe_start(started, opening.as_ref().map(|input| &*input.message)),
+                kind: DivergenceKind::Refused(error.code().to_owned()),
+                differences: vec![refusal(&error)],
+            });
         }
-        if let Err(error) = sandbox
-            .send(&id, &input.message.sender, resend(&input.message, &parties))
+        twin.now = twin.sandbox.now();
+        let rest = first
+            .iter()
+            .position(|event| Some(event.seq) == opening_seq)
+            .map_or(1, |at| at + 1);
+        twin.recorded.extend_from_slice(&first[..rest]);
+        twin.follow(&first[rest..]).await;
+        Ok(twin)
+    }
+
+    /// Follows the live conversation's next events: each real party's message is re-driven
+    /// at its time, after the twin's own deadlines up to then fired and the two logs were
+    /// compared.
+    pub async fn follow(&mut self, events: &[ConversationEvent]) {
+        for event in events {
+            if self.divergence.is_none()
+                && let EventKind::MessageAccepted { message, .. } = &event.kind
+                && &*message.sender != ENGINE_PARTY
+            {
+                self.steps += 1;
+                let input = Input {
+                    seq: event.seq,
+                    at: event.at,
+                    message: message.clone(),
+                    is_opening: false,
+                };
+                self.drive(&input).await;
+            }
+            self.recorded.push(event.clone());
+        }
+    }
+
+    /// One input: the clock to its time, the comparison, then the message itself.
+    async fn drive(&mut self, input: &Input) {
+        let step = self.steps;
+        self.clock.set(self.now);
+        // A recorded time before the clock (never, in a well-formed log) is taken as now.
+        let _ = self
+            .sandbox
+            .advance(&self.id, input.at.saturating_sub(self.now))
+            .await;
+        let recorded: Vec<&ConversationEvent> = self.recorded.iter().collect();
+        if let Some(divergence) =
+            diverges(&self.sandbox, &self.id, &recorded, step, &describe(input)).await
+        {
+            self.divergence = Some(divergence);
+            return;
+        }
+        let parties: Vec<&str> = self.parties.iter().map(String::as_str).collect();
+        if let Err(error) = self
+            .sandbox
+            .send(
+                &self.id,
+                &input.message.sender,
+                resend(&input.message, &parties),
+            )
             .await
         {
-            return Ok(Verdict::Diverged(Divergence {
+            self.divergence = Some(Divergence {
                 step,
                 input: describe(input),
                 kind: DivergenceKind::Refused(error.code().to_owned()),
                 differences: vec![refusal(&error)],
-            }));
+            });
+        }
+        self.now = self.sandbox.now();
+    }
+
+    /// The live conversation is over (or the recording ends): the twin's clock goes to the
+    /// last event's time and the two logs are compared a last time.
+    pub async fn finish(&mut self) -> Verdict {
+        if self.divergence.is_none() {
+            let end = self.recorded.last().map_or(self.now, |event| event.at);
+            self.clock.set(self.now);
+            let _ = self
+                .sandbox
+                .advance(&self.id, end.saturating_sub(self.now))
+                .await;
+            self.now = self.sandbox.now();
+            let recorded: Vec<&ConversationEvent> = self.recorded.iter().collect();
+            self.divergence = diverges(
+                &self.sandbox,
+                &self.id,
+                &recorded,
+                self.steps + 1,
+                "the end of the recording",
+            )
+            .await;
+        }
+        self.verdict()
+    }
+
+    /// The first divergence so far, if any.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        self.divergence.as_ref()
+    }
+
+    /// `same` so far, or the first divergence.
+    pub fn verdict(&self) -> Verdict {
+        match &self.divergence {
+            Some(divergence) => Verdict::Diverged(divergence.clone()),
+            None => Verdict::Same,
         }
     }
-    let end = log.last().map_or(started_at, |event| event.at);
-    let _ = sandbox
-        .advance(&id, end.saturating_sub(sandbox.now()))
-        .await;
-    let recorded: Vec<&ConversationEvent> = log.iter().collect();
-    let step = later.len() + 1;
-    Ok(
-        match diverges(&sandbox, &id, &recorded, step, "the end of the recording").await {
-            Some(divergence) => Verdict::Diverged(divergence),
-            None => Verdict::Same,
-        },
-    )
+
+    /// Whether the live conversation has ended (its log holds `completed`).
+    pub fn ended(&self) -> bool {
+        self.recorded
+            .iter()
+            .any(|event| matches!(event.kind, EventKind::Completed { .. }))
+    }
 }
 
 /// One input: a real party's message.

@@ -38,6 +38,15 @@ pub enum ApiError {
     /// No such route or resource.
     #[error("{0}")]
     NotFound(String),
+    /// The request is well formed but the resource's state refuses it (promoting a revision
+    /// that is not the candidate, a rollback with nothing to go back to).
+    #[error("{message}")]
+    Conflict {
+        /// A stable code: `not_the_candidate`, `no_previous_revision`, ….
+        code: &'static str,
+        /// What conflicts.
+        message: String,
+    },
     /// The route exists but not with this method.
     #[error("method not allowed")]
     MethodNotAllowed,
@@ -68,6 +77,7 @@ impl ApiError {
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -82,6 +92,7 @@ impl ApiError {
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
+            ApiError::Conflict { code, .. } => code,
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::TooLarge(_) => "body_too_large",
             ApiError::BodyTimeout(_) => "body_timeout",

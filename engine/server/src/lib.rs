@@ -45,6 +45,7 @@ pub mod json;
 pub mod listen;
 pub mod ops;
 pub mod policy;
+pub mod rollout;
 pub mod server;
 pub mod streams;
 

@@ -68,6 +68,11 @@ struct PolicyShared {
     writes: Writes,
     reads: Reads,
     closing: watch::Receiver<bool>,
+    /// The engine's rollouts (shadow twins, ramp tallies), where an engine serves these
+    /// routes; the standalone policy manager has none.
+    rollouts: Option<Arc<crate::rollout::Rollouts>>,
+    /// Who the tokens name, so an agent's token on a write gets 403, not 401.
+    identity: Option<Arc<super::Identity>>,
 }
 
 /// Who may read templates, their sources and modules, the change feed and the status.
@@ -85,7 +90,7 @@ pub enum Reads {
 
 /// What a read needs under [`Reads::Tokens`].
 #[derive(Clone, Copy, Debug)]
-enum ReadNeeds {
+pub(crate) enum ReadNeeds {
     /// A valid token, any caller.
     AnyCaller,
     /// The administrator's token.
@@ -112,17 +117,56 @@ impl PolicyState {
         reads: Reads,
         closing: watch::Receiver<bool>,
     ) -> Self {
+        let identity = match &reads {
+            Reads::Tokens(identity) => Some(identity.clone()),
+            Reads::Public => None,
+        };
         PolicyState(Arc::new(PolicyShared {
             live,
             writes,
             reads,
             closing,
+            rollouts: None,
+            identity,
         }))
+    }
+
+    /// With the engine's rollouts, whose shadow findings the candidate routes report.
+    ///
+    /// # Panics
+    /// If the state was cloned already: configure it before building the router.
+    pub fn with_rollouts(mut self, rollouts: Arc<crate::rollout::Rollouts>) -> Self {
+        Arc::get_mut(&mut self.0)
+            .expect("a policy state is configured before it is shared")
+            .rollouts = Some(rollouts);
+        self
+    }
+
+    /// With the identity the tokens belong to (when templates are public, the reads do not
+    /// carry it), so an agent's token on a write is told 403.
+    ///
+    /// # Panics
+    /// As [`PolicyState::with_rollouts`].
+    pub fn with_identity(mut self, identity: Arc<super::Identity>) -> Self {
+        Arc::get_mut(&mut self.0)
+            .expect("a policy state is configured before it is shared")
+            .identity = Some(identity);
+        self
+    }
+
+    /// The live catalog.
+    pub(crate) fn live(&self) -> &Arc<LiveCatalog> {
+        &self.0.live
+    }
+
+    /// The engine's rollouts, if an engine serves these routes.
+    pub(crate) fn rollouts(&self) -> Option<&Arc<crate::rollout::Rollouts>> {
+        self.0.rollouts.as_ref()
     }
 
     /// 401 without a valid token, 403 for an agent where the administrator is needed;
     /// nothing under [`Reads::Public`].
-    fn check_read(&self, headers: &HeaderMap, needs: ReadNeeds) -> Result<(), ApiError> {
+    pub(crate) fn check_read(&self, headers: &HeaderMap, needs: ReadNeeds) -> Result<(), ApiError> {
         let Reads::Tokens(identity) = &self.0.reads else {
             return Ok(());
         };
@@ -148,6 +192,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("put", "/v1/modules/{file}"),
     ("get", "/v1/watch"),
     ("get", "/v1/status"),
+    ("post", "/v1/templates/{name}/candidates"),
+    ("get", "/v1/templates/{name}/candidates"),
+    ("post", "/v1/templates/{name}/candidates/{revision}/promote"),
+    ("post", "/v1/templates/{name}/candidates/{revision}/ramp"),
+    ("post", "/v1/templates/{name}/rollback"),
+    ("get", "/v1/templates/{name}/history"),
 ];
 
 /// The policy routes, without a fallback, so they can be merged into another router.
@@ -158,6 +208,7 @@ pub fn router(state: PolicyState) -> Router {
         .route("/v1/templates/{name}/revisions", get(revisions))
         .route("/v1/templates/{name}/modules/{sha256}", get(module))
         .route("/v1/watch", get(watch_feed))
+        .merge(crate::rollout::routes::router())
         .route("/v1/status", get(status))
         .layer(DefaultBodyLimit::max(MAX_TEMPLATE_BYTES))
         .merge(
@@ -402,8 +453,9 @@ async fn module(
         .into_response())
 }
 
-/// The admin check of writes.
-fn authorize(state: &PolicyState, headers: &HeaderMap) -> Result<(), ApiError> {
+/// The admin check of writes: 401 without a token or with one nobody issued, 403 for an
+/// agent's.
+pub(crate) fn authorize(state: &PolicyState, headers: &HeaderMap) -> Result<(), ApiError> {
     match &state.0.writes {
         Writes::Disabled => Err(ApiError::Forbidden(
             "template uploads are disabled: no admin token is configured".into(),
@@ -416,7 +468,17 @@ fn authorize(state: &PolicyState, headers: &HeaderMap) -> Result<(), ApiError> {
                 "changing templates needs `Authorization: Bearer <admin token>`".into(),
             )),
             Some(presented) if same_secret(presented, token) => Ok(()),
-            Some(_) => Err(ApiError::Unauthenticated("unknown token".into())),
+            Some(_) => match state
+                .0
+                .identity
+                .as_ref()
+                .and_then(|identity| identity.identify_headers(headers).ok())
+            {
+                Some(super::Caller::Agent(agent)) => Err(ApiError::Forbidden(format!(
+                    "`{agent}` is an agent: changing templates needs the admin token"
+                ))),
+                _ => Err(ApiError::Unauthenticated("unknown token".into())),
+            },
         },
     }
 }
@@ -525,8 +587,15 @@ async fn remove(
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ChangeError> + Send + 'static,
 ) -> Result<T, PolicyError> {
+    blocking_with(work).await
+}
+
+/// [`blocking`] for any error a policy answer can be made of.
+pub(crate) async fn blocking_with<T: Send + 'static, E: Into<PolicyError> + Send + 'static>(
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, PolicyError> {
     match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result.map_err(PolicyError::from),
+        Ok(result) => result.map_err(Into::into),
         Err(join) => Err(ChangeError::Io(io::Error::other(join.to_string())).into()),
     }
 }

@@ -49,6 +49,9 @@ pub struct ServiceOptions {
     /// How A2A clients are served: the default template of their tasks, where push
     /// notifications may go.
     pub a2a: crate::a2a::Settings,
+    /// Told of every acknowledged commit of the templates it watches: the rollouts' shadow
+    /// twins and canary tallies ([`crate::rollout::Rollouts`]).
+    pub commit_observer: Option<Arc<dyn colloquy_core::metrics::CommitObserver>>,
 }
 
 impl Default for ServiceOptions {
@@ -64,6 +67,7 @@ impl Default for ServiceOptions {
             routes: None,
             hooks: None,
             a2a: crate::a2a::Settings::default(),
+            commit_observer: None,
         }
     }
 }
@@ -139,7 +143,11 @@ pub fn launch(
     let inner = options
         .store
         .unwrap_or_else(|| Arc::new(MemoryStore::new()));
-    let store = Arc::new(MeteredStore::new(inner, metrics.clone()));
+    let store = MeteredStore::new(inner, metrics.clone());
+    let store = Arc::new(match options.commit_observer {
+        Some(observer) => store.with_observer(observer),
+        None => store,
+    });
     let source: Arc<dyn TemplateSource> = match options.templates {
         Some(source) => source,
         None => Arc::new(catalog),

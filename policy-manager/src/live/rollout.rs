@@ -421,11 +421,7 @@ impl LiveCatalog {
     ///
     /// # Panics
     /// As [`LiveCatalog::with_check`].
-    pub fn seed(
-        mut self,
-        sources: Vec<ArchivedSource>,
-        history: Vec<Activation>,
-    ) -> LiveCatalog {
+    pub fn seed(mut self, sources: Vec<ArchivedSource>, history: Vec<Activation>) -> LiveCatalog {
         let shared = self.configure();
         let mut seeded_active = HashMap::new();
         for activation in &history {

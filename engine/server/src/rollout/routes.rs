@@ -1,0 +1,251 @@
+//! The rollout routes of the policy API (issue 39): stage a candidate, read what its shadow
+//! found, ramp it, promote it, roll back, read the history. Writes need the admin, as every
+//! template write does (an agent's token gets 403); reads of candidates show their source,
+//! so they need the admin too; the history is for any caller.
+//!
+//! - `POST /v1/templates/{name}/candidates[?sample=0.1]`: the YAML as body → `201`.
+//! - `GET /v1/templates/{name}/candidates`.
+//! - `POST /v1/templates/{name}/candidates/{revision}/promote`.
+//! - `POST /v1/templates/{name}/candidates/{revision}/ramp?percent=N[&abort_on=…][&min_conversations=50]`.
+//! - `POST /v1/templates/{name}/rollback`.
+//! - `GET /v1/templates/{name}/history`: on a route of its own beside `…/revisions`, because
+//!   the history holds events (who made which revision active when), the revisions list
+//!   holds things (the revisions kept).
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use colloquy_policy::live::RolloutError;
+use colloquy_protocol::rollout::{Activated, CandidateList, CandidateStaged, History};
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::extract::{PathParams, QueryParams, RawBody, unreadable};
+use crate::json::JsonResponse;
+use crate::policy::{
+    MAX_TEMPLATE_BYTES, PolicyError, PolicyState, ReadNeeds, authorize, blocking_with,
+};
+
+/// The rollout routes, as (method, path), for the policy router's route list.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/templates/{name}/candidates"),
+    ("get", "/v1/templates/{name}/candidates"),
+    ("post", "/v1/templates/{name}/candidates/{revision}/promote"),
+    ("post", "/v1/templates/{name}/candidates/{revision}/ramp"),
+    ("post", "/v1/templates/{name}/rollback"),
+    ("get", "/v1/templates/{name}/history"),
+];
+
+/// The routes, on the policy state.
+pub fn router() -> Router<PolicyState> {
+    Router::new()
+        .route(
+            "/v1/templates/{name}/candidates",
+            post(stage).get(candidates),
+        )
+        .route(
+            "/v1/templates/{name}/candidates/{revision}/promote",
+            post(promote),
+        )
+        .route(
+            "/v1/templates/{name}/candidates/{revision}/ramp",
+            post(ramp),
+        )
+        .route("/v1/templates/{name}/rollback", post(rollback))
+        .route("/v1/templates/{name}/history", get(history))
+}
+
+impl From<RolloutError> for PolicyError {
+    fn from(error: RolloutError) -> PolicyError {
+        let conflict = |code| {
+            PolicyError::Api(ApiError::Conflict {
+                code,
+                message: error.to_string(),
+            })
+        };
+        match &error {
+            RolloutError::UnknownTemplate(_) => {
+                PolicyError::Api(ApiError::NotFound(error.to_string()))
+            }
+            RolloutError::NotTheCandidate { .. } => conflict("not_the_candidate"),
+            RolloutError::AlreadyActive { .. } => conflict("already_active"),
+            RolloutError::NoPrevious { .. } => conflict("no_previous_revision"),
+            RolloutError::Compiling(_) => conflict("hook_compiling"),
+            RolloutError::Invalid(_) => PolicyError::Api(ApiError::BadRequest {
+                code: "invalid_query",
+                message: error.to_string(),
+                pointer: None,
+            }),
+            RolloutError::Rejected(diagnostics) => PolicyError::Rejected(diagnostics.clone()),
+        }
+    }
+}
+
+/// Query of `POST …/candidates`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StageQuery {
+    /// The share of new conversations shadowed, 0 to 1.
+    #[serde(default)]
+    sample: Option<f64>,
+}
+
+/// `POST /v1/templates/{name}/candidates[?sample=0.1]`: compiles the body and stages it;
+/// `201` with the candidate's revision, `422` with diagnostics when it does not compile,
+/// `404` for an unknown template, `409` when it is the active revision already.
+async fn stage(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    QueryParams(query): QueryParams<StageQuery>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, PolicyError> {
+    authorize(&state, &headers)?;
+    let body = body.map_err(|error| unreadable(error, MAX_TEMPLATE_BYTES))?;
+    let yaml = String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
+        code: "invalid_body",
+        message: "a template is UTF-8 YAML text".into(),
+        pointer: None,
+    })?;
+    let sample = query.sample.unwrap_or(1.0);
+    let live = state.live().clone();
+    let staged = name.clone();
+    let candidate = blocking_with(move || live.stage(&staged, &yaml, sample, "admin")).await?;
+    let active = state
+        .live()
+        .snapshot()
+        .catalog
+        .latest(&name)
+        .map(|t| t.revision.to_string());
+    let body = CandidateStaged {
+        name,
+        revision: candidate.template.revision.to_string(),
+        active,
+        sample,
+    };
+    Ok((StatusCode::CREATED, JsonResponse(body)).into_response())
+}
+
+/// `GET /v1/templates/{name}/candidates`.
+async fn candidates(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<CandidateList>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::Admin)?;
+    let snapshot = state.live().snapshot();
+    let active = snapshot
+        .catalog
+        .latest(&name)
+        .ok_or_else(|| ApiError::NotFound(format!("no template named `{name}`")))?;
+    let candidates = snapshot
+        .candidates
+        .get(name.as_str())
+        .map(|candidate| match state.rollouts() {
+            Some(rollouts) => rollouts.report(&name, candidate),
+            None => crate::rollout::Rollouts::report_without_shadow(candidate),
+        })
+        .into_iter()
+        .collect();
+    Ok(JsonResponse(CandidateList {
+        name,
+        active: Some(active.revision.to_string()),
+        candidates,
+    }))
+}
+
+/// `POST …/candidates/{revision}/promote`: the candidate serves new conversations; `409`
+/// when `revision` is not the staged candidate.
+async fn promote(
+    State(state): State<PolicyState>,
+    PathParams((name, revision)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<Activated>, PolicyError> {
+    authorize(&state, &headers)?;
+    let live = state.live().clone();
+    let promoted = name.clone();
+    let activation = blocking_with(move || live.promote(&promoted, &revision, "admin")).await?;
+    Ok(JsonResponse(Activated { name, activation }))
+}
+
+/// Query of `POST …/ramp`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RampQuery {
+    /// The share of new conversations started on the candidate, 0 to 100.
+    percent: u8,
+    /// Gates: `refusal_rate:5,hook_failure_rate:2`.
+    #[serde(default)]
+    abort_on: Option<String>,
+    /// Conversations each side needs before the gates are judged.
+    #[serde(default)]
+    min_conversations: Option<u64>,
+}
+
+/// Conversations each side of a ramp needs before its gates are judged, unless told.
+pub const DEFAULT_MIN_CONVERSATIONS: u64 = 50;
+
+/// `POST …/candidates/{revision}/ramp?percent=N`: `percent` of new conversations start on
+/// the candidate, for real; `0` stops the ramp.
+async fn ramp(
+    State(state): State<PolicyState>,
+    PathParams((name, revision)): PathParams<(String, String)>,
+    QueryParams(query): QueryParams<RampQuery>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<Activated>, PolicyError> {
+    authorize(&state, &headers)?;
+    let live = state.live().clone();
+    let ramped = name.clone();
+    let activation = blocking_with(move || {
+        live.ramp(
+            &ramped,
+            &revision,
+            query.percent,
+            query.abort_on.as_deref(),
+            query.min_conversations.unwrap_or(DEFAULT_MIN_CONVERSATIONS),
+            "admin",
+        )
+    })
+    .await?;
+    Ok(JsonResponse(Activated { name, activation }))
+}
+
+/// `POST /v1/templates/{name}/rollback`: the revision active before the last change serves
+/// again; `409` when there is none.
+async fn rollback(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<Activated>, PolicyError> {
+    authorize(&state, &headers)?;
+    let live = state.live().clone();
+    let rolled = name.clone();
+    let activation = blocking_with(move || live.rollback(&rolled, "admin")).await?;
+    Ok(JsonResponse(Activated { name, activation }))
+}
+
+/// `GET /v1/templates/{name}/history`: every activation, oldest first.
+async fn history(
+    State(state): State<PolicyState>,
+    PathParams(name): PathParams<String>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<History>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::AnyCaller)?;
+    let activations = state.live().history(Some(&name));
+    let active = state
+        .live()
+        .snapshot()
+        .catalog
+        .latest(&name)
+        .map(|t| t.revision.to_string());
+    if activations.is_empty() && active.is_none() {
+        return Err(ApiError::NotFound(format!("no template named `{name}`")).into());
+    }
+    Ok(JsonResponse(History {
+        name,
+        active,
+        activations,
+    }))
+}
