@@ -24,6 +24,11 @@
 //! | `P:remote-tasks:{agent}` | hash | `["{conversation}","{message}"]` (JSON) → the JSON of the task the remote A2A agent runs for that message |
 //! | `P:ids` | sorted set | every conversation id, all scored 0 so they sort by id: an administrator's listing pages through it |
 //! | `P:ids-built` | string | set once `P:ids` also holds the conversations created before it existed |
+//! | `P:revisions:{template}` | hash | revision → the JSON of the archived revision (`redis/archive.rs`) |
+//! | `P:revision-templates` | set | the templates with archived revisions |
+//! | `P:module:{sha256}` | string | an archived hook module's bytes |
+//! | `P:activations` | list | every activation's JSON, in the order recorded |
+//! | `P:activations:{template}` | list | the template's activations, in the order recorded |
 //!
 //! A message is acknowledged when the script returned. For that to mean "durable", run
 //! Redis with `appendonly yes` and `appendfsync always` (the tests do); with the default
@@ -49,10 +54,11 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use colloquy_core::store::{
-    CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, PushConfig, RemoteChange, RemoteTask,
-    StoreError,
+    Activation, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
+    PushConfig, RemoteChange, RemoteTask, StoreError,
 };
 
+mod archive;
 mod scripts;
 
 use scripts::{
@@ -825,6 +831,45 @@ impl ConversationStore for RedisStore {
         let field = Keys::pair_field(conversation_id, message_id);
         self.forget_hash_record(self.keys.remote_tasks(agent), field)
             .await
+    }
+
+    async fn archive_revision(&self, revision: &ArchivedRevision) -> Result<(), StoreError> {
+        self.keep_revision(revision).await
+    }
+
+    async fn archive_module(&self, sha256: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.keep_module(sha256, bytes).await
+    }
+
+    async fn archived_revisions(
+        &self,
+        template: Option<&str>,
+    ) -> Result<Vec<ArchivedRevision>, StoreError> {
+        self.kept_revisions(template).await
+    }
+
+    async fn archived_revision(
+        &self,
+        template: &str,
+        revision: &str,
+    ) -> Result<Option<ArchivedRevision>, StoreError> {
+        self.kept_revision(template, revision).await
+    }
+
+    async fn archived_module(&self, sha256: &str) -> Result<Option<Arc<[u8]>>, StoreError> {
+        self.kept_module(sha256).await
+    }
+
+    async fn record_activation(&self, activation: &Activation) -> Result<(), StoreError> {
+        self.append_activation(activation).await
+    }
+
+    async fn activations(
+        &self,
+        template: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Activation>, StoreError> {
+        self.activation_history(template, limit).await
     }
 
     async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {

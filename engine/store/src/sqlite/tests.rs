@@ -5,10 +5,12 @@ use super::writer::move_recent_inbox;
 use super::*;
 use colloquy_core::store::Delivery;
 use colloquy_core::store::fixtures::{
-    accepted, assert_a_large_acknowledgement_leaves_the_rest,
-    assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-    assert_conversation_ids_page_in_order, assert_inbox_agents_are_listed,
-    assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
+    accepted, activation, activation_history, archived,
+    assert_a_large_acknowledgement_leaves_the_rest, assert_a_message_to_several_reaches_each,
+    assert_acknowledged_entries_go, assert_conversation_ids_page_in_order,
+    assert_inbox_agents_are_listed, assert_refuses_stale_writes,
+    assert_remote_tasks_are_kept_replaced_and_forgotten, assert_the_archive_is_as_left,
+    assert_the_archive_keeps_revisions_modules_and_activations,
     assert_webhook_cursors_only_advance, commit, message, remote_task, started,
 };
 
@@ -158,6 +160,44 @@ async fn push_configs_are_kept_replaced_forgotten_and_survive_a_reopen() {
             colloquy_core::store::fixtures::push_config("c1", "p1", 3),
             colloquy_core::store::fixtures::push_config("c2", "p1", 0),
         ]
+    );
+}
+
+/// The archive is in the file: a reopened store lists every revision, module and activation
+/// as they were, still keeps the first of a revision archived again, and appends the next
+/// activation after the old ones.
+#[tokio::test]
+async fn the_archive_keeps_revisions_modules_and_activations_and_survives_a_reopen() {
+    let path = temp_db("archive");
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        assert_the_archive_keeps_revisions_modules_and_activations(&store).await;
+    }
+    let store = SqliteStore::open(&path).expect("reopen");
+    assert_the_archive_is_as_left(&store).await;
+    let again = ArchivedRevision {
+        source: Arc::from("after the reopen"),
+        ..archived("b", "r0", 1)
+    };
+    store.archive_revision(&again).await.expect("again");
+    assert_eq!(
+        store.archived_revision("b", "r0").await.expect("get"),
+        Some(archived("b", "r0", 100))
+    );
+    let next = activation("b", "upload", Some("r2"), None, 10);
+    store.record_activation(&next).await.expect("record");
+    let mut history = activation_history();
+    // b's newest before the reopen: its deletion.
+    let deleted = history[4].clone();
+    assert_eq!((&*deleted.template, &*deleted.kind), ("b", "delete"));
+    history.push(next.clone());
+    assert_eq!(
+        store.activations(None, 100).await.expect("history"),
+        history
+    );
+    assert_eq!(
+        store.activations(Some("b"), 2).await.expect("b's newest"),
+        [deleted, next]
     );
 }
 
