@@ -201,6 +201,54 @@ async fn the_archive_keeps_revisions_modules_and_activations_and_survives_a_reop
     );
 }
 
+/// The read-only opener reads a store whose server predates the archive (schema version 8)
+/// as well as a current one, and refuses a newer store and one from before the log's layout.
+#[tokio::test]
+async fn recorded_logs_read_older_schemas_since_the_log_layout_and_refuse_newer_ones() {
+    let path = temp_db("recorded");
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        store
+            .commit(commit(
+                "c1",
+                0,
+                vec![started("c1"), accepted(2, "m1")],
+                None,
+            ))
+            .await
+            .expect("create");
+    }
+    let read = |path: &Path| -> Result<Vec<ConversationEvent>, StoreError> {
+        let logs = recorded::RecordedLogs::open(path)?;
+        assert_eq!(logs.conversation_ids()?, ["c1"]);
+        logs.load("c1")
+    };
+    let expected = vec![started("c1"), accepted(2, "m1")];
+    assert_eq!(read(&path).expect("the current schema"), expected);
+    let connection = Connection::open(&path).expect("open the file");
+    // As a server of schema version 8 left the file: no archive tables.
+    connection
+        .execute_batch("DROP TABLE revisions; DROP TABLE modules; DROP TABLE activations;")
+        .expect("drop the archive");
+    connection
+        .pragma_update(None, "user_version", MIGRATIONS.len() - 1)
+        .expect("version");
+    assert_eq!(
+        read(&path).expect("the schema before the archive"),
+        expected
+    );
+    for (version, says) in [(MIGRATIONS.len() + 1, "newer"), (1, "migrate")] {
+        connection
+            .pragma_update(None, "user_version", version)
+            .expect("version");
+        let refused = recorded::RecordedLogs::open(&path).map(|_| ());
+        assert!(
+            matches!(&refused, Err(StoreError::Unavailable(reason)) if reason.contains(says)),
+            "version {version}: {refused:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn remote_tasks_are_kept_replaced_forgotten_and_survive_a_reopen() {
     let path = temp_db("remote-tasks");
