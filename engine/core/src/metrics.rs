@@ -23,7 +23,9 @@ use dashmap::DashMap;
 use smallvec::SmallVec;
 
 use crate::keyed::Hasher;
-use crate::store::{Commit, ConversationStore, InboxEntry, RemoteTask, StoreError};
+use crate::store::{
+    Activation, ArchivedRevision, Commit, ConversationStore, InboxEntry, RemoteTask, StoreError,
+};
 
 type Counter<K> = DashMap<K, AtomicU64, Hasher>;
 
@@ -498,6 +500,45 @@ impl ConversationStore for MeteredStore {
         self.inner
             .forget_remote_task(agent, conversation_id, message_id)
             .await
+    }
+
+    async fn archive_revision(&self, revision: &ArchivedRevision) -> Result<(), StoreError> {
+        self.inner.archive_revision(revision).await
+    }
+
+    async fn archive_module(&self, sha256: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.inner.archive_module(sha256, bytes).await
+    }
+
+    async fn archived_revisions(
+        &self,
+        template: Option<&str>,
+    ) -> Result<Vec<ArchivedRevision>, StoreError> {
+        self.inner.archived_revisions(template).await
+    }
+
+    async fn archived_revision(
+        &self,
+        template: &str,
+        revision: &str,
+    ) -> Result<Option<ArchivedRevision>, StoreError> {
+        self.inner.archived_revision(template, revision).await
+    }
+
+    async fn archived_module(&self, sha256: &str) -> Result<Option<Arc<[u8]>>, StoreError> {
+        self.inner.archived_module(sha256).await
+    }
+
+    async fn record_activation(&self, activation: &Activation) -> Result<(), StoreError> {
+        self.inner.record_activation(activation).await
+    }
+
+    async fn activations(
+        &self,
+        template: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Activation>, StoreError> {
+        self.inner.activations(template, limit).await
     }
 
     async fn lead(&self, role: &str, lease_ms: u64) -> Result<bool, StoreError> {

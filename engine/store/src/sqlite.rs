@@ -30,6 +30,9 @@
 //! file (`PATH.lock`) for as long as the store lives; a second process (another `colloquy
 //! serve` on the same file) gets a clear error instead of corrupting the version checks.
 //! Several engine processes share a store through Redis.
+//!
+//! The revision archive (templates' revisions, hook modules and the history of activations)
+//! lives in tables of its own, written through the same writer (`sqlite/archive.rs`).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -46,15 +49,18 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use colloquy_core::store::{
-    CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry, PushConfig, RemoteTask, StoreError,
+    Activation, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
+    PushConfig, RemoteTask, StoreError,
 };
 
+mod archive;
 mod checkpoint;
 mod queries;
 pub mod recorded;
 mod schema;
 mod writer;
 
+use archive::ArchiveWrite;
 use queries::*;
 use schema::migrate;
 use writer::{Writer, sync_loop};
@@ -184,6 +190,7 @@ enum Job {
     KeepRemoteTask(String, RemoteTask, oneshot::Sender<Result<(), StoreError>>),
     KeepPushConfig(PushConfig, oneshot::Sender<Result<(), StoreError>>),
     ForgetPushConfig(String, String, oneshot::Sender<Result<(), StoreError>>),
+    Archive(ArchiveWrite, oneshot::Sender<Result<(), StoreError>>),
     /// The agent, the conversation and the message.
     ForgetRemoteTask(
         String,
@@ -526,6 +533,59 @@ impl ConversationStore for SqliteStore {
             message_id.to_owned(),
         );
         self.submit(|reply| Job::ForgetRemoteTask(agent, conversation, message, reply))
+            .await
+    }
+
+    async fn archive_revision(&self, revision: &ArchivedRevision) -> Result<(), StoreError> {
+        let write = ArchiveWrite::revision(revision)?;
+        self.submit(|reply| Job::Archive(write, reply)).await
+    }
+
+    async fn archive_module(&self, sha256: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let write = ArchiveWrite::Module {
+            sha256: sha256.to_owned(),
+            bytes: bytes.to_vec(),
+        };
+        self.submit(|reply| Job::Archive(write, reply)).await
+    }
+
+    async fn archived_revisions(
+        &self,
+        template: Option<&str>,
+    ) -> Result<Vec<ArchivedRevision>, StoreError> {
+        let template = template.map(str::to_owned);
+        self.read(move |connection| archive::revisions(connection, template.as_deref()))
+            .await
+    }
+
+    async fn archived_revision(
+        &self,
+        template: &str,
+        revision: &str,
+    ) -> Result<Option<ArchivedRevision>, StoreError> {
+        let (template, revision) = (template.to_owned(), revision.to_owned());
+        self.read(move |connection| archive::revision(connection, &template, &revision))
+            .await
+    }
+
+    async fn archived_module(&self, sha256: &str) -> Result<Option<Arc<[u8]>>, StoreError> {
+        let sha256 = sha256.to_owned();
+        self.read(move |connection| archive::module(connection, &sha256))
+            .await
+    }
+
+    async fn record_activation(&self, activation: &Activation) -> Result<(), StoreError> {
+        let write = ArchiveWrite::activation(activation)?;
+        self.submit(|reply| Job::Archive(write, reply)).await
+    }
+
+    async fn activations(
+        &self,
+        template: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Activation>, StoreError> {
+        let template = template.map(str::to_owned);
+        self.read(move |connection| archive::activations(connection, template.as_deref(), limit))
             .await
     }
 

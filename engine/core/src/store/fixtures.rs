@@ -8,7 +8,8 @@ use colloquy_protocol::message::{Content, Message};
 use colloquy_protocol::performative::{FipaAct, Performative};
 
 use super::{
-    Commit, ConversationStore, Delivery, PushAuthentication, PushConfig, RemoteTask, StoreError,
+    Activation, ArchivedRevision, Commit, ConversationStore, Delivery, PushAuthentication,
+    PushConfig, RemoteTask, StoreError,
 };
 
 /// The `started` event (seq 1) of conversation `id`.
@@ -445,4 +446,207 @@ pub async fn assert_conversation_ids_page_in_order(store: &dyn ConversationStore
     store.remove("c2").await.expect("remove");
     let all = store.conversation_ids(None, 10).await.expect("all");
     assert_eq!(ids(all), ["c1", "c3"]);
+}
+
+/// Revision `revision` of `template`, first seen at `first_seen`, with a source that names
+/// both (the revision `r1` of `a` also its file and hook module, [`HOOK_SHA256`]).
+pub fn archived(template: &str, revision: &str, first_seen: u64) -> ArchivedRevision {
+    let hooked = (template, revision) == ("a", "r1");
+    ArchivedRevision {
+        template: Arc::from(template),
+        revision: Arc::from(revision),
+        source: Arc::from(format!(
+            "name: {template}\n# revision {revision}\ndescription: \"quoted \\\"text\\\" — é\"\n"
+        )),
+        path: hooked.then(|| format!("templates/{template}.yaml")),
+        hook_sha256: hooked.then(|| Arc::from(HOOK_SHA256)),
+        hook_path: hooked.then(|| format!("hooks/{template}.wasm")),
+        first_seen,
+    }
+}
+
+/// The hash [`archived`] revisions name their module by (the store does not check it).
+pub const HOOK_SHA256: &str = "5f0c2e7a9b1d3f4e6a8c0b2d4f6e8a0c1b3d5f7e9a2c4e6b8d0f1a3c5e7b9d2f";
+
+/// The hash of a second module, [`SMALL_MODULE`].
+pub const SMALL_MODULE_SHA256: &str =
+    "0d9b8a7c6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b";
+
+/// A module header: the second module the archive keeps.
+pub const SMALL_MODULE: &[u8] = b"\0asm\x01\0\0\0";
+
+/// A module's bytes: every byte value (NUL, invalid UTF-8), over 64 KiB.
+pub fn module_bytes() -> Vec<u8> {
+    (0..=255u8).cycle().take(70_001).collect()
+}
+
+/// An activation of `template` by `kind` to `revision` from `previous`, at `at`.
+pub fn activation(
+    template: &str,
+    kind: &str,
+    revision: Option<&str>,
+    previous: Option<&str>,
+    at: u64,
+) -> Activation {
+    Activation {
+        template: Arc::from(template),
+        kind: kind.to_owned(),
+        revision: revision.map(Arc::from),
+        previous: previous.map(Arc::from),
+        at,
+        by: if kind == "reload" { "watcher" } else { "admin" }.to_owned(),
+        detail: (kind == "ramp").then(|| "25% of new conversations".to_owned()),
+    }
+}
+
+/// The activations [`assert_the_archive_keeps_revisions_modules_and_activations`] records,
+/// in order. The last is stamped earlier than the one before it (another node's clock):
+/// the history is in the order recorded, not by `at`.
+pub fn activation_history() -> Vec<Activation> {
+    vec![
+        activation("a", "reload", Some("r1"), None, 100),
+        activation("b", "upload", Some("r0"), None, 110),
+        activation("a", "stage", Some("r2"), Some("r1"), 120),
+        activation("a", "ramp", Some("r2"), Some("r1"), 130),
+        activation("b", "delete", None, Some("r0"), 140),
+        activation("a", "promote", Some("r2"), Some("r1"), 125),
+    ]
+}
+
+/// Every revision the archive fixture keeps, in listing order.
+fn every_archived_revision() -> Vec<ArchivedRevision> {
+    vec![
+        archived("a", "r3", 50),
+        archived("a", "r1", 100),
+        // Seen in the same millisecond as a's r1: after it, by template.
+        archived("b", "r0", 100),
+        archived("a", "r2", 200),
+        archived("b", "r1", 300),
+    ]
+}
+
+/// The revision archive's contract, on a fresh store: a revision kept again (with another
+/// source and a later `first_seen`) stays as first kept; listings filter by template and
+/// are ordered by `first_seen` (then template), not by when they were kept; modules read
+/// back byte for byte and are not replaced; activations come back in the order recorded,
+/// filtered by template, the newest `limit` of them. Removing a conversation leaves the
+/// archive alone. Returns with the archive as [`assert_the_archive_is_as_left`] checks it,
+/// for a durable store's test to check again after a reopen.
+pub async fn assert_the_archive_keeps_revisions_modules_and_activations(
+    store: &dyn ConversationStore,
+) {
+    assert_eq!(store.archived_revisions(None).await.expect("list"), []);
+    assert_eq!(store.archived_revision("a", "r1").await.expect("get"), None);
+    assert_eq!(store.archived_module(HOOK_SHA256).await.expect("get"), None);
+    assert_eq!(store.activations(None, 10).await.expect("history"), []);
+
+    // Kept in another order than they list in.
+    for (template, revision, first_seen) in [
+        ("b", "r1", 300),
+        ("a", "r1", 100),
+        ("a", "r2", 200),
+        ("b", "r0", 100),
+        ("a", "r3", 50),
+    ] {
+        store
+            .archive_revision(&archived(template, revision, first_seen))
+            .await
+            .expect("archive");
+    }
+    let again = ArchivedRevision {
+        source: Arc::from("name: a\n# a different source under the same revision\n"),
+        path: None,
+        first_seen: 900,
+        ..archived("a", "r1", 100)
+    };
+    store
+        .archive_revision(&again)
+        .await
+        .expect("archiving again is no error");
+    assert_eq!(
+        store.archived_revision("a", "r1").await.expect("get"),
+        Some(archived("a", "r1", 100)),
+        "the first kept stays"
+    );
+    assert_eq!(store.archived_revision("a", "r9").await.expect("get"), None);
+    assert_eq!(store.archived_revision("c", "r1").await.expect("get"), None);
+    assert_eq!(
+        store.archived_revisions(Some("a")).await.expect("list"),
+        [
+            archived("a", "r3", 50),
+            archived("a", "r1", 100),
+            archived("a", "r2", 200)
+        ]
+    );
+    assert_eq!(store.archived_revisions(Some("c")).await.expect("list"), []);
+
+    store
+        .archive_module(HOOK_SHA256, &module_bytes())
+        .await
+        .expect("module");
+    store
+        .archive_module(SMALL_MODULE_SHA256, SMALL_MODULE)
+        .await
+        .expect("module");
+    store
+        .archive_module(HOOK_SHA256, b"other bytes")
+        .await
+        .expect("archiving again is no error");
+
+    for activation in activation_history() {
+        store.record_activation(&activation).await.expect("record");
+    }
+    let history = activation_history();
+    let of_a: Vec<Activation> = history
+        .iter()
+        .filter(|activation| &*activation.template == "a")
+        .cloned()
+        .collect();
+    assert_eq!(store.activations(Some("a"), 100).await.expect("a"), of_a);
+    assert_eq!(
+        store.activations(Some("a"), 2).await.expect("a's newest"),
+        of_a[2..]
+    );
+    assert_eq!(
+        store.activations(None, 3).await.expect("the newest"),
+        history[3..]
+    );
+    assert_eq!(store.activations(None, 0).await.expect("none"), []);
+    assert_eq!(store.activations(Some("c"), 10).await.expect("c"), []);
+
+    // Retention removes conversations, never the archive.
+    store
+        .commit(commit("archived-c", 0, vec![started("archived-c")], None))
+        .await
+        .expect("create");
+    store.remove("archived-c").await.expect("remove");
+    assert_the_archive_is_as_left(store).await;
+}
+
+/// The archive as [`assert_the_archive_keeps_revisions_modules_and_activations`] leaves it:
+/// every revision, both modules byte for byte, the whole history in order.
+pub async fn assert_the_archive_is_as_left(store: &dyn ConversationStore) {
+    assert_eq!(
+        store.archived_revisions(None).await.expect("list"),
+        every_archived_revision()
+    );
+    let module = store
+        .archived_module(HOOK_SHA256)
+        .await
+        .expect("get")
+        .expect("kept");
+    assert!(*module == *module_bytes(), "the module's bytes, exactly");
+    assert_eq!(
+        store
+            .archived_module(SMALL_MODULE_SHA256)
+            .await
+            .expect("get")
+            .as_deref(),
+        Some(SMALL_MODULE)
+    );
+    assert_eq!(store.archived_module("0000").await.expect("get"), None);
+    assert_eq!(
+        store.activations(None, 100).await.expect("history"),
+        activation_history()
+    );
 }

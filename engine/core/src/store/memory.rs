@@ -1,7 +1,7 @@
 //! The in-memory store: everything in process memory, gone at exit. For tests, benchmarks
 //! and throwaway runs.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -9,6 +9,7 @@ use colloquy_protocol::event::ConversationEvent;
 use colloquy_protocol::message::AgentId;
 use dashmap::mapref::entry::Entry;
 
+use super::archive::{self, Activation, ArchivedRevision};
 use super::{Commit, ConversationStore, InboxEntry, PushConfig, RemoteTask, StoreError};
 use crate::keyed::{self, ConversationMap, Hasher};
 
@@ -32,6 +33,17 @@ struct Inbox {
     remote_tasks: Vec<RemoteTask>,
 }
 
+/// The revision archive (see [`super::archive`]).
+#[derive(Debug, Default)]
+struct Archive {
+    /// By (template, revision).
+    revisions: BTreeMap<(Arc<str>, Arc<str>), ArchivedRevision>,
+    /// Module bytes by SHA-256.
+    modules: HashMap<Arc<str>, Arc<[u8]>, Hasher>,
+    /// Every activation, in the order recorded.
+    activations: Vec<Activation>,
+}
+
 /// An in-process [`ConversationStore`].
 #[derive(Debug)]
 pub struct MemoryStore {
@@ -39,6 +51,7 @@ pub struct MemoryStore {
     wakes: Mutex<BTreeSet<(u64, Arc<str>)>>,
     inboxes: Mutex<HashMap<Arc<str>, Inbox, Hasher>>,
     push_configs: Mutex<Vec<PushConfig>>,
+    archive: Mutex<Archive>,
 }
 
 impl Default for MemoryStore {
@@ -55,6 +68,7 @@ impl MemoryStore {
             wakes: Mutex::default(),
             inboxes: Mutex::default(),
             push_configs: Mutex::default(),
+            archive: Mutex::default(),
         }
     }
 
@@ -84,6 +98,13 @@ impl MemoryStore {
 
     fn push_configs_locked(&self) -> MutexGuard<'_, Vec<PushConfig>> {
         self.push_configs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn archive(&self) -> MutexGuard<'_, Archive> {
+        // Each change under this lock is one insert or push: a panic leaves it consistent.
+        self.archive
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -259,6 +280,70 @@ impl ConversationStore for MemoryStore {
         Ok(())
     }
 
+    async fn archive_revision(&self, revision: &ArchivedRevision) -> Result<(), StoreError> {
+        self.archive()
+            .revisions
+            .entry((revision.template.clone(), revision.revision.clone()))
+            .or_insert_with(|| revision.clone());
+        Ok(())
+    }
+
+    async fn archive_module(&self, sha256: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.archive()
+            .modules
+            .entry(Arc::from(sha256))
+            .or_insert_with(|| Arc::from(bytes));
+        Ok(())
+    }
+
+    async fn archived_revisions(
+        &self,
+        template: Option<&str>,
+    ) -> Result<Vec<ArchivedRevision>, StoreError> {
+        let mut revisions: Vec<ArchivedRevision> = self
+            .archive()
+            .revisions
+            .values()
+            .filter(|kept| template.is_none_or(|template| &*kept.template == template))
+            .cloned()
+            .collect();
+        revisions.sort_by(|a, b| a.listing_order().cmp(&b.listing_order()));
+        Ok(revisions)
+    }
+
+    async fn archived_revision(
+        &self,
+        template: &str,
+        revision: &str,
+    ) -> Result<Option<ArchivedRevision>, StoreError> {
+        let key = (Arc::from(template), Arc::from(revision));
+        Ok(self.archive().revisions.get(&key).cloned())
+    }
+
+    async fn archived_module(&self, sha256: &str) -> Result<Option<Arc<[u8]>>, StoreError> {
+        Ok(self.archive().modules.get(sha256).cloned())
+    }
+
+    async fn record_activation(&self, activation: &Activation) -> Result<(), StoreError> {
+        self.archive().activations.push(activation.clone());
+        Ok(())
+    }
+
+    async fn activations(
+        &self,
+        template: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Activation>, StoreError> {
+        let history: Vec<Activation> = self
+            .archive()
+            .activations
+            .iter()
+            .filter(|kept| template.is_none_or(|template| &*kept.template == template))
+            .cloned()
+            .collect();
+        Ok(archive::newest(history, limit))
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Vec<ConversationEvent>>, StoreError> {
         Ok(self
             .conversations
@@ -375,6 +460,14 @@ mod tests {
     #[tokio::test]
     async fn remote_tasks_are_kept_replaced_and_forgotten() {
         assert_remote_tasks_are_kept_replaced_and_forgotten(&MemoryStore::new()).await;
+    }
+
+    #[tokio::test]
+    async fn the_archive_keeps_revisions_modules_and_activations() {
+        super::super::fixtures::assert_the_archive_keeps_revisions_modules_and_activations(
+            &MemoryStore::new(),
+        )
+        .await;
     }
 
     #[tokio::test]

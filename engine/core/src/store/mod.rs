@@ -17,6 +17,12 @@
 //! `colloquy_store::open` turns a `--store` spec (`memory`, `sqlite:PATH`, `redis://…`)
 //! into a store. `fixtures` (feature `fixtures`) is the contract every backend's tests run.
 //!
+//! # The revision archive
+//! Beside the conversations a store keeps the revision archive ([`archive`]): each revision
+//! of each template with the YAML and hook module it was compiled from, and the history of
+//! which revision was active when. Its writes are durable when they return, like commits;
+//! conversation retention and removal never touch it.
+//!
 //! # Deadlines across crashes and nodes
 //! [`ConversationStore::claim_due`] hands each due entry to one caller. The durable stores
 //! *lease* it rather than delete it: the entry moves to `now + CLAIM_LEASE_MS`, and the
@@ -25,6 +31,7 @@
 //! lease instead of losing it; the version check makes sure a timer that did fire is not
 //! fired again by the next claimer.
 
+pub mod archive;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod memory;
@@ -35,6 +42,7 @@ use async_trait::async_trait;
 use colloquy_protocol::event::ConversationEvent;
 use colloquy_protocol::message::{AgentId, Message};
 
+pub use archive::{Activation, ArchivedRevision};
 pub use memory::MemoryStore;
 
 /// How long a durable store keeps a claimed wake-up before handing it out again, in case
@@ -216,7 +224,8 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// [`CLAIM_LEASE_MS`] rather than delete it (see the module docs).
     async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError>;
 
-    /// Deletes a conversation, its log and its wake-up (retention).
+    /// Deletes a conversation, its log and its wake-up (retention). The revision archive
+    /// stays as it is, also the revision the conversation started on.
     async fn remove(&self, id: &str) -> Result<(), StoreError>;
 
     /// Up to `limit` inbox entries of `agent` after `after_seq`, in order.
@@ -282,6 +291,45 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// Forgets the push config `id` of `conversation_id`; forgetting one that is not
     /// recorded is no error.
     async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError>;
+
+    /// Keeps `revision` in the archive (see [`archive`]). Idempotent: a (template, revision)
+    /// already kept stays as first kept, whatever this one holds (its `first_seen` too).
+    /// Durable before it returns, like a commit.
+    async fn archive_revision(&self, revision: &ArchivedRevision) -> Result<(), StoreError>;
+
+    /// Keeps a hook module's bytes under `sha256` (lowercase hex), which the caller computed:
+    /// the store does not check it. Idempotent: a hash already kept keeps its bytes. Durable
+    /// before it returns.
+    async fn archive_module(&self, sha256: &str, bytes: &[u8]) -> Result<(), StoreError>;
+
+    /// Every kept revision of `template` (of all templates when `None`), oldest `first_seen`
+    /// first ([`ArchivedRevision::listing_order`]: then by template and revision).
+    async fn archived_revisions(
+        &self,
+        template: Option<&str>,
+    ) -> Result<Vec<ArchivedRevision>, StoreError>;
+
+    /// The kept revision `revision` of `template`, or `None`.
+    async fn archived_revision(
+        &self,
+        template: &str,
+        revision: &str,
+    ) -> Result<Option<ArchivedRevision>, StoreError>;
+
+    /// The bytes kept under `sha256` by [`archive_module`](Self::archive_module), or `None`.
+    async fn archived_module(&self, sha256: &str) -> Result<Option<Arc<[u8]>>, StoreError>;
+
+    /// Appends `activation` to the history of activations, after every one recorded before.
+    /// Durable before it returns.
+    async fn record_activation(&self, activation: &Activation) -> Result<(), StoreError>;
+
+    /// The history of `template` (of all templates when `None`), oldest first, in the order
+    /// the activations were recorded; the newest `limit` of them when there are more.
+    async fn activations(
+        &self,
+        template: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Activation>, StoreError>;
 
     /// The ids of the conversations `agent` is a party of (initiator or participant), in id
     /// order, or `None` when the store keeps no such index. Durable stores keep one, because

@@ -6,6 +6,7 @@ use colloquy_core::store::fixtures::{
     assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
     assert_conversation_ids_page_in_order, assert_inbox_agents_are_listed,
     assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
+    assert_the_archive_is_as_left, assert_the_archive_keeps_revisions_modules_and_activations,
     assert_webhook_cursors_only_advance, commit, started,
 };
 
@@ -73,6 +74,42 @@ async fn the_id_index_is_built_for_conversations_created_before_it() {
     let reconnected = open_store(&url, &prefix).await;
     let ids = reconnected.conversation_ids(None, 10).await.expect("ids");
     assert_eq!(ids, Some(vec![Arc::from("old-1"), Arc::from("old-2")]));
+}
+
+/// The archive is in Redis: a new connection (another node, or an engine restarted on the
+/// store) reads every revision, module and activation as they were; the per-template
+/// history and the whole one agree.
+#[tokio::test]
+async fn the_archive_keeps_revisions_modules_and_activations_for_a_new_connection() {
+    let Some(url) =
+        test_redis("the_archive_keeps_revisions_modules_and_activations_for_a_new_connection")
+    else {
+        return;
+    };
+    let prefix = unique_prefix("archive");
+    {
+        let store = open_store(&url, &prefix).await;
+        assert_the_archive_keeps_revisions_modules_and_activations(&store).await;
+    }
+    let reconnected = open_store(&url, &prefix).await;
+    assert_the_archive_is_as_left(&reconnected).await;
+    let mut connection = reconnected.connection.clone();
+    let whole: Vec<String> = connection
+        .lrange(format!("{prefix}:activations"), 0, -1)
+        .await
+        .expect("the whole history");
+    let of_b: Vec<String> = connection
+        .lrange(format!("{prefix}:activations:b"), 0, -1)
+        .await
+        .expect("b's history");
+    assert_eq!(
+        whole
+            .into_iter()
+            .filter(|body| body.contains(r#""template":"b""#))
+            .collect::<Vec<_>>(),
+        of_b
+    );
+    assert_eq!(of_b.len(), 2);
 }
 
 /// Webhook cursors are shared: a second node on the same Redis reads where the first got.

@@ -12,6 +12,13 @@ use rusqlite::{Connection, OpenFlags};
 use super::schema::MIGRATIONS;
 use super::{internal, read_events};
 
+/// The oldest schema version this reads. What it reads, `conversations` and `events` (one
+/// row per commit), is as migration 2 left it; the migrations since add tables and columns
+/// it does not read (shared messages, acknowledgements, webhook cursors, remote tasks, push
+/// configs, the revision archive). So a replay also reads the file of a running server that
+/// predates some of them.
+pub const OLDEST_READABLE: usize = 2;
+
 /// The logs of a SQLite store, read-only.
 pub struct RecordedLogs {
     path: PathBuf,
@@ -20,7 +27,8 @@ pub struct RecordedLogs {
 
 impl RecordedLogs {
     /// Opens the database at `path` read-only. Fails (without creating anything) when it
-    /// does not exist, is not a Colloquy store, or was written by a newer version.
+    /// does not exist, is not a Colloquy store, was written by a newer version, or is older
+    /// than [`OLDEST_READABLE`].
     pub fn open(path: impl AsRef<Path>) -> Result<RecordedLogs, StoreError> {
         let path = path.as_ref().to_path_buf();
         let unreadable = |error: rusqlite::Error| {
@@ -43,10 +51,18 @@ impl RecordedLogs {
                 path.display()
             )));
         }
-        if version != MIGRATIONS.len() {
+        if version > MIGRATIONS.len() {
             return Err(StoreError::Unavailable(format!(
-                "{} has schema version {version}; this colloquy reads version {} (run a server \
-                 of this version on it once to migrate it)",
+                "{} has schema version {version}, written by a newer colloquy; this one reads \
+                 versions {OLDEST_READABLE} to {}",
+                path.display(),
+                MIGRATIONS.len()
+            )));
+        }
+        if version < OLDEST_READABLE {
+            return Err(StoreError::Unavailable(format!(
+                "{} has schema version {version}; this colloquy reads versions \
+                 {OLDEST_READABLE} to {} (run a server of this version on it once to migrate it)",
                 path.display(),
                 MIGRATIONS.len()
             )));

@@ -112,6 +112,28 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 8: remote tasks that wait for the initiator's input (not polled; the next message
     //    goes into them).
     "ALTER TABLE remote_tasks ADD COLUMN awaits_input INTEGER NOT NULL DEFAULT 0;",
+    // 9: the revision archive (`sqlite/archive.rs`): each template revision once, as JSON
+    //    (`first_seen` beside it for the listing's order); hook modules once per SHA-256
+    //    (a rowid table: modules are large, and a WITHOUT ROWID table keeps each row whole
+    //    in its B-tree); the history of activations in the order recorded (AUTOINCREMENT:
+    //    a number is never used twice). Retention (`queries::remove`) touches none of them.
+    "CREATE TABLE revisions (
+         template TEXT NOT NULL,
+         revision TEXT NOT NULL,
+         body TEXT NOT NULL,
+         first_seen INTEGER NOT NULL,
+         PRIMARY KEY (template, revision)
+     );
+     CREATE TABLE modules (
+         sha256 TEXT PRIMARY KEY,
+         bytes BLOB NOT NULL
+     );
+     CREATE TABLE activations (
+         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+         template TEXT NOT NULL,
+         body TEXT NOT NULL
+     );
+     CREATE INDEX activations_by_template ON activations (template, seq);",
 ];
 
 pub(super) fn migrate(connection: &mut Connection) -> Result<(), StoreError> {

@@ -5,10 +5,12 @@ use super::writer::move_recent_inbox;
 use super::*;
 use colloquy_core::store::Delivery;
 use colloquy_core::store::fixtures::{
-    accepted, assert_a_large_acknowledgement_leaves_the_rest,
-    assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-    assert_conversation_ids_page_in_order, assert_inbox_agents_are_listed,
-    assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
+    accepted, activation, activation_history, archived,
+    assert_a_large_acknowledgement_leaves_the_rest, assert_a_message_to_several_reaches_each,
+    assert_acknowledged_entries_go, assert_conversation_ids_page_in_order,
+    assert_inbox_agents_are_listed, assert_refuses_stale_writes,
+    assert_remote_tasks_are_kept_replaced_and_forgotten, assert_the_archive_is_as_left,
+    assert_the_archive_keeps_revisions_modules_and_activations,
     assert_webhook_cursors_only_advance, commit, message, remote_task, started,
 };
 
@@ -159,6 +161,92 @@ async fn push_configs_are_kept_replaced_forgotten_and_survive_a_reopen() {
             colloquy_core::store::fixtures::push_config("c2", "p1", 0),
         ]
     );
+}
+
+/// The archive is in the file: a reopened store lists every revision, module and activation
+/// as they were, still keeps the first of a revision archived again, and appends the next
+/// activation after the old ones.
+#[tokio::test]
+async fn the_archive_keeps_revisions_modules_and_activations_and_survives_a_reopen() {
+    let path = temp_db("archive");
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        assert_the_archive_keeps_revisions_modules_and_activations(&store).await;
+    }
+    let store = SqliteStore::open(&path).expect("reopen");
+    assert_the_archive_is_as_left(&store).await;
+    let again = ArchivedRevision {
+        source: Arc::from("after the reopen"),
+        ..archived("b", "r0", 1)
+    };
+    store.archive_revision(&again).await.expect("again");
+    assert_eq!(
+        store.archived_revision("b", "r0").await.expect("get"),
+        Some(archived("b", "r0", 100))
+    );
+    let next = activation("b", "upload", Some("r2"), None, 10);
+    store.record_activation(&next).await.expect("record");
+    let mut history = activation_history();
+    // b's newest before the reopen: its deletion.
+    let deleted = history[4].clone();
+    assert_eq!((&*deleted.template, &*deleted.kind), ("b", "delete"));
+    history.push(next.clone());
+    assert_eq!(
+        store.activations(None, 100).await.expect("history"),
+        history
+    );
+    assert_eq!(
+        store.activations(Some("b"), 2).await.expect("b's newest"),
+        [deleted, next]
+    );
+}
+
+/// The read-only opener reads a store whose server predates the archive (schema version 8)
+/// as well as a current one, and refuses a newer store and one from before the log's layout.
+#[tokio::test]
+async fn recorded_logs_read_older_schemas_since_the_log_layout_and_refuse_newer_ones() {
+    let path = temp_db("recorded");
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        store
+            .commit(commit(
+                "c1",
+                0,
+                vec![started("c1"), accepted(2, "m1")],
+                None,
+            ))
+            .await
+            .expect("create");
+    }
+    let read = |path: &Path| -> Result<Vec<ConversationEvent>, StoreError> {
+        let logs = recorded::RecordedLogs::open(path)?;
+        assert_eq!(logs.conversation_ids()?, ["c1"]);
+        logs.load("c1")
+    };
+    let expected = vec![started("c1"), accepted(2, "m1")];
+    assert_eq!(read(&path).expect("the current schema"), expected);
+    let connection = Connection::open(&path).expect("open the file");
+    // As a server of schema version 8 left the file: no archive tables.
+    connection
+        .execute_batch("DROP TABLE revisions; DROP TABLE modules; DROP TABLE activations;")
+        .expect("drop the archive");
+    connection
+        .pragma_update(None, "user_version", MIGRATIONS.len() - 1)
+        .expect("version");
+    assert_eq!(
+        read(&path).expect("the schema before the archive"),
+        expected
+    );
+    for (version, says) in [(MIGRATIONS.len() + 1, "newer"), (1, "migrate")] {
+        connection
+            .pragma_update(None, "user_version", version)
+            .expect("version");
+        let refused = recorded::RecordedLogs::open(&path).map(|_| ());
+        assert!(
+            matches!(&refused, Err(StoreError::Unavailable(reason)) if reason.contains(says)),
+            "version {version}: {refused:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -84,7 +84,8 @@ pub(super) enum Answer {
         oneshot::Sender<Result<Vec<Arc<str>>, StoreError>>,
         Result<Vec<Arc<str>>, StoreError>,
     ),
-    /// A job whose answer is only that it was applied: a removal, a webhook cursor.
+    /// A job whose answer is only that it was applied: a removal, a webhook cursor, a write
+    /// to the revision archive.
     Done(
         oneshot::Sender<Result<(), StoreError>>,
         Result<(), StoreError>,
@@ -175,6 +176,10 @@ impl Writer {
                                 "DELETE FROM push_configs WHERE conversation_id = ?1 AND id = ?2",
                             )?
                             .execute(params![conversation, id])?;
+                        Answer::Done(reply, Ok(()))
+                    }
+                    Job::Archive(write, reply) => {
+                        write.apply(&transaction)?;
                         Answer::Done(reply, Ok(()))
                     }
                     Job::ForgetRemoteTask(agent, conversation, message, reply) => {
