@@ -168,6 +168,25 @@ pub struct TemplateOptions {
     pub rollout: RolloutMode,
     /// How candidates are shadowed.
     pub shadow: ShadowSettings,
+    /// The store's revision archive, and what it held at start-up.
+    pub archive: Option<ArchiveSeed>,
+}
+
+/// The store's revision archive and what it held at start-up.
+pub struct ArchiveSeed {
+    /// Where new revisions and activations are written.
+    pub archive: Arc<dyn colloquy_policy::live::Archive>,
+    /// The revisions it kept.
+    pub sources: Vec<colloquy_policy::live::rollout::ArchivedSource>,
+    /// The history it kept.
+    pub history: Vec<colloquy_protocol::rollout::Activation>,
+}
+
+impl ArchiveSeed {
+    fn apply(self, live: LiveCatalog) -> LiveCatalog {
+        live.with_archive(self.archive)
+            .seed(self.sources, self.history)
+    }
 }
 
 /// Templates of `colloquy serve`: an embedded policy manager over `dir` (watched, with its
@@ -187,7 +206,12 @@ pub fn serve_templates(
         hooks,
         rollout,
         shadow,
+        archive,
     } = options;
+    let archived = |live: LiveCatalog| match archive {
+        Some(seed) => seed.apply(live),
+        None => live,
+    };
     let policy_state = |live: &Arc<LiveCatalog>, writes, closing_rx| {
         let rollouts = Rollouts::new(live.clone(), shadow.clone());
         let mut state = PolicyState::new(live.clone(), writes, reads.clone(), closing_rx)
@@ -212,7 +236,7 @@ pub fn serve_templates(
     match remote {
         None => {
             let dir = dir.unwrap_or_else(crate::default_templates_dir);
-            let live = checked(LiveCatalog::new(&dir)).with_rollout(rollout);
+            let live = archived(checked(LiveCatalog::new(&dir)).with_rollout(rollout));
             // At start-up nothing serves yet: wait for the hooks to compile, so the service
             // starts with every template (and a refused hook stops it, as a broken file does).
             live.reload_settled()
@@ -243,7 +267,7 @@ pub fn serve_templates(
             let mirror = data_dir.join(MIRROR_DIR);
             std::fs::create_dir_all(&mirror)
                 .with_context(|| format!("creating the template mirror {}", mirror.display()))?;
-            let live = checked(LiveCatalog::new(&mirror)).with_origin(url.clone());
+            let live = archived(checked(LiveCatalog::new(&mirror)).with_origin(url.clone()));
             // The mirror of an earlier run serves until the manager answers (once its hooks
             // compiled); a broken one is reported in /v1/status and replaced at the first
             // sync.

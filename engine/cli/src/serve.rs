@@ -259,6 +259,16 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }),
         ..ShadowSettings::default()
     };
+    // The revisions and history the store kept: rollback and pinned conversations after a
+    // restart read them.
+    let (sources, history) = colloquy_server::rollout::archive::load(&*store)
+        .await
+        .with_context(|| format!("reading the revision archive of `{spec}`"))?;
+    let archive = crate::policy_manager::ArchiveSeed {
+        archive: colloquy_server::rollout::archive::StoreArchive::start(store.clone()),
+        sources,
+        history,
+    };
     let token_identity =
         matches!(identity, Identity::Tokens { .. }).then(|| Arc::new(identity.clone()));
     let templates = crate::policy_manager::serve_templates(
@@ -272,6 +282,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             hooks: Some(hooks.clone()),
             rollout: args.rollout.into(),
             shadow,
+            archive: Some(archive),
         },
         out,
     )?;

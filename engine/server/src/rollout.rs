@@ -15,6 +15,7 @@
 //! A twin lives in this node's memory, so shadowing needs one node to see all of a
 //! conversation: on a store shared by several nodes it is off, and the report says so.
 
+pub mod archive;
 pub mod routes;
 pub mod shadow;
 

@@ -20,4 +20,5 @@ mod lifecycle;
 mod policy_manager;
 mod query;
 mod request;
+mod rollouts;
 mod support;

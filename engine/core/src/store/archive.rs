@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 /// The kinds of [`Activation`], in the words [`Activation::kind`] uses.
 pub const ACTIVATION_KINDS: &[&str] = &[
-    "reload", "upload", "delete", "stage", "promote", "rollback", "ramp", "abort",
+    "reload", "upload", "delete", "stage", "promote", "rollback", "ramp", "abort", "follow",
 ];
 
 /// One revision of a template, as the archive keeps it: enough to compile it again.
@@ -52,36 +52,9 @@ impl ArchivedRevision {
     }
 }
 
-/// A change of which revision of a template serves new conversations (or a candidate
-/// staged), in the order they happened.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Activation {
-    /// The template.
-    pub template: Arc<str>,
-    /// What happened, one of [`ACTIVATION_KINDS`]:
-    /// - `reload`: the template directory was read again and this revision replaced the one
-    ///   before (or came first);
-    /// - `upload`: an administrator sent the revision through the API;
-    /// - `delete`: the template was removed (`revision` is `None`);
-    /// - `stage`: a candidate revision was staged beside the active one (canary);
-    /// - `promote`: the candidate became the active revision;
-    /// - `rollback`: an earlier revision became active again;
-    /// - `ramp`: the candidate's share of new conversations changed;
-    /// - `abort`: the candidate was withdrawn (the active revision stays).
-    pub kind: String,
-    /// The revision now active (for `stage`, `ramp` and `abort`: the candidate's); `None`
-    /// when the template was deleted.
-    pub revision: Option<Arc<str>>,
-    /// The revision active before.
-    pub previous: Option<Arc<str>>,
-    /// When it happened (ms since the Unix epoch).
-    pub at: u64,
-    /// Who made it happen: `admin`, `watcher`, `policy manager <url>`, `canary gate`, …
-    pub by: String,
-    /// Anything else worth knowing (a ramp's share, an abort's reason).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
+/// A change of which revision of a template serves new conversations, or of its candidate:
+/// the wire type of the rollout API's history, kept as is.
+pub use colloquy_protocol::rollout::Activation;
 
 /// The newest `limit` of `entries` (oldest first): what
 /// [`activations`](super::ConversationStore::activations) answers from a whole history.

@@ -1,0 +1,297 @@
+//! Rollouts end to end (issue 39): a candidate staged over HTTP beside the active revision
+//! of a watched template, shadowed on live traffic on a real SQLite store, its divergences
+//! read back, promoted, rolled back, and the history read again by an engine started anew
+//! on the same store. Waits poll with a bound.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use colloquy_core::store::ConversationStore;
+use colloquy_policy::{Catalog, LiveCatalog};
+use colloquy_server::policy::{self, PolicyState, Reads, Writes};
+use colloquy_server::rollout::archive::{StoreArchive, load};
+use colloquy_server::rollout::{Rollouts, ShadowSettings};
+use colloquy_server::{self as api, RunningService, ServiceOptions};
+use colloquy_tests::http::{ADMIN_TOKEN, call, raw};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// A one-step protocol: alice requests, bob informs (`inform`) or, in the candidate,
+/// must agree first: the candidate takes bob's inform elsewhere than the live revision.
+fn errand(answer: &str) -> String {
+    format!(
+        "apiVersion: colloquy.dev/v1
+kind: ConversationTemplate
+metadata:
+  name: errand
+  version: 1.0.0
+spec:
+  roles:
+    participants: {{ min: 1, max: 1 }}
+  enforcement: enforce
+  thread:
+    initial: start
+    on_expiry: expired
+    states:
+      start:
+        transitions:
+          - {{ performative: request, from: initiator, to: asked }}
+      asked:
+        transitions:
+          - {{ performative: {answer}, from: participant, to: done }}
+      done: {{ terminal: success }}
+      expired: {{ terminal: timeout }}
+"
+    )
+}
+
+struct Engine {
+    service: RunningService,
+    live: Arc<LiveCatalog>,
+    _closing: watch::Sender<bool>,
+}
+
+/// An engine as `colloquy serve --agents … --store sqlite:…` runs it: the template directory,
+/// the store's archive seeded in, the rollout routes, the commit observer.
+async fn engine(dir: &Path, store: Arc<dyn ConversationStore>) -> Engine {
+    let (sources, history) = load(&*store).await.expect("archive readable");
+    let live = LiveCatalog::new(dir)
+        .with_archive(StoreArchive::start(store.clone()))
+        .seed(sources, history);
+    live.reload().unwrap_or_else(|d| panic!("{d}"));
+    let live = Arc::new(live);
+    let identity = colloquy_tests::http::identity(&[]);
+    let rollouts = Rollouts::new(live.clone(), ShadowSettings::default());
+    let (closing, closing_rx) = watch::channel(false);
+    let state = PolicyState::new(
+        live.clone(),
+        Writes::AdminToken(ADMIN_TOKEN.into()),
+        Reads::Tokens(Arc::new(identity.clone())),
+        closing_rx,
+    )
+    .with_rollouts(rollouts.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let options = ServiceOptions {
+        identity,
+        store: Some(store),
+        templates: Some(live.clone()),
+        routes: Some(policy::router(state)),
+        commit_observer: Some(rollouts),
+        scheduler_period: Duration::from_millis(10),
+        ..ServiceOptions::default()
+    };
+    Engine {
+        service: api::launch(Catalog::default(), listener, options).expect("service starts"),
+        live,
+        _closing: closing,
+    }
+}
+
+fn admin(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    request.bearer_auth(ADMIN_TOKEN)
+}
+
+/// alice asks bob; bob informs.
+async fn errand_run(url: &str) -> String {
+    let (status, body) = call(
+        raw()
+            .post(format!("{url}/v1/conversations"))
+            .bearer_auth("alice-token")
+            .json(&json!({
+                "template": "errand",
+                "participants": ["bob"],
+                "message": {"performative": "request", "content": {}},
+            })),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    let (status, body) = call(
+        raw()
+            .post(format!("{url}/v1/conversations/{id}/messages"))
+            .bearer_auth("bob-token")
+            .json(&json!({"performative": "inform", "content": {}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    id
+}
+
+async fn candidates(url: &str) -> Value {
+    let (status, body) = call(admin(
+        raw().get(format!("{url}/v1/templates/errand/candidates")),
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn a_candidate_is_shadowed_promoted_rolled_back_and_remembered_across_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("errand.yaml"), errand("inform")).expect("write");
+    let db = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn ConversationStore> =
+        Arc::new(colloquy_store::SqliteStore::open(db.path().join("colloquy.db")).expect("sqlite"));
+    let first = engine(dir.path(), store.clone()).await;
+    let url = first.service.url();
+    let active = first
+        .live
+        .latest("errand")
+        .expect("errand")
+        .revision
+        .to_string();
+
+    // Writes need the admin: an agent's token is known but not allowed (403), a made-up
+    // one is not known (401); a candidate that does not compile is 422 and stages nothing.
+    let stage = |token: &'static str, body: String| {
+        raw()
+            .post(format!("{url}/v1/templates/errand/candidates"))
+            .bearer_auth(token)
+            .body(body)
+    };
+    assert_eq!(call(stage("alice-token", errand("agree"))).await.0, 403);
+    assert_eq!(call(stage("nobody", errand("agree"))).await.0, 401);
+    let (status, body) = call(stage(ADMIN_TOKEN, "kind: nope".into())).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        candidates(&url).await["candidates"]
+            .as_array()
+            .expect("list")
+            .is_empty()
+    );
+    let (status, body) = call(
+        admin(raw().post(format!("{url}/v1/templates/nope/candidates"))).body(errand("agree")),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+
+    let (status, staged) = call(stage(ADMIN_TOKEN, errand("agree"))).await;
+    assert_eq!(status, 201, "{staged}");
+    let candidate = staged["revision"].as_str().expect("revision").to_owned();
+    assert_ne!(candidate, active);
+
+    // Live traffic runs on the active revision; each conversation's twin on the candidate
+    // refuses bob's inform.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(errand_run(&url).await);
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    let report = loop {
+        let report = candidates(&url).await;
+        if report["candidates"][0]["shadow"]["diverged"] == json!(3) {
+            break report;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "no divergences: {report}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let shadow = &report["candidates"][0]["shadow"];
+    assert_eq!(shadow["shadowed"], json!(3), "{report}");
+    assert_eq!(shadow["by_kind"]["refused"], json!(3), "{report}");
+    let sample = &shadow["samples"][0];
+    assert!(ids.contains(&sample["conversation_id"].as_str().expect("id").to_owned()));
+    assert_eq!(sample["detail"], json!("out_of_protocol"), "{sample}");
+
+    // Promote: 409 for a revision that is not the candidate, then the candidate serves.
+    let promote = |revision: &str| {
+        admin(raw().post(format!(
+            "{url}/v1/templates/errand/candidates/{revision}/promote"
+        )))
+    };
+    assert_eq!(call(promote(&active)).await.0, 409);
+    let (status, body) = call(promote(&candidate)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        first
+            .live
+            .latest("errand")
+            .expect("errand")
+            .revision
+            .to_string(),
+        candidate
+    );
+
+    // Roll back in one call, then once more goes back to the candidate; history in order.
+    let rollback = || admin(raw().post(format!("{url}/v1/templates/errand/rollback")));
+    let (status, body) = call(rollback()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["activation"]["revision"], json!(active));
+    assert_eq!(
+        first
+            .live
+            .latest("errand")
+            .expect("errand")
+            .revision
+            .to_string(),
+        active
+    );
+    let (status, history) = call(
+        raw()
+            .get(format!("{url}/v1/templates/errand/history"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    assert_eq!(status, 200, "{history}");
+    let kinds: Vec<&str> = history["activations"]
+        .as_array()
+        .expect("activations")
+        .iter()
+        .map(|a| a["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["reload", "stage", "promote", "rollback"],
+        "{history}"
+    );
+
+    // An engine started anew on the store finds the history and can roll back again.
+    let _ = first._closing.send(true);
+    drop(first);
+    // The archive writer writes within milliseconds of each change.
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store
+        .activations(Some("errand"), 100)
+        .await
+        .expect("history")
+        .len()
+        < 4
+    {
+        assert!(tokio::time::Instant::now() < until, "archive not written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = engine(dir.path(), store.clone()).await;
+    let url = second.service.url();
+    let (status, history) = call(
+        raw()
+            .get(format!("{url}/v1/templates/errand/history"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    assert_eq!(status, 200, "{history}");
+    assert_eq!(
+        history["activations"].as_array().expect("list").len(),
+        4,
+        "{history}"
+    );
+    let (status, body) = call(admin(
+        raw().post(format!("{url}/v1/templates/errand/rollback")),
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["activation"]["revision"], json!(candidate), "{body}");
+    assert_eq!(
+        second
+            .live
+            .latest("errand")
+            .expect("errand")
+            .revision
+            .to_string(),
+        candidate
+    );
+}
