@@ -213,6 +213,10 @@ enum TemplatesCommand {
         #[arg(long, value_parser = ["text", "json"], default_value = "text")]
         format: String,
     },
+    /// A template's rollout on a running server: stage a candidate, read its shadow
+    /// report, ramp, promote, roll back, read the history.
+    #[command(flatten)]
+    Rollout(templates::rollout::RolloutCommand),
 }
 
 fn main() -> ExitCode {
@@ -367,6 +371,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             templates::replay::run(&options, &mut out, &mut io::stderr().lock())
         }
+        Command::Templates {
+            command: TemplatesCommand::Rollout(command),
+        } => templates::rollout::run(command, &mut out, &mut io::stderr().lock()),
     }
 }
 

@@ -1,9 +1,11 @@
 //! `colloquy templates …`: check a template directory, print the template format's schema
 //! (or the test format's), run template tests ([`test`]), search a template's conversations
-//! ([`explore`]), replay recorded conversations against a candidate ([`replay`]).
+//! ([`explore`]), replay recorded conversations against a candidate ([`replay`]), and stage,
+//! ramp, promote or roll back a template on a running server ([`rollout`]).
 
 pub mod explore;
 pub mod replay;
+pub mod rollout;
 pub mod test;
 
 use std::io::Write;
