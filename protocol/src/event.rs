@@ -38,6 +38,11 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         transitions: Vec<ThreadTransition>,
     },
+    /// A party's message was refused. Never delivered, and nothing else changed: it is
+    /// recorded so that what a revision refused can be compared with what another would have
+    /// accepted (replay, shadow), and refusals counted per revision. Compact: who sent what
+    /// and why, never the content. The engine records a bounded number per conversation.
+    MessageRefused(Box<Refusal>),
     /// A thread's deadline or the conversation's deadline moved a thread.
     ThreadExpired(Box<ThreadTransition>),
     /// A thread's reply-by changed.
@@ -130,6 +135,28 @@ pub struct Started {
     pub deadline: Option<u64>,
 }
 
+/// A message the engine refused, as its conversation records it: the request's facts as
+/// sent (even a performative the template does not know) and the refusal's error code.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The id the sender gave the message, if it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<Arc<str>>,
+    /// Who sent it: a party of the conversation.
+    pub sender: AgentId,
+    /// The performative as sent.
+    pub performative: String,
+    /// The receivers as sent (none: the default receivers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to: Vec<AgentId>,
+    /// The refusal's error code (`out_of_protocol`, `schema_violation`, ...), as the sender
+    /// was answered.
+    pub code: String,
+    /// Where in the request the refusal points, when it points anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<String>,
+}
+
 /// A thread moved from one state to another.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ThreadTransition {
@@ -175,8 +202,52 @@ mod nested_violation {
 
 #[cfg(test)]
 mod wire_tests {
+    use serde_json::json;
+
     use super::*;
     use crate::conversation::ViolationKind;
+
+    fn refusal() -> Refusal {
+        Refusal {
+            message_id: Some("m2".into()),
+            sender: "bob".into(),
+            performative: "made-up".to_owned(),
+            to: vec!["alice".into()],
+            code: "unknown_performative".to_owned(),
+            pointer: Some("/performative".to_owned()),
+        }
+    }
+
+    /// A refusal is flat in its event, as `started` is, under the type `message_refused`;
+    /// what it does not know it leaves out.
+    #[test]
+    fn a_refusal_is_written_flat_and_compact() {
+        let event = ConversationEvent {
+            seq: 3,
+            at: 9,
+            kind: EventKind::MessageRefused(Box::new(refusal())),
+        };
+        assert_eq!(
+            serde_json::to_value(&event).expect("serializes"),
+            json!({
+                "seq": 3, "at": 9, "type": "message_refused", "message_id": "m2",
+                "sender": "bob", "performative": "made-up", "to": ["alice"],
+                "code": "unknown_performative", "pointer": "/performative"
+            })
+        );
+        let bare: ConversationEvent = serde_json::from_value(json!({
+            "seq": 3, "at": 9, "type": "message_refused", "sender": "bob",
+            "performative": "agree", "code": "out_of_protocol"
+        }))
+        .expect("optional fields may be absent");
+        let EventKind::MessageRefused(bare) = bare.kind else {
+            panic!("read as another kind: {bare:?}");
+        };
+        assert_eq!(
+            (bare.message_id, bare.to, bare.pointer),
+            (None, vec![], None)
+        );
+    }
 
     /// Every event must read back as written: the SSE streams and the stores depend on it.
     #[test]
@@ -197,6 +268,21 @@ mod wire_tests {
                 seq: 5,
                 at: 12,
                 kind: EventKind::RetryScheduled { at: 13, attempt: 1 },
+            },
+            ConversationEvent {
+                seq: 6,
+                at: 14,
+                kind: EventKind::MessageRefused(Box::new(refusal())),
+            },
+            ConversationEvent {
+                seq: 7,
+                at: 15,
+                kind: EventKind::MessageRefused(Box::new(Refusal {
+                    message_id: None,
+                    to: Vec::new(),
+                    pointer: None,
+                    ..refusal()
+                })),
             },
         ];
         for event in events {

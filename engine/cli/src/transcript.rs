@@ -45,6 +45,7 @@ const THREAD_MARK: char = '●';
 const TIMER_MARK: char = '○';
 const COMMITMENT_MARK: char = '◆';
 const VIOLATION_MARK: char = '×';
+const REFUSED_MARK: char = '⊘';
 const END_MARK: char = '■';
 
 /// Draws `view`'s conversation from its event log, at most `width` columns wide.
@@ -87,6 +88,14 @@ pub fn render(view: &ConversationView, events: &[ConversationEvent], width: usiz
                 for (text, marked) in transition_notes(transitions, event.at, message.reply_by) {
                     diagram.marked(event.at, &marked, THREAD_MARK, text);
                 }
+            }
+            // Never delivered, so no arrow: a note on its sender's lifeline.
+            EventKind::MessageRefused(refusal) => {
+                let mut text = format!("refused {}: {}", refusal.performative, refusal.code);
+                if let Some(pointer) = &refusal.pointer {
+                    let _ = write!(text, " at {pointer}");
+                }
+                diagram.marked(event.at, &[&*refusal.sender], REFUSED_MARK, text);
             }
             EventKind::ThreadExpired(transition) => {
                 let text = transition_note(&[transition]);

@@ -55,6 +55,9 @@ pub struct Conversation {
     pub accepted: AcceptedIds,
     /// Scheduled `on_timeout` retries.
     pub retry: RetryState,
+    /// How many `message_refused` events the log holds: recording stops at
+    /// [`crate::dispatch::MAX_RECORDED_REFUSALS`].
+    pub refusals: u32,
     /// When it completed.
     pub completed_at: Option<u64>,
     /// Number of events applied; the store's optimistic-concurrency version.
@@ -137,6 +140,7 @@ impl Conversation {
             observers: Vec::new(),
             accepted: AcceptedIds::default(),
             retry: RetryState::default(),
+            refusals: 0,
             completed_at: None,
             version: 0,
             rule_log: None,
@@ -252,6 +256,8 @@ impl Conversation {
                     self.apply_transition(transition);
                 }
             }
+            // Refused, so never delivered and nothing moved: only counted, for the cap.
+            EventKind::MessageRefused(_) => self.refusals = self.refusals.saturating_add(1),
             EventKind::ThreadExpired(transition) => self.apply_transition(transition),
             EventKind::ThreadDeadlineSet {
                 participant,

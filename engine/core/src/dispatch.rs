@@ -1,4 +1,5 @@
-//! The conversation core: what a start, a message or a timer does to a conversation.
+//! The conversation core: what a start, a message or a timer does to a conversation, and
+//! what a refused message leaves in it ([`refusal`]).
 //!
 //! Every function here works on a [`Step`] and does no I/O, so the whole protocol logic is
 //! testable with a fake clock. The rule that keeps conversations whole: **check everything
@@ -24,6 +25,7 @@ use crate::step::Step;
 
 mod commitments;
 mod message;
+mod refusal;
 mod start;
 mod timers;
 
@@ -32,6 +34,10 @@ use timers::*;
 
 pub use commitments::settle_commitment;
 pub use message::on_message;
+pub use refusal::{
+    MAX_RECORDED_PERFORMATIVE_BYTES, MAX_RECORDED_RECEIVERS, MAX_RECORDED_REFUSALS, is_recorded,
+    refusal,
+};
 pub use start::{MAX_AGENT_ID_LEN, on_start, prepare_start};
 pub use timers::fire_due;
 

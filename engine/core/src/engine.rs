@@ -275,7 +275,9 @@ impl Engine {
     }
 
     /// Sends a message from `sender` into a conversation. A retry with an already accepted
-    /// `message_id` returns the first result and changes nothing.
+    /// `message_id` returns the first result and changes nothing. A party's message the
+    /// protocol refuses is recorded as a `message_refused` event of the conversation (up to
+    /// [`dispatch::MAX_RECORDED_REFUSALS`] of them), delivered to nobody, and refused.
     pub async fn send(
         &self,
         conversation_id: &str,
@@ -315,8 +317,13 @@ impl Engine {
                 Ok((sight, Handled::Fresh(receipt_parts(&id, step.events()))))
             })
         };
+        // A party's message the protocol refuses is recorded in the conversation, then
+        // refused as before.
+        let refused = |conversation: &Conversation, error: &EngineError| {
+            dispatch::refusal(conversation, sender, &message, error)
+        };
         let (mut summary, (sight, handled)) = self
-            .with_conversation(conversation_id, threads_of, work)
+            .with_conversation(conversation_id, threads_of, refused, work)
             .await?;
         let (duplicate, parts) = match handled {
             Handled::Fresh(parts) => (false, parts),
@@ -687,3 +694,6 @@ fn message_id(message: &SendMessage) -> Result<Arc<str>, EngineError> {
         None => Ok(new_id()),
     }
 }
+
+#[cfg(test)]
+mod tests;

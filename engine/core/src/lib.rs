@@ -3,8 +3,8 @@
 //! # Layout
 //! - [`engine`]: the [`Engine`], the library API (start, send, view, commitments, the
 //!   scheduler pass), per-conversation locking and commits.
-//! - [`dispatch`]: what a start, a message and a timer do. Pure: no I/O, testable with a
-//!   fake clock.
+//! - [`dispatch`]: what a start, a message and a timer do, and what a refused message
+//!   leaves in its log. Pure: no I/O, testable with a fake clock.
 //! - [`conversation`]: conversation state, changed only by applying events.
 //! - [`step`]: one unit of work: emits events, applies them, and builds the store commit.
 //! - [`rules`]: CEL conditions and the action executor's collection of [`rules::Effects`].

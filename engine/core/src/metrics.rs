@@ -350,6 +350,8 @@ impl Tally {
             }
             EventKind::ThreadExpired(_) => Tally::Timeout,
             EventKind::Completed { outcome, .. } => Tally::Completed(outcome.name()),
+            // Counted where the API answers the refusal (`Metrics::refused`), recorded or not.
+            EventKind::MessageRefused(_) => return None,
             _ => return None,
         })
     }

@@ -7,6 +7,9 @@
 //! a whole (its start, vars, deadline, retries, escalations, completion) is for every reader.
 //! So in a Contract-Net a bidder sees the call for proposals but not the other bidders'
 //! proposals, and not how the other threads went.
+//!
+//! A refused message (`message_refused`) was never delivered to anyone: only its sender and
+//! administrators see it, whoever else reads the conversation.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,8 +23,13 @@ use crate::conversation::Conversation;
 /// What one reader may see; see the module docs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Sight {
-    /// Everything.
+    /// Everything: an administrator.
     All,
+    /// Everything but other agents' refused messages: the initiator or an observer.
+    Whole {
+        /// The reader.
+        reader: AgentId,
+    },
     /// One participant's thread.
     Thread {
         /// The participant.
@@ -36,7 +44,10 @@ impl Sight {
     /// checked that the viewer may read it at all ([`Conversation::can_read`]). Only a
     /// participant has a thread (the initiator is never one of them).
     pub fn of(conversation: &Conversation, viewer: Option<&str>) -> Sight {
-        match viewer.and_then(|viewer| conversation.thread_index(viewer)) {
+        let Some(viewer) = viewer else {
+            return Sight::All;
+        };
+        match conversation.thread_index(viewer) {
             Some(thread) => Sight::Thread {
                 participant: conversation.threads[thread].participant.clone(),
                 commitments: conversation
@@ -46,7 +57,9 @@ impl Sight {
                     .map(|commitment| commitment.id.clone())
                     .collect(),
             },
-            None => Sight::All,
+            None => Sight::Whole {
+                reader: AgentId::from(viewer),
+            },
         }
     }
 
@@ -68,7 +81,7 @@ impl Sight {
     /// Whether the reader may see `message`.
     pub fn message(&self, message: &Message) -> bool {
         match self {
-            Sight::All => true,
+            Sight::All | Sight::Whole { .. } => true,
             Sight::Thread { participant, .. } => {
                 message.sender == *participant || message.receivers.contains(participant)
             }
@@ -78,7 +91,7 @@ impl Sight {
     /// Whether the reader may see the thread of `participant`.
     pub fn thread(&self, of: &str) -> bool {
         match self {
-            Sight::All => true,
+            Sight::All | Sight::Whole { .. } => true,
             Sight::Thread { participant, .. } => &**participant == of,
         }
     }
@@ -86,7 +99,7 @@ impl Sight {
     /// Whether the reader may see the commitment `id`.
     pub fn commitment(&self, id: &str) -> bool {
         match self {
-            Sight::All => true,
+            Sight::All | Sight::Whole { .. } => true,
             Sight::Thread { commitments, .. } => commitments.contains(id),
         }
     }
@@ -94,11 +107,21 @@ impl Sight {
     /// Whether the reader may see `violation`: its own, or one nobody is responsible for.
     pub fn violation(&self, violation: &Violation) -> bool {
         match self {
-            Sight::All => true,
+            Sight::All | Sight::Whole { .. } => true,
             Sight::Thread { participant, .. } => violation
                 .agent
                 .as_ref()
                 .is_none_or(|agent| agent == participant),
+        }
+    }
+
+    /// Whether the reader may see a refused message of `sender`'s: its own, or any for an
+    /// administrator.
+    pub fn refusal(&self, sender: &str) -> bool {
+        match self {
+            Sight::All => true,
+            Sight::Whole { reader } => &**reader == sender,
+            Sight::Thread { participant, .. } => &**participant == sender,
         }
     }
 
@@ -141,6 +164,7 @@ impl Sight {
                 self.transitions(transitions);
                 self.message(message)
             }
+            EventKind::MessageRefused(refusal) => self.refusal(&refusal.sender),
             EventKind::ThreadExpired(transition) => self.thread(&transition.participant),
             EventKind::ThreadDeadlineSet { participant, .. } => self.thread(participant),
             EventKind::ViolationRecorded(violation) => self.violation(violation),

@@ -168,6 +168,7 @@ fn event_type(kind: &EventKind) -> &'static str {
     match kind {
         EventKind::Started(_) => "started",
         EventKind::MessageAccepted { .. } => "message_accepted",
+        EventKind::MessageRefused(_) => "message_refused",
         EventKind::ThreadExpired(_) => "thread_expired",
         EventKind::ThreadDeadlineSet { .. } => "thread_deadline_set",
         EventKind::ViolationRecorded(_) => "violation_recorded",

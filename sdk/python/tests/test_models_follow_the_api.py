@@ -154,3 +154,18 @@ def test_the_drift_check_sees_a_missing_field():
     assert len(problems) == 2
 
 
+
+
+def test_an_event_the_sdk_does_not_act_on_reads_with_its_fields():
+    # A refused message's event (or a kind a newer server adds) is no message: its fields
+    # stay in ``model_extra`` and the typed ones stay empty.
+    event = models.ConversationEvent.model_validate_json(
+        '{"seq": 5, "at": 1767225602000, "type": "message_refused", "message_id": "b-7",'
+        ' "sender": "bob", "performative": "cancel", "to": ["alice"],'
+        ' "code": "out_of_protocol"}')
+    assert (event.seq, event.type, event.message, event.transitions) == (
+        5, "message_refused", None, [])
+    assert event.model_extra == {"message_id": "b-7", "sender": "bob",
+                                 "performative": "cancel", "to": ["alice"],
+                                 "code": "out_of_protocol"}
+    assert event.expired_thread() is None

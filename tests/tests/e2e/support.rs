@@ -4,6 +4,7 @@ use colloquy_core::{EngineError, ErrorKind};
 use colloquy_protocol::conversation::{
     CommitmentState, ConversationView, ThreadView, Violation, ViolationKind,
 };
+use colloquy_protocol::event::EventKind;
 use colloquy_tests::Harness;
 use colloquy_tests::http::STEP;
 use serde_json::Value;
@@ -105,10 +106,26 @@ where
     found.map_err(|_| last)
 }
 
-/// Asserts that an error left the conversation exactly as `before`.
+/// Asserts that an error left the conversation exactly as `before`, but for the refusals it
+/// recorded (`message_refused` events, which move the version and nothing else).
 pub async fn assert_unchanged(h: &Harness, before: &ConversationView) {
     let after = h.view(&before.id).await;
-    assert_eq!(after.version, before.version, "the version moved");
+    let since = h
+        .engine
+        .events(&before.id, None, before.version)
+        .await
+        .expect("events");
+    assert!(
+        since
+            .iter()
+            .all(|event| matches!(event.kind, EventKind::MessageRefused(_))),
+        "more than refusals recorded: {since:?}"
+    );
+    assert_eq!(
+        after.version,
+        before.version + since.len() as u64,
+        "the version moved"
+    );
     assert_eq!(
         after.messages.len(),
         before.messages.len(),

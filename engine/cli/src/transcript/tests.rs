@@ -253,6 +253,21 @@ fn broadcasts_late_replies_and_long_text_stay_within_the_width() {
                 transitions: Vec::new(),
             },
         ),
+        event(
+            7,
+            500,
+            EventKind::MessageRefused(
+                colloquy_protocol::event::Refusal {
+                    message_id: Some(Arc::from("g1")),
+                    sender: Arc::from("globex"),
+                    performative: "inform".to_owned(),
+                    to: Vec::new(),
+                    code: "out_of_protocol".to_owned(),
+                    pointer: None,
+                }
+                .into(),
+            ),
+        ),
     ];
     let view = view(&contractors, Vec::new(), None);
     let width = 72;
@@ -287,6 +302,13 @@ fn broadcasts_late_replies_and_long_text_stay_within_the_width() {
             .starts_with("+400ms")
     );
     assert!(find("violation late_message").contains('×'));
+    // A refusal is no arrow: a mark on its sender's lifeline.
+    let refused = find("refused inform: out_of_protocol");
+    assert_eq!(refused.matches('⊘').count(), 1, "{refused}");
+    assert!(
+        !refused.contains('►') && !refused.contains('◄'),
+        "{refused}"
+    );
     // The engine gets its own column, at the right, and answers leftwards.
     assert!(
         lines.iter().any(|line| line.trim_end().ends_with("engine")),

@@ -74,7 +74,7 @@ impl Engine {
             })
         };
         let (_, view) = self
-            .with_conversation(conversation_id, |_, _| Vec::new(), work)
+            .with_conversation(conversation_id, |_, _| Vec::new(), |_, _| None, work)
             .await
             .map_err(|error| match error {
                 EngineError::UnknownConversation(_) => {

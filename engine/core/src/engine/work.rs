@@ -8,7 +8,7 @@ use colloquy_policy::CompiledTemplate;
 use colloquy_protocol::conversation::{
     ConversationStatus, Outcome, ThreadView, Violation, ViolationKind,
 };
-use colloquy_protocol::event::{ConversationEvent, EventKind, ThreadTransition};
+use colloquy_protocol::event::{ConversationEvent, EventKind, Refusal, ThreadTransition};
 use colloquy_protocol::message::{AgentId, ENGINE_PARTY, Message, SendMessage};
 
 use crate::conversation::Conversation;
@@ -27,10 +27,16 @@ impl Engine {
     /// check catches a stale copy only when the work gets as far as a commit.
     ///
     /// The summary's threads are those `threads_of` picks, given the work's result.
+    ///
+    /// When the work refuses, `refused` says what the conversation records of it (see
+    /// [`dispatch::refusal`]); the record is committed before the lock is let go, and the
+    /// refusal is returned whether or not the record could be (a lost race runs the work
+    /// again, as for any commit; another failure is logged).
     pub(super) async fn with_conversation<R: Send + 'static>(
         &self,
         id: &str,
         threads_of: impl Fn(&Conversation, &R) -> Vec<ThreadView>,
+        refused: impl Fn(&Conversation, &EngineError) -> Option<Refusal>,
         work: Arc<Work<R>>,
     ) -> Result<(Summary, R), EngineError> {
         let mut attempt = 0;
@@ -100,6 +106,22 @@ impl Engine {
                         *guard = None;
                         continue;
                     }
+                    if let Some(refusal) = guard
+                        .as_ref()
+                        .and_then(|conversation| refused(conversation, &error))
+                        && let Err(failure) = self.record_refusal(&mut guard, refusal, now).await
+                    {
+                        // The live copy holds an event the store does not.
+                        *guard = None;
+                        // Another writer got there first: the refusal was decided on a
+                        // copy it has left behind, so the work runs again on a fresh one.
+                        if matches!(failure, StoreError::Conflict { .. })
+                            && attempt < MAX_COMMIT_ATTEMPTS
+                        {
+                            continue;
+                        }
+                        tracing::warn!(conversation = %id, error = %failure, refusal = %error, "a refused message could not be recorded");
+                    }
                     return Err(error);
                 }
             };
@@ -120,6 +142,24 @@ impl Engine {
             };
             return Ok((summary, value));
         }
+    }
+
+    /// Commits `refusal` as a `message_refused` event of `conversation`, whose lock the
+    /// caller holds. It changes nothing else: no thread moves, nothing is delivered, and the
+    /// commit's wake-up is the conversation's own next one. It runs no hook, so it runs here.
+    async fn record_refusal(
+        &self,
+        conversation: &mut Option<Conversation>,
+        refusal: Refusal,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        let Some(conversation) = conversation.as_mut() else {
+            return Ok(());
+        };
+        let mut step = Step::new(conversation, now);
+        step.emit(EventKind::MessageRefused(Box::new(refusal)));
+        self.commit(step.into_commit(self.config.retention_ms))
+            .await
     }
 
     /// Runs `step`, synchronous work on a conversation it owns, where `template`'s steps

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
+use colloquy_protocol::event::{ConversationEvent, EventKind, Refusal, Started};
 use colloquy_protocol::message::{Content, Message};
 use colloquy_protocol::performative::{FipaAct, Performative};
 
@@ -54,6 +54,45 @@ pub fn accepted(seq: u64, id: &str) -> ConversationEvent {
             transitions: Vec::new(),
         },
     }
+}
+
+/// The `message_refused` event at `seq`: bob's `agree` with message id `id`, refused as out
+/// of protocol.
+pub fn refused(seq: u64, id: &str) -> ConversationEvent {
+    ConversationEvent {
+        seq,
+        at: 12,
+        kind: EventKind::MessageRefused(Box::new(Refusal {
+            message_id: Some(Arc::from(id)),
+            sender: Arc::from("bob"),
+            performative: "agree".to_owned(),
+            to: vec![Arc::from("alice")],
+            code: "out_of_protocol".to_owned(),
+            pointer: None,
+        })),
+    }
+}
+
+/// Commits conversation `id` with alice's request to bob, then a refusal of bob's (its own
+/// commit, delivering nothing), and checks that the log reads back whole and in order and
+/// that bob's inbox holds the request alone.
+pub async fn assert_a_refusal_reads_back(store: &dyn ConversationStore, id: &str) {
+    let first = vec![started(id), accepted(2, "m1")];
+    store
+        .commit(commit(id, 0, first, Some(500)))
+        .await
+        .expect("commit the start");
+    store
+        .commit(commit(id, 2, vec![refused(3, "b1")], Some(500)))
+        .await
+        .expect("commit the refusal");
+    let log = store.load(id).await.expect("load").expect("stored");
+    assert_eq!(log, [started(id), accepted(2, "m1"), refused(3, "b1")]);
+    let after = store.events_after(id, 2).await.expect("events");
+    assert_eq!(after, [refused(3, "b1")]);
+    let inbox = store.inbox("bob", 0, 10).await.expect("inbox");
+    let ids: Vec<&str> = inbox.iter().map(|entry| &*entry.message.id).collect();
+    assert_eq!(ids, ["m1"], "a refusal is delivered to nobody");
 }
 
 /// A commit of `events` to conversation `id` at version `expected`, delivering every

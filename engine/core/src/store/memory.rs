@@ -458,6 +458,11 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refusal_reads_back() {
+        super::super::fixtures::assert_a_refusal_reads_back(&MemoryStore::new(), "c1").await;
+    }
+
+    #[tokio::test]
     async fn remote_tasks_are_kept_replaced_and_forgotten() {
         assert_remote_tasks_are_kept_replaced_and_forgotten(&MemoryStore::new()).await;
     }

@@ -540,6 +540,11 @@ class ConversationModel {
         for (const t of event.transitions || []) this.transition(seq, t, 'state');
         break;
       }
+      case 'message_refused':
+        // Never delivered: a note on the sender's lane, not an arrow.
+        this.note(seq, event.sender, 'violation', `refused ${event.performative}: ${event.code}`
+          + (event.pointer ? ` at ${event.pointer}` : ''), event.at);
+        break;
       case 'thread_expired':
         this.transition(seq, event, 'violation', 'reply-by passed: ');
         break;

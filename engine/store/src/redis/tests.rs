@@ -3,10 +3,11 @@
 use super::*;
 use colloquy_core::store::fixtures::{
     accepted, assert_a_large_acknowledgement_leaves_the_rest,
-    assert_a_message_to_several_reaches_each, assert_acknowledged_entries_go,
-    assert_conversation_ids_page_in_order, assert_inbox_agents_are_listed,
-    assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
-    assert_the_archive_is_as_left, assert_the_archive_keeps_revisions_modules_and_activations,
+    assert_a_message_to_several_reaches_each, assert_a_refusal_reads_back,
+    assert_acknowledged_entries_go, assert_conversation_ids_page_in_order,
+    assert_inbox_agents_are_listed, assert_refuses_stale_writes,
+    assert_remote_tasks_are_kept_replaced_and_forgotten, assert_the_archive_is_as_left,
+    assert_the_archive_keeps_revisions_modules_and_activations,
     assert_webhook_cursors_only_advance, commit, started,
 };
 
@@ -44,6 +45,15 @@ async fn conversation_ids_page_in_order() {
     };
     let store = open_store(&url, &unique_prefix("ids")).await;
     assert_conversation_ids_page_in_order(&store).await;
+}
+
+#[tokio::test]
+async fn a_refusal_reads_back() {
+    let Some(url) = test_redis("a_refusal_reads_back") else {
+        return;
+    };
+    let store = open_store(&url, &unique_prefix("refusal")).await;
+    assert_a_refusal_reads_back(&store, "c1").await;
 }
 
 /// Conversations an engine created before the id index existed are indexed when a node

@@ -7,11 +7,11 @@ use colloquy_core::store::Delivery;
 use colloquy_core::store::fixtures::{
     accepted, activation, activation_history, archived,
     assert_a_large_acknowledgement_leaves_the_rest, assert_a_message_to_several_reaches_each,
-    assert_acknowledged_entries_go, assert_conversation_ids_page_in_order,
-    assert_inbox_agents_are_listed, assert_refuses_stale_writes,
-    assert_remote_tasks_are_kept_replaced_and_forgotten, assert_the_archive_is_as_left,
-    assert_the_archive_keeps_revisions_modules_and_activations,
-    assert_webhook_cursors_only_advance, commit, message, remote_task, started,
+    assert_a_refusal_reads_back, assert_acknowledged_entries_go,
+    assert_conversation_ids_page_in_order, assert_inbox_agents_are_listed,
+    assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
+    assert_the_archive_is_as_left, assert_the_archive_keeps_revisions_modules_and_activations,
+    assert_webhook_cursors_only_advance, commit, message, refused, remote_task, started,
 };
 
 fn temp_db(name: &str) -> PathBuf {
@@ -300,6 +300,18 @@ async fn commits_are_durable_across_reopen_and_versions_are_checked() {
     assert_eq!(inbox[0].seq, 1);
     assert_eq!(&*inbox[0].message.id, "m1");
     assert!(store.inbox("bob", 1, 10).await.expect("inbox").is_empty());
+}
+
+#[tokio::test]
+async fn a_refusal_reads_back_also_after_a_reopen() {
+    let path = temp_db("refusal");
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        assert_a_refusal_reads_back(&store, "c1").await;
+    }
+    let store = SqliteStore::open(&path).expect("reopen");
+    let log = store.load("c1").await.expect("load").expect("exists");
+    assert_eq!(log.last(), Some(&refused(3, "b1")));
 }
 
 #[tokio::test]

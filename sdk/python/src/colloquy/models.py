@@ -306,9 +306,11 @@ class TemplateList(_Answer):
 class ConversationEvent(_Answer):
     """One entry of a conversation's event log (``GET /v1/conversations/{id}/events``).
 
-    ``type`` says what happened (``started``, ``message_accepted``, ``thread_expired``,
-    ``commitment_created``, ``completed``, …); the fields the SDK acts on are typed, the
-    rest of each kind's fields stay in ``model_extra``.
+    ``type`` says what happened (``started``, ``message_accepted``, ``message_refused``,
+    ``thread_expired``, ``commitment_created``, ``completed``, …); the fields the SDK acts on
+    are typed, the rest of each kind's fields stay in ``model_extra`` (a ``message_refused``
+    event's ``sender``, ``performative`` and ``code``, for instance), so a kind the SDK does
+    not know reads as well as the others.
     """
 
     model_config = ConfigDict(extra="allow")
