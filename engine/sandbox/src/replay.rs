@@ -19,7 +19,7 @@ use std::sync::Arc;
 use colloquy_core::clock::ManualClock;
 use colloquy_core::hooks::HookCaller;
 use colloquy_policy::{Catalog, CompiledTemplate};
-use colloquy_protocol::event::{ConversationEvent, EventKind, Started};
+use colloquy_protocol::event::{ConversationEvent, EventKind, Refusal, Started};
 use colloquy_protocol::message::{ENGINE_PARTY, Message, SendMessage, StartConversation};
 use serde_json::{Map, Value, json};
 
@@ -55,6 +55,8 @@ pub struct Divergence {
 pub enum DivergenceKind {
     /// The candidate refused an input the recording accepted (with the refusal's code).
     Refused(String),
+    /// The candidate accepted a message the recording refused (with the recorded code).
+    Accepted(String),
     /// A thread's state.
     Thread,
     /// The status or the outcome.
@@ -70,11 +72,12 @@ pub enum DivergenceKind {
 }
 
 impl DivergenceKind {
-    /// Its name in reports and totals: `refused`, `thread`, `outcome`, `violation`,
+    /// Its name in reports and totals: `refused`, `accepted`, `thread`, `outcome`, `violation`,
     /// `commitment`, `action`, `hook_failure`.
     pub fn name(&self) -> &'static str {
         match self {
             DivergenceKind::Refused(_) => "refused",
+            DivergenceKind::Accepted(_) => "accepted",
             DivergenceKind::Thread => "thread",
             DivergenceKind::Outcome => "outcome",
             DivergenceKind::Violation => "violation",
@@ -216,6 +219,12 @@ impl Twin {
                     is_opening: false,
                 };
                 self.drive(&input).await;
+            } else if self.divergence.is_none()
+                && let EventKind::MessageRefused(refusal) = &event.kind
+                && redriven(&refusal.code)
+            {
+                self.steps += 1;
+                self.drive_refused(event.at, refusal).await;
             }
             self.recorded.push(event.clone());
         }
@@ -252,6 +261,54 @@ impl Twin {
                 input: describe(input),
                 kind: DivergenceKind::Refused(error.code().to_owned()),
                 differences: vec![refusal(&error)],
+            });
+        }
+        self.now = self.sandbox.now();
+    }
+
+    /// A message the recording refused: the clock to its time, the comparison, then the
+    /// message (without its content, which is never recorded): the candidate must refuse
+    /// it too.
+    async fn drive_refused(&mut self, at: u64, refusal: &Refusal) {
+        let step = self.steps;
+        let input = format!(
+            "{} from {} at {at}, refused ({})",
+            refusal.performative, refusal.sender, refusal.code
+        );
+        self.clock.set(self.now);
+        let _ = self
+            .sandbox
+            .advance(&self.id, at.saturating_sub(self.now))
+            .await;
+        let recorded: Vec<&ConversationEvent> = self.recorded.iter().collect();
+        if let Some(divergence) = diverges(&self.sandbox, &self.id, &recorded, step, &input).await {
+            self.divergence = Some(divergence);
+            return;
+        }
+        let message = SendMessage {
+            message_id: refusal.message_id.as_ref().map(|id| id.to_string()),
+            performative: refusal.performative.clone(),
+            to: refusal.to.iter().map(|to| to.to_string()).collect(),
+            content: Value::Null,
+            in_reply_to: None,
+            reply_by: None,
+        };
+        if self
+            .sandbox
+            .send(&self.id, &refusal.sender, message)
+            .await
+            .is_ok()
+        {
+            self.divergence = Some(Divergence {
+                step,
+                input,
+                kind: DivergenceKind::Accepted(refusal.code.clone()),
+                differences: vec![Difference {
+                    path: "accepted".into(),
+                    expected: json!({ "code": refusal.code }),
+                    got: json!(true),
+                    note: Some("the candidate accepted what the recording refused".into()),
+                }],
             });
         }
         self.now = self.sandbox.now();
@@ -300,6 +357,16 @@ impl Twin {
             .iter()
             .any(|event| matches!(event.kind, EventKind::Completed { .. }))
     }
+}
+
+/// Whether a recorded refusal is re-driven: only those its content (never recorded) cannot
+/// have decided — a move the protocol does not allow, an unknown performative, a message
+/// after the end or past the limit.
+fn redriven(code: &str) -> bool {
+    matches!(
+        code,
+        "out_of_protocol" | "unknown_performative" | "conversation_ended" | "message_limit"
+    )
 }
 
 /// One input: a real party's message.

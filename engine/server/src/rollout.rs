@@ -149,6 +149,10 @@ impl Rollouts {
                 EventKind::MessageAccepted { message, .. } if &*message.sender != ENGINE_PARTY => {
                     counts.messages += 1;
                 }
+                EventKind::MessageRefused(_) => {
+                    counts.messages += 1;
+                    counts.refused += 1;
+                }
                 EventKind::ViolationRecorded(violation)
                     if violation.kind == ViolationKind::HookError =>
                 {

@@ -166,3 +166,87 @@ fn a_shorter_reply_by_is_named_at_the_message_it_comes_before() {
     assert_eq!(thread.expected, "agreed");
     assert_eq!(thread.got, "timed_out");
 }
+
+/// A one-step protocol under `enforce`; `answers` are the performatives bob may answer with.
+fn errand(answers: &[&str]) -> String {
+    let moves: String = answers
+        .iter()
+        .map(|answer| {
+            format!("          - {{ performative: {answer}, from: participant, to: done }}\n")
+        })
+        .collect();
+    format!(
+        "apiVersion: colloquy.dev/v1\nkind: ConversationTemplate\nmetadata:\n  name: errand\n  version: 1.0.0\nspec:\n  roles:\n    participants: {{ min: 1, max: 1 }}\n  enforcement: enforce\n  thread:\n    initial: start\n    on_expiry: expired\n    states:\n      start:\n        transitions:\n          - {{ performative: request, from: initiator, to: asked }}\n      asked:\n        transitions:\n{moves}      done: {{ terminal: success }}\n      expired: {{ terminal: timeout }}\n"
+    )
+}
+
+#[test]
+fn a_message_the_recording_refused_and_the_candidate_accepts_is_a_divergence() {
+    let compiler = TemplateCompiler::new();
+    let live = Arc::new(
+        compiler
+            .compile_str(&errand(&["inform"]), None)
+            .expect("compiles"),
+    );
+    let wider = Arc::new(
+        compiler
+            .compile_str(&errand(&["inform", "agree"]), None)
+            .expect("compiles"),
+    );
+    // Recorded: bob's agree is refused (out of protocol), then he informs.
+    let clock = Arc::new(ManualClock::new(TEST_EPOCH_MS));
+    let sandbox = Sandbox::new(Arc::new(Catalog::new([live.clone()])), clock.clone(), None);
+    let log = block_on(async {
+        let start = StartConversation {
+            template: "errand".into(),
+            participants: vec!["bob".into()],
+            conversation_id: Some("c1".into()),
+            message: Some(SendMessage::new("request", json!({})).with_id("m0")),
+            ..StartConversation::default()
+        };
+        sandbox.start("alice", start).await.expect("starts");
+        let refused = sandbox
+            .send(
+                "c1",
+                "bob",
+                SendMessage::new("agree", json!({})).with_id("m1"),
+            )
+            .await;
+        assert!(refused.is_err(), "agree is out of protocol");
+        sandbox
+            .send(
+                "c1",
+                "bob",
+                SendMessage::new("inform", json!({})).with_id("m2"),
+            )
+            .await
+            .expect("inform");
+        sandbox.events("c1").await.expect("events")
+    });
+    assert!(
+        log.iter()
+            .any(|event| matches!(event.kind, EventKind::MessageRefused(_))),
+        "the refusal is recorded"
+    );
+    assert_eq!(
+        block_on(replay(&log, &live, &clock, None)).expect("replays"),
+        Verdict::Same,
+        "the live revision refuses it again"
+    );
+    let Verdict::Diverged(divergence) =
+        block_on(replay(&log, &wider, &clock, None)).expect("replays")
+    else {
+        panic!("the wider candidate accepts bob's agree");
+    };
+    assert_eq!(
+        divergence.kind,
+        DivergenceKind::Accepted("out_of_protocol".into()),
+        "{divergence:#?}"
+    );
+    assert_eq!(divergence.step, 1);
+    assert!(
+        divergence.input.starts_with("agree from bob"),
+        "{}",
+        divergence.input
+    );
+}
