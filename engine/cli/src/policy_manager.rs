@@ -170,6 +170,8 @@ pub struct TemplateOptions {
     pub shadow: ShadowSettings,
     /// The store's revision archive, and what it held at start-up.
     pub archive: Option<ArchiveSeed>,
+    /// The conversation store, which the admin's replays read.
+    pub store: Option<Arc<dyn colloquy_core::store::ConversationStore>>,
 }
 
 /// The store's revision archive and what it held at start-up.
@@ -207,6 +209,7 @@ pub fn serve_templates(
         rollout,
         shadow,
         archive,
+        store,
     } = options;
     let archived = |live: LiveCatalog| match archive {
         Some(seed) => seed.apply(live),
@@ -218,6 +221,9 @@ pub fn serve_templates(
             .with_rollouts(rollouts.clone());
         if let Some(identity) = &identity {
             state = state.with_identity(identity.clone());
+        }
+        if let Some(store) = &store {
+            state = state.with_store(store.clone());
         }
         (policy::router(state), rollouts)
     };

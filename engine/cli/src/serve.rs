@@ -283,6 +283,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             rollout: args.rollout.into(),
             shadow,
             archive: Some(archive),
+            store: Some(store.clone()),
         },
         out,
     )?;

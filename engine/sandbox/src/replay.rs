@@ -97,6 +97,109 @@ pub fn recorded_inputs(log: &[ConversationEvent]) -> usize {
     }
 }
 
+/// What replaying many recorded conversations found: the report of `colloquy templates
+/// replay --format json` and of `POST /v1/templates/{name}/replay`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ReplayReport {
+    /// Whose conversations.
+    pub template: String,
+    /// The candidate they were replayed against.
+    pub candidate: CandidateRef,
+    /// Conversations replayed.
+    pub conversations: usize,
+    /// Of them, the same input for input.
+    pub same: usize,
+    /// Of them, diverged.
+    pub diverged: usize,
+    /// Divergences by [`DivergenceKind::name`].
+    pub by_kind: std::collections::BTreeMap<String, usize>,
+    /// Real parties' messages re-driven.
+    pub inputs_replayed: usize,
+    /// How long it took.
+    pub seconds: f64,
+    /// Each divergence, with its conversation.
+    pub divergences: Vec<ReplayedDivergence>,
+    /// Why nothing was replayed, when nothing was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A candidate's name and revision.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CandidateRef {
+    /// `metadata.name`.
+    pub name: String,
+    /// Its revision.
+    pub revision: String,
+}
+
+/// One conversation's divergence in a [`ReplayReport`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ReplayedDivergence {
+    /// The conversation.
+    pub conversation_id: String,
+    /// Where and how it diverged first.
+    pub divergence: Divergence,
+}
+
+impl ReplayReport {
+    /// An empty report of `template`'s conversations against `candidate`.
+    pub fn new(template: &str, candidate: &CompiledTemplate) -> ReplayReport {
+        ReplayReport {
+            template: template.to_owned(),
+            candidate: CandidateRef {
+                name: candidate.name.to_string(),
+                revision: candidate.revision.to_string(),
+            },
+            conversations: 0,
+            same: 0,
+            diverged: 0,
+            by_kind: std::collections::BTreeMap::new(),
+            inputs_replayed: 0,
+            seconds: 0.0,
+            divergences: Vec::new(),
+            note: None,
+        }
+    }
+
+    /// Counts one conversation's replay.
+    pub fn add(&mut self, conversation_id: &str, log: &[ConversationEvent], verdict: Verdict) {
+        self.conversations += 1;
+        self.inputs_replayed += recorded_inputs(log);
+        match verdict {
+            Verdict::Same => self.same += 1,
+            Verdict::Diverged(divergence) => {
+                self.diverged += 1;
+                *self
+                    .by_kind
+                    .entry(divergence.kind.name().to_owned())
+                    .or_insert(0) += 1;
+                self.divergences.push(ReplayedDivergence {
+                    conversation_id: conversation_id.to_owned(),
+                    divergence,
+                });
+            }
+        }
+    }
+
+    /// When nothing was replayed: says why it may be (retention removed the logs).
+    pub fn note_if_empty(&mut self, store: &str, since: u64) {
+        if self.conversations == 0 {
+            self.note = Some(format!(
+                "no conversations of `{}` in {store}{}: completed conversations are removed \
+                 with their logs after the server's --retention (5 minutes by default); serve \
+                 with --retention 7d to replay last week's",
+                self.template,
+                if since > 0 {
+                    format!(" since {since}")
+                } else {
+                    String::new()
+                },
+            ));
+        }
+    }
+}
+
 /// Why a log cannot be replayed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {

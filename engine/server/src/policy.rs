@@ -73,6 +73,8 @@ struct PolicyShared {
     rollouts: Option<Arc<crate::rollout::Rollouts>>,
     /// Who the tokens name, so an agent's token on a write gets 403, not 401.
     identity: Option<Arc<super::Identity>>,
+    /// The engine's conversation store, which replays read.
+    store: Option<Arc<dyn colloquy_core::store::ConversationStore>>,
 }
 
 /// Who may read templates, their sources and modules, the change feed and the status.
@@ -128,6 +130,7 @@ impl PolicyState {
             closing,
             rollouts: None,
             identity,
+            store: None,
         }))
     }
 
@@ -152,6 +155,23 @@ impl PolicyState {
             .expect("a policy state is configured before it is shared")
             .identity = Some(identity);
         self
+    }
+
+    /// With the engine's conversation store, so the admin can replay its recorded
+    /// conversations against a candidate.
+    ///
+    /// # Panics
+    /// As [`PolicyState::with_rollouts`].
+    pub fn with_store(mut self, store: Arc<dyn colloquy_core::store::ConversationStore>) -> Self {
+        Arc::get_mut(&mut self.0)
+            .expect("a policy state is configured before it is shared")
+            .store = Some(store);
+        self
+    }
+
+    /// The engine's conversation store, if an engine serves these routes.
+    pub(crate) fn store(&self) -> Option<&Arc<dyn colloquy_core::store::ConversationStore>> {
+        self.0.store.as_ref()
     }
 
     /// The live catalog.
@@ -198,6 +218,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/templates/{name}/candidates/{revision}/ramp"),
     ("post", "/v1/templates/{name}/rollback"),
     ("get", "/v1/templates/{name}/history"),
+    ("post", "/v1/templates/{name}/replay"),
 ];
 
 /// The policy routes, without a fallback, so they can be merged into another router.

@@ -16,6 +16,7 @@
 //! conversation: on a store shared by several nodes it is off, and the report says so.
 
 pub mod archive;
+pub mod replay;
 pub mod routes;
 pub mod shadow;
 

@@ -487,6 +487,16 @@ impl LiveCatalog {
         self.shared.stage(name, yaml, sample, by)
     }
 
+    /// Compiles `yaml` as a revision of template `name` without staging it (a replay's
+    /// candidate), its hook module read from the template directory. Blocking.
+    pub fn compile_candidate(
+        &self,
+        name: &str,
+        yaml: &str,
+    ) -> Result<CompiledTemplate, RolloutError> {
+        self.shared.compile_candidate(name, yaml)
+    }
+
     /// Makes the candidate `revision` of `name` the active revision. Blocking.
     pub fn promote(
         &self,
@@ -579,20 +589,8 @@ impl Shared {
             .catalog
             .latest(name)
             .ok_or_else(|| RolloutError::UnknownTemplate(name.to_owned()))?;
-        let path = active
-            .source_path
-            .clone()
-            .unwrap_or_else(|| self.dir.join(format!("{name}.yaml")));
-        let compiled = self
-            .compiler
-            .compile_str(yaml, Some(&path))
-            .map_err(RolloutError::Rejected)?;
-        if *compiled.name != *name {
-            return Err(RolloutError::Invalid(format!(
-                "the candidate is for `{name}` but its metadata.name is `{}`",
-                compiled.name
-            )));
-        }
+        let compiled = self.compile_candidate(name, yaml)?;
+        let path = compiled.source_path.clone();
         if compiled.revision == active.revision {
             return Err(RolloutError::AlreadyActive {
                 name: name.to_owned(),
@@ -612,7 +610,7 @@ impl Shared {
                         super::Checked::Refused(message) => {
                             return Err(RolloutError::Rejected(crate::Diagnostics::from(vec![
                                 crate::Diagnostic {
-                                    file: Some(path),
+                                    file: path,
                                     line: None,
                                     column: None,
                                     path: "spec.hooks.module".to_owned(),
@@ -654,6 +652,33 @@ impl Shared {
         self.keep_source(name, &template, yaml);
         self.republish(&guard);
         Ok(candidate)
+    }
+
+    /// Compiles `yaml` as a revision of template `name`, its hook module read from the
+    /// template directory as the template's own file would be.
+    pub(super) fn compile_candidate(
+        &self,
+        name: &str,
+        yaml: &str,
+    ) -> Result<CompiledTemplate, RolloutError> {
+        let path = self
+            .current
+            .load()
+            .catalog
+            .latest(name)
+            .and_then(|active| active.source_path.clone())
+            .unwrap_or_else(|| self.dir.join(format!("{name}.yaml")));
+        let compiled = self
+            .compiler
+            .compile_str(yaml, Some(&path))
+            .map_err(RolloutError::Rejected)?;
+        if *compiled.name != *name {
+            return Err(RolloutError::Invalid(format!(
+                "the candidate is for `{name}` but its metadata.name is `{}`",
+                compiled.name
+            )));
+        }
+        Ok(compiled)
     }
 
     /// Keeps a candidate's source beside the revisions' (so a conversation ramped onto it

@@ -71,7 +71,8 @@ async fn engine(dir: &Path, store: Arc<dyn ConversationStore>) -> Engine {
         Reads::Tokens(Arc::new(identity.clone())),
         closing_rx,
     )
-    .with_rollouts(rollouts.clone());
+    .with_rollouts(rollouts.clone())
+    .with_store(store.clone());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let options = ServiceOptions {
         identity,
@@ -197,6 +198,28 @@ async fn a_candidate_is_shadowed_promoted_rolled_back_and_remembered_across_a_re
     let sample = &shadow["samples"][0];
     assert!(ids.contains(&sample["conversation_id"].as_str().expect("id").to_owned()));
     assert_eq!(sample["detail"], json!("out_of_protocol"), "{sample}");
+
+    // The same change replayed against the recorded conversations: each diverges where the
+    // candidate refuses bob's inform; against the active revision, none does.
+    let replay = |token: &'static str, body: String| {
+        raw()
+            .post(format!("{url}/v1/templates/errand/replay"))
+            .bearer_auth(token)
+            .body(body)
+    };
+    assert_eq!(call(replay("alice-token", errand("agree"))).await.0, 403);
+    let (status, report) = call(replay(ADMIN_TOKEN, errand("agree"))).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["conversations"], json!(3), "{report}");
+    assert_eq!(report["diverged"], json!(3), "{report}");
+    assert_eq!(report["by_kind"]["refused"], json!(3), "{report}");
+    let (status, report) = call(replay(ADMIN_TOKEN, errand("inform"))).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(
+        (report["same"].clone(), report["diverged"].clone()),
+        (json!(3), json!(0)),
+        "{report}"
+    );
 
     // Promote: 409 for a revision that is not the candidate, then the candidate serves.
     let promote = |revision: &str| {

@@ -14,10 +14,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use colloquy_core::clock::ManualClock;
 use colloquy_policy::TemplateCompiler;
 use colloquy_protocol::event::EventKind;
-use colloquy_sandbox::replay::{Verdict, recorded_inputs, replay};
+use colloquy_sandbox::replay::{ReplayReport, replay};
 use colloquy_sandbox::suite::file::Duration;
 use colloquy_store::sqlite::recorded::RecordedLogs;
-use serde_json::json;
 
 /// What `templates replay` was asked.
 pub struct ReplayOptions {
@@ -79,12 +78,11 @@ pub fn run(
         }
     };
     let began = std::time::Instant::now();
-    let (mut same, mut diverged, mut inputs) = (0usize, Vec::new(), 0usize);
-    let mut by_kind: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    let mut report = ReplayReport::new(&options.template, &candidate);
     for id in ids {
         if options
             .limit
-            .is_some_and(|limit| same + diverged.len() >= limit)
+            .is_some_and(|limit| report.conversations >= limit)
         {
             break;
         }
@@ -102,55 +100,24 @@ pub fn run(
         if *started.template != *options.template || first.at < since {
             continue;
         }
-        inputs += recorded_inputs(&log);
-        match runtime.block_on(replay(&log, &candidate, &clock, hooks.clone()))? {
-            Verdict::Same => same += 1,
-            Verdict::Diverged(divergence) => {
-                *by_kind.entry(divergence.kind.name()).or_insert(0) += 1;
-                diverged.push((id, divergence));
-            }
-        }
+        let verdict = runtime.block_on(replay(&log, &candidate, &clock, hooks.clone()))?;
+        report.add(&id, &log, verdict);
     }
-    let seconds = began.elapsed().as_secs_f64();
-    let total = same + diverged.len();
+    report.seconds = began.elapsed().as_secs_f64();
+    report.note_if_empty(&options.store, since);
     if options.json {
-        let report = json!({
-            "template": options.template,
-            "candidate": { "name": candidate.name, "revision": candidate.revision },
-            "conversations": total,
-            "same": same,
-            "diverged": diverged.len(),
-            "by_kind": by_kind,
-            "inputs_replayed": inputs,
-            "seconds": seconds,
-            "divergences": diverged.iter().map(|(id, divergence)| json!({
-                "conversation_id": id,
-                "divergence": divergence,
-            })).collect::<Vec<_>>(),
-        });
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        if total == 0 {
-            writeln!(
-                out,
-                "no conversations of `{}` in {}{}: completed conversations are removed with \
-                 their logs after the server's --retention (5 minutes by default); serve with \
-                 --retention 7d to replay last week's",
-                options.template,
-                options.store,
-                if since > 0 {
-                    format!(" since {since}")
-                } else {
-                    String::new()
-                },
-            )?;
+        if let Some(note) = &report.note {
+            writeln!(out, "{note}")?;
             return Ok(ExitCode::SUCCESS);
         }
-        for (id, divergence) in &diverged {
+        for diverged in &report.divergences {
+            let divergence = &diverged.divergence;
             writeln!(
                 out,
-                "diverged  {id}: at step {} ({}): {:?}",
-                divergence.step, divergence.input, divergence.kind
+                "diverged  {}: at step {} ({}): {:?}",
+                diverged.conversation_id, divergence.step, divergence.input, divergence.kind
             )?;
             for difference in &divergence.differences {
                 writeln!(
@@ -160,25 +127,30 @@ pub fn run(
                 )?;
             }
         }
-        let kinds: Vec<String> = by_kind
+        let kinds: Vec<String> = report
+            .by_kind
             .iter()
             .map(|(kind, n)| format!("{kind} {n}"))
             .collect();
         writeln!(
             out,
-            "{total} conversations of `{}` replayed against {} ({}): {same} same, {} diverged{}; {inputs} inputs in {seconds:.3} s",
+            "{} conversations of `{}` replayed against {} ({}): {} same, {} diverged{}; {} inputs in {:.3} s",
+            report.conversations,
             options.template,
             candidate.name,
             candidate.revision,
-            diverged.len(),
+            report.same,
+            report.diverged,
             if kinds.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", kinds.join(", "))
             },
+            report.inputs_replayed,
+            report.seconds,
         )?;
     }
-    Ok(if diverged.is_empty() {
+    Ok(if report.diverged == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

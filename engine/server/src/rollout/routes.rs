@@ -8,6 +8,8 @@
 //! - `POST /v1/templates/{name}/candidates/{revision}/promote`.
 //! - `POST /v1/templates/{name}/candidates/{revision}/ramp?percent=N[&abort_on=…][&min_conversations=50]`.
 //! - `POST /v1/templates/{name}/rollback`.
+//! - `POST /v1/templates/{name}/replay[?since=MS][&limit=N]`: the YAML as body; the
+//!   template's recorded conversations re-driven against it ([`super::replay`]).
 //! - `GET /v1/templates/{name}/history`: on a route of its own beside `…/revisions`, because
 //!   the history holds events (who made which revision active when), the revisions list
 //!   holds things (the revisions kept).
@@ -36,6 +38,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/templates/{name}/candidates/{revision}/ramp"),
     ("post", "/v1/templates/{name}/rollback"),
     ("get", "/v1/templates/{name}/history"),
+    ("post", "/v1/templates/{name}/replay"),
 ];
 
 /// The routes, on the policy state.
@@ -55,6 +58,10 @@ pub fn router() -> Router<PolicyState> {
         )
         .route("/v1/templates/{name}/rollback", post(rollback))
         .route("/v1/templates/{name}/history", get(history))
+        .route(
+            "/v1/templates/{name}/replay",
+            post(super::replay::replay_route),
+        )
 }
 
 impl From<RolloutError> for PolicyError {
