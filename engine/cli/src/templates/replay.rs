@@ -246,6 +246,7 @@ mod tests {
     use colloquy_policy::Catalog;
     use colloquy_protocol::message::{SendMessage, StartConversation};
     use colloquy_store::SqliteStore;
+    use serde_json::json;
 
     use super::*;
 
