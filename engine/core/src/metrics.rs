@@ -76,8 +76,10 @@ impl A2aCallResult {
 }
 
 /// The process's counters.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Metrics {
+    /// Who else has figures for `/metrics` (the rollouts' shadow counts).
+    observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     /// (template, performative, result). Keyed by the performative itself, which the
     /// accepted message already holds: counting a message allocates nothing.
     messages: Counter<(Arc<str>, Performative, &'static str)>,
@@ -278,7 +280,16 @@ impl Metrics {
              colloquy_inbox_expired_total {}",
             engine.live_conversations, engine.inbox_entries_expired
         );
+        if let Some(observer) = self.observer.get() {
+            observer.render_metrics(&mut out);
+        }
         out
+    }
+
+    /// Renders `observer`'s figures with the rest ([`CommitObserver::render_metrics`]); the
+    /// first one set stays.
+    pub fn render_also(&self, observer: Arc<dyn CommitObserver>) {
+        let _ = self.observer.set(observer);
     }
 }
 
@@ -371,6 +382,16 @@ pub trait CommitObserver: Send + Sync {
         conversation_id: &Arc<str>,
         events: Vec<ConversationEvent>,
     );
+
+    /// Appends its own figures to `/metrics` (the Prometheus text format, each line ending
+    /// in a newline). Nothing by default.
+    fn render_metrics(&self, _out: &mut String) {}
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
 }
 
 /// A [`ConversationStore`] that counts what its inner store accepted.

@@ -242,6 +242,56 @@ impl CommitObserver for Rollouts {
         self.tally(template, id, &events, &candidate);
         self.shadow.offer(template, id, events, &candidate);
     }
+
+    fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let reports = self.shadow_reports();
+        let families: [(&str, &str, fn(&ShadowReport) -> u64); 4] = [
+            (
+                "colloquy_shadow_conversations_total",
+                "Live conversations given a shadow twin on the template's candidate.",
+                |r| r.shadowed,
+            ),
+            (
+                "colloquy_shadow_same_total",
+                "Shadow twins whose live conversation ended with no divergence.",
+                |r| r.same,
+            ),
+            (
+                "colloquy_shadow_diverged_total",
+                "Shadow twins that diverged from their live conversation.",
+                |r| r.diverged,
+            ),
+            (
+                "colloquy_shadow_dropped_total",
+                "Live steps not shadowed because the shadow queue or the twin limit was full.",
+                |r| r.dropped,
+            ),
+        ];
+        for (name, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (template, candidate, report) in &reports {
+                let _ = writeln!(
+                    out,
+                    "{name}{{template=\"{template}\",candidate=\"{candidate}\"}} {}",
+                    value(report)
+                );
+            }
+        }
+        let name = "colloquy_shadow_divergences_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Shadow divergences by kind.\n# TYPE {name} counter"
+        );
+        for (template, candidate, report) in &reports {
+            for (kind, count) in &report.by_kind {
+                let _ = writeln!(
+                    out,
+                    "{name}{{template=\"{template}\",candidate=\"{candidate}\",kind=\"{kind}\"}} {count}"
+                );
+            }
+        }
+    }
 }
 
 /// Locks `mutex`; a panic while holding it leaves counts, never a broken structure.

@@ -145,7 +145,10 @@ pub fn launch(
         .unwrap_or_else(|| Arc::new(MemoryStore::new()));
     let store = MeteredStore::new(inner, metrics.clone());
     let store = Arc::new(match options.commit_observer {
-        Some(observer) => store.with_observer(observer),
+        Some(observer) => {
+            metrics.render_also(observer.clone());
+            store.with_observer(observer)
+        }
         None => store,
     });
     let source: Arc<dyn TemplateSource> = match options.templates {

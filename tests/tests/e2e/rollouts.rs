@@ -199,6 +199,20 @@ async fn a_candidate_is_shadowed_promoted_rolled_back_and_remembered_across_a_re
     assert!(ids.contains(&sample["conversation_id"].as_str().expect("id").to_owned()));
     assert_eq!(sample["detail"], json!("out_of_protocol"), "{sample}");
 
+    // The same counts in /metrics.
+    let metrics = raw()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let line = format!(
+        "colloquy_shadow_diverged_total{{template=\"errand\",candidate=\"{candidate}\"}} 3"
+    );
+    assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+
     // The same change replayed against the recorded conversations: each diverges where the
     // candidate refuses bob's inform; against the active revision, none does.
     let replay = |token: &'static str, body: String| {
