@@ -246,7 +246,7 @@ impl CommitObserver for Rollouts {
     fn render_metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
         let reports = self.shadow_reports();
-        let families: [(&str, &str, fn(&ShadowReport) -> u64); 4] = [
+        let families: [Family; 4] = [
             (
                 "colloquy_shadow_conversations_total",
                 "Live conversations given a shadow twin on the template's candidate.",
@@ -293,6 +293,9 @@ impl CommitObserver for Rollouts {
         }
     }
 }
+
+/// A counter family of the shadow reports: name, help, the figure.
+type Family = (&'static str, &'static str, fn(&ShadowReport) -> u64);
 
 /// Locks `mutex`; a panic while holding it leaves counts, never a broken structure.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
