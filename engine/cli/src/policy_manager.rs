@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -51,6 +51,11 @@ pub struct PolicyManagerArgs {
     /// templates over it are refused. At most 60000.
     #[arg(long, value_name = "MS", default_value_t = colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     max_hook_timeout_ms: u64,
+    /// Keep every revision and the history of activations in this store's revision archive
+    /// (`sqlite:PATH`, `redis://HOST:PORT`), so rollbacks and the history survive a restart.
+    /// A SQLite file is one process's: give the manager its own.
+    #[arg(long, value_name = "STORE")]
+    store: Option<String>,
 }
 
 /// The admin token from the flag or the environment.
@@ -64,7 +69,21 @@ pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::
     let PolicyManagerCommand::Serve(args) = command;
     let dir = args.templates.unwrap_or_else(crate::default_templates_dir);
     let compiler = TemplateCompiler::new().with_max_hook_timeout_ms(args.max_hook_timeout_ms);
-    let live = Arc::new(open(&dir, compiler)?);
+    let mut live = LiveCatalog::new(&dir).with_compiler(compiler);
+    if let Some(spec) = &args.store {
+        let store = colloquy_store::open(spec)
+            .await
+            .with_context(|| format!("opening the store `{spec}`"))?;
+        let (sources, history) = colloquy_server::rollout::archive::load(&*store)
+            .await
+            .with_context(|| format!("reading the revision archive of `{spec}`"))?;
+        live = live
+            .with_archive(colloquy_server::rollout::archive::StoreArchive::start(
+                store,
+            ))
+            .seed(sources, history);
+    }
+    let live = Arc::new(open(live)?);
     let _watcher = watch_dir(&live)?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -89,12 +108,11 @@ pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::
     crate::shut_down_unless_told_again(manager.shutdown()).await
 }
 
-fn open(dir: &Path, compiler: TemplateCompiler) -> anyhow::Result<LiveCatalog> {
-    let live = LiveCatalog::new(dir).with_compiler(compiler);
+fn open(live: LiveCatalog) -> anyhow::Result<LiveCatalog> {
     live.reload()
-        .map(|_| live)
         .map_err(|diagnostics| anyhow::anyhow!("{diagnostics}"))
-        .with_context(|| format!("compiling the templates in {}", dir.display()))
+        .with_context(|| format!("compiling the templates in {}", live.dir().display()))?;
+    Ok(live)
 }
 
 fn watch_dir(live: &Arc<LiveCatalog>) -> anyhow::Result<DirectoryWatcher> {
