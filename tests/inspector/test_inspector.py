@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -43,6 +44,34 @@ ADMIN = "inspector-admin-token"
 
 def token(agent):
     return f"{agent}-inspector-token"
+
+
+def errand(answer):
+    """A one-step protocol: alice requests, bob answers with `answer`. A candidate that wants
+    `agree` where the active revision takes `inform` refuses bob's inform: its shadow twin
+    diverges at step 1."""
+    return f"""apiVersion: colloquy.dev/v1
+kind: ConversationTemplate
+metadata:
+  name: errand
+  version: 1.0.0
+spec:
+  roles:
+    participants: {{ min: 1, max: 1 }}
+  enforcement: enforce
+  thread:
+    initial: start
+    on_expiry: expired
+    states:
+      start:
+        transitions:
+          - {{ performative: request, from: initiator, to: asked }}
+      asked:
+        transitions:
+          - {{ performative: {answer}, from: participant, to: done }}
+      done: {{ terminal: success }}
+      expired: {{ terminal: timeout }}
+"""
 
 
 def templates_with_a_hook(directory):
@@ -96,14 +125,18 @@ class Server:
         self.process.stdout.close()
         self.log.close()
 
-    def call(self, method, path, who=None, body=None, agent_header=None):
-        """The API's JSON answer; raises urllib.error.HTTPError on a 4xx or 5xx."""
+    def call(self, method, path, who=None, body=None, agent_header=None, yaml=None):
+        """The API's JSON answer; raises urllib.error.HTTPError on a 4xx or 5xx. `body` is
+        sent as JSON, `yaml` as a template's text."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if who:
             headers["Authorization"] = f"Bearer {who}"
         if agent_header:
             headers["X-Agent-Id"] = agent_header
         data = json.dumps(body).encode() if body is not None else None
+        if yaml is not None:
+            headers["Content-Type"] = "application/yaml"
+            data = yaml.encode()
         request = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers=headers)
         with urllib.request.urlopen(request, timeout=WAIT) as response:
@@ -174,16 +207,18 @@ def wait_for(condition, what):
         raise AssertionError(f"timed out waiting for {what} (screenshot {shot})") from None
 
 
-def open_as(credential, hash_path):
-    """Opens the inspector at `hash_path` signed in with `credential` (through the form)."""
-    DRIVER.get(SERVER.url + "/inspect")
+def open_as(credential, hash_path, server=None):
+    """Opens the inspector of `server` (the module's by default) at `hash_path` signed in with
+    `credential` (through the form)."""
+    url = (server or SERVER).url
+    DRIVER.get(url + "/inspect")
     DRIVER.execute_script("sessionStorage.clear()")
-    DRIVER.get(SERVER.url + "/inspect#/conversations")
+    DRIVER.get(url + "/inspect#/conversations")
     field = wait_for(lambda: DRIVER.find_elements(By.ID, "credential"), "the sign-in form")[0]
     field.send_keys(credential)
     DRIVER.find_element(By.ID, "signin").click()
     wait_for(lambda: not DRIVER.find_elements(By.ID, "credential"), "signing in")
-    DRIVER.get(SERVER.url + "/inspect#" + hash_path)
+    DRIVER.get(url + "/inspect#" + hash_path)
 
 
 def arrows():
@@ -374,6 +409,153 @@ class Inspector(unittest.TestCase):
         wait_for(lambda: DRIVER.find_elements(By.ID, "conversations"), "the list")
         screenshot("conversations-phone")
 
+    def test_a_candidate_is_shown_next_to_the_active_revision_with_its_divergences(self):
+        """Issue 39, section 4: a candidate staged over HTTP, shadowed on live traffic; the
+        template page shows both revisions, the source and semantic diffs, the shadow's
+        counts, each sample divergence linked to its conversation (whose page marks the
+        step), the ramp, the commands and the history; an agent sees the history only."""
+        directory = tempfile.mkdtemp(prefix="colloquy-inspector-rollout-")
+        templates = Path(directory) / "templates"
+        templates.mkdir()
+        (templates / "errand.yaml").write_text(errand("inform"))
+        server = Server(directory, Path(WORK) / "agents.yaml", templates)
+        try:
+            active = server.call("GET", "/v1/templates/errand", ADMIN)["revision"]
+            staged = server.call("POST", "/v1/templates/errand/candidates?sample=1", ADMIN,
+                                 yaml=errand("agree"))
+            candidate = staged["revision"]
+            self.assertNotEqual(candidate, active)
+            ids = []
+            for _ in range(2):
+                started = server.start("alice", "errand", ["bob"], "request", {})
+                server.send("bob", started["id"], "inform", {})
+                ids.append(started["id"])
+            report = None
+            for _ in range(WAIT * 10):
+                report = server.call("GET", "/v1/templates/errand/candidates", ADMIN)
+                if report["candidates"][0]["shadow"]["diverged"] >= 2:
+                    break
+                time.sleep(0.1)
+            shadow = report["candidates"][0]["shadow"]
+            self.assertEqual(shadow["diverged"], 2, report)
+            sample = shadow["samples"][0]
+            self.assertIn(sample["conversation_id"], ids)
+            self.assertEqual((sample["step"], sample["kind"]), (1, "refused"), sample)
+            with self.assertRaises(urllib.error.HTTPError) as refused:
+                server.call("GET", "/v1/templates/errand/candidates", token("alice"))
+            self.assertEqual(refused.exception.code, 403)
+
+            open_as(ADMIN, "/templates", server)
+            listed = wait_for(lambda: DRIVER.find_elements(
+                By.CSS_SELECTOR, '#templates tr[data-template="errand"] a[data-candidate]'),
+                "the candidate in the list")[0]
+            self.assertEqual(listed.text, candidate)
+            DRIVER.get(server.url + "/inspect#/templates/errand")
+            shown = wait_for(lambda: DRIVER.find_elements(By.ID, "candidate-revision"),
+                             "the candidate")[0]
+            self.assertEqual(shown.text, candidate)
+            self.assertIn(active, DRIVER.find_element(By.ID, "active-side").text)
+            changes = wait_for(lambda: DRIVER.find_elements(By.CSS_SELECTOR,
+                                                            "#semantic-diff li"),
+                               "the semantic diff")
+            self.assertEqual(
+                [c.text for c in changes],
+                ["spec.thread.states.asked asked: agree/participant added (→ done)",
+                 "spec.thread.states.asked asked: inform/participant removed (was → done)"])
+            removed = [r.text for r in DRIVER.find_elements(By.CSS_SELECTOR,
+                                                            "#source-diff tr.del td.code")]
+            added = [r.text for r in DRIVER.find_elements(By.CSS_SELECTOR,
+                                                          "#source-diff tr.add td.code")]
+            self.assertEqual(len(removed), 1, removed)
+            self.assertEqual(len(added), 1, added)
+            self.assertTrue(removed[0].startswith("-"), removed)
+            self.assertIn("- { performative: inform, from: participant, to: done }",
+                          removed[0])
+            self.assertTrue(added[0].startswith("+"), added)
+            self.assertIn("- { performative: agree, from: participant, to: done }",
+                          added[0])
+            counts = {row.get_attribute("data-count"): row.find_element(
+                By.CSS_SELECTOR, "td.num").text
+                for row in DRIVER.find_elements(By.CSS_SELECTOR, "#shadow tr")}
+            self.assertEqual(counts, {"shadowed": str(shadow["shadowed"]), "same": "0",
+                                      "diverged": "2", "dropped": "0"})
+            self.assertEqual(DRIVER.find_element(
+                By.CSS_SELECTOR, '#shadow .pill[data-kind="refused"]').text, "refused 2")
+            rows = DRIVER.find_elements(By.CSS_SELECTOR, "#divergences tbody tr")
+            self.assertEqual(sorted(r.get_attribute("data-conversation") for r in rows),
+                             sorted(s["conversation_id"] for s in shadow["samples"]))
+            row = DRIVER.find_element(
+                By.CSS_SELECTOR, f'#divergences tr[data-conversation="{ids[0]}"]')
+            link = row.find_element(By.TAG_NAME, "a")
+            self.assertTrue(link.get_attribute("href").endswith(f"#/c/{ids[0]}?step=1"),
+                            link.get_attribute("href"))
+            cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+            self.assertEqual(cells[1], "1")
+            self.assertTrue(cells[2].startswith("inform from bob at "), cells)
+            self.assertIn("out_of_protocol", cells[3])
+            self.assertIn("No ramp", DRIVER.find_element(By.ID, "no-ramp").text)
+            commands = DRIVER.find_element(By.ID, "commands").text
+            self.assertIn(f"colloquy templates promote errand {candidate} "
+                          f"--server {server.url}", commands)
+            self.assertIn(f"{server.url}/v1/templates/errand/candidates/{candidate}/promote",
+                          commands)
+            rollback = DRIVER.find_element(By.ID, "rollback-commands").text
+            self.assertIn(f"colloquy templates rollback errand --server {server.url}",
+                          rollback)
+            self.assertIn(f"{server.url}/v1/templates/errand/rollback", rollback)
+            self.assertNotIn(ADMIN, DRIVER.find_element(By.ID, "main").text)
+            history = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                       for r in DRIVER.find_elements(By.CSS_SELECTOR, "#history tbody tr")]
+            self.assertEqual([(h[1], h[2], h[3], h[4]) for h in history],
+                             [("stage", candidate, active, "admin"),
+                              ("reload", active, "—", "watcher")])
+            # The whole view in one picture.
+            DRIVER.set_window_size(1280, 2600)
+            screenshot("template-candidate")
+            DRIVER.set_window_size(1280, 800)
+
+            # The sample's link: the conversation, its step marked (bob's inform).
+            link.click()
+            wait_for(lambda: len(arrows()) == 2, "the conversation's arrows")
+            marked = wait_for(lambda: DRIVER.find_elements(
+                By.CSS_SELECTOR, '#sequence g.msg[data-marked="true"]'), "the marked step")
+            self.assertEqual(len(marked), 1)
+            self.assertEqual((marked[0].get_attribute("data-performative"),
+                              marked[0].get_attribute("data-from")), ("inform", "bob"))
+            self.assertIn("inform from bob", DRIVER.find_element(By.ID, "step-mark").text)
+            self.assertIn('"performative": "inform"',
+                          DRIVER.find_element(By.ID, "message-json").text)
+            screenshot("conversation-step")
+
+            # A ramp: its share, gates and per-side tallies.
+            server.call("POST", f"/v1/templates/errand/candidates/{candidate}/ramp"
+                        "?percent=50&abort_on=refusal_rate:5&min_conversations=3", ADMIN)
+            DRIVER.get(server.url + "/inspect#/templates/errand")
+            percent = wait_for(lambda: DRIVER.find_elements(By.ID, "ramp-percent"),
+                               "the ramp")[0]
+            self.assertEqual(percent.text, "50% of new conversations")
+            self.assertIn("refusal_rate:5", DRIVER.find_element(By.ID, "ramp").text)
+            self.assertIn("3 conversations", DRIVER.find_element(By.ID, "ramp").text)
+            self.assertEqual([r.get_attribute("data-side") for r in DRIVER.find_elements(
+                By.CSS_SELECTOR, "#ramp-tallies tbody tr")], ["candidate", "active"])
+            self.assertIn("serves 50% of new conversations",
+                          DRIVER.find_element(By.ID, "candidate-side").text)
+            self.assertEqual(DRIVER.find_element(
+                By.CSS_SELECTOR, "#history tbody tr").get_attribute("data-kind"), "ramp")
+
+            # An agent: the history, and a note instead of the candidate.
+            open_as(token("alice"), "/templates/errand", server)
+            wait_for(lambda: DRIVER.find_elements(By.ID, "candidates-forbidden"),
+                     "the note on candidates")
+            self.assertEqual(len(DRIVER.find_elements(By.CSS_SELECTOR,
+                                                      "#history tbody tr")), 3)
+            self.assertFalse(DRIVER.find_elements(By.ID, "candidate"))
+            self.assertNotIn("performative: agree", DRIVER.page_source)
+            screenshot("template-candidate-agent")
+        finally:
+            server.stop()
+            shutil.rmtree(directory, ignore_errors=True)
+
     def test_open_development_mode_is_said(self):
         directory = tempfile.mkdtemp(prefix="colloquy-inspector-open-")
         server = Server(directory)
@@ -394,7 +576,8 @@ class Inspector(unittest.TestCase):
         """Reports (asserts nothing about) what the assets weigh and how long 10,000 messages
         between 50 parties take to draw (the page's #/bench view feeds the renderer)."""
         sizes = {}
-        for path in ["/inspect", "/inspect/assets/inspector.js", "/inspect/assets/inspector.css"]:
+        for path in ["/inspect", "/inspect/assets/inspector.js", "/inspect/assets/templates.js",
+                     "/inspect/assets/inspector.css"]:
             with urllib.request.urlopen(SERVER.url + path, timeout=WAIT) as response:
                 self.assertEqual(response.status, 200)
                 body = response.read()

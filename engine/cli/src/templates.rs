@@ -93,13 +93,9 @@ pub fn diff(
             return Ok(ExitCode::from(2));
         }
     };
-    let changes = colloquy_sandbox::diff::diff(&before.source.spec, &after.source.spec);
+    let report = colloquy_sandbox::diff::DiffReport::between(&before, &after);
+    let changes = &report.changes;
     if json {
-        let report = serde_json::json!({
-            "old": { "name": before.name, "revision": before.revision },
-            "new": { "name": after.name, "revision": after.revision },
-            "changes": changes,
-        });
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         writeln!(
@@ -112,7 +108,7 @@ pub fn diff(
             changes.len(),
             if changes.len() == 1 { "" } else { "s" }
         )?;
-        for change in &changes {
+        for change in changes {
             writeln!(out, "  {}: {}", change.path, change.what)?;
         }
     }

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use colloquy_policy::CompiledTemplate;
 use colloquy_protocol::template::{Role, Spec, StateSpec, TransitionSpec};
 use serde_json::Value;
 
@@ -16,6 +17,42 @@ pub struct Change {
     pub path: String,
     /// What changed, in words.
     pub what: String,
+}
+
+/// A revision of a template, as a diff names it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RevisionId {
+    /// `metadata.name`.
+    pub name: String,
+    /// `sha256:…`.
+    pub revision: String,
+}
+
+/// The diff of two compiled revisions as `colloquy templates diff --json` prints it and `GET
+/// /v1/templates/{name}/candidates/{revision}/diff` answers it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DiffReport {
+    /// The revision compared from.
+    pub old: RevisionId,
+    /// The revision compared to.
+    pub new: RevisionId,
+    /// What changes, in template order ([`diff`]).
+    pub changes: Vec<Change>,
+}
+
+impl DiffReport {
+    /// What changes from `old` to `new`.
+    pub fn between(old: &CompiledTemplate, new: &CompiledTemplate) -> DiffReport {
+        let id = |template: &CompiledTemplate| RevisionId {
+            name: template.name.to_string(),
+            revision: template.revision.to_string(),
+        };
+        DiffReport {
+            old: id(old),
+            new: id(new),
+            changes: diff(&old.source.spec, &new.source.spec),
+        }
+    }
 }
 
 /// The changes from `old` to `new`, in template order.

@@ -1,5 +1,5 @@
-//! The web inspector: one HTML page, its script and its style sheet, embedded in the binary
-//! and served at `/inspect` (`docs/inspector.md`).
+//! The web inspector: one HTML page, its two scripts and its style sheet, embedded in the
+//! binary and served at `/inspect` (`docs/inspector.md`).
 //!
 //! The page is a static shell: it needs no credentials and holds no data. Everything it
 //! shows it reads from the API with the token the user types in (kept in the tab's
@@ -20,6 +20,9 @@ use super::{AppState, Identity};
 pub const PAGE: &str = include_str!("inspect/index.html");
 /// Its script.
 pub const SCRIPT: &str = include_str!("inspect/inspector.js");
+/// The script of its template pages (list, state machine, hooks, candidate and history),
+/// loaded before [`SCRIPT`].
+pub const TEMPLATES_SCRIPT: &str = include_str!("inspect/templates.js");
 /// Its style sheet.
 pub const STYLE: &str = include_str!("inspect/inspector.css");
 /// Its icon, also answered at `/favicon.ico`, which browsers ask for on every page they
@@ -42,6 +45,7 @@ pub fn router() -> Router<AppState> {
         .route("/inspect", get(page))
         .route("/inspect/", get(page))
         .route("/inspect/assets/inspector.js", get(script))
+        .route("/inspect/assets/templates.js", get(templates_script))
         .route("/inspect/assets/inspector.css", get(style))
         .route("/inspect/assets/favicon.svg", get(icon))
         .route("/favicon.ico", get(icon))
@@ -63,6 +67,11 @@ async fn page(State(state): State<AppState>) -> Response {
 /// `GET /inspect/assets/inspector.js`.
 async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// `GET /inspect/assets/templates.js`.
+async fn templates_script() -> Response {
+    asset("text/javascript; charset=utf-8", TEMPLATES_SCRIPT)
 }
 
 /// `GET /inspect/assets/inspector.css`.
@@ -167,6 +176,11 @@ mod tests {
                 "Last-Event-ID",
             ),
             (
+                "/inspect/assets/templates.js",
+                "text/javascript; charset=utf-8",
+                "candidates",
+            ),
+            (
                 "/inspect/assets/inspector.css",
                 "text/css; charset=utf-8",
                 "@media",
@@ -208,7 +222,7 @@ mod tests {
             .expect("ASCII");
         assert!(policy.contains("connect-src 'self'"));
         // Nothing fetched from another origin: the only absolute URL is the SVG namespace.
-        for asset in [PAGE, SCRIPT, STYLE, ICON] {
+        for asset in [PAGE, SCRIPT, TEMPLATES_SCRIPT, STYLE, ICON] {
             let outside = asset.replace("http://www.w3.org/2000/svg", "");
             assert!(!outside.contains("http://") && !outside.contains("https://"));
         }

@@ -214,6 +214,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/status"),
     ("post", "/v1/templates/{name}/candidates"),
     ("get", "/v1/templates/{name}/candidates"),
+    ("get", "/v1/templates/{name}/candidates/{revision}/diff"),
     ("post", "/v1/templates/{name}/candidates/{revision}/promote"),
     ("post", "/v1/templates/{name}/candidates/{revision}/ramp"),
     ("post", "/v1/templates/{name}/rollback"),

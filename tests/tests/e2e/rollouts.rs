@@ -332,3 +332,69 @@ async fn a_candidate_is_shadowed_promoted_rolled_back_and_remembered_across_a_re
         candidate
     );
 }
+
+/// `GET …/candidates/{revision}/diff` (the inspector's candidate view reads it): what the
+/// staged candidate changes from the active revision, in the protocol's terms; the admin's
+/// alone, as the candidates' report is; 404 for an unknown template, 409 for a revision that
+/// is not the staged candidate (also while none is staged).
+#[tokio::test]
+async fn a_candidates_semantic_diff_is_for_the_admin_and_of_the_candidate_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("errand.yaml"), errand("inform")).expect("write");
+    let store: Arc<dyn ConversationStore> = Arc::new(colloquy_core::store::MemoryStore::new());
+    let engine = engine(dir.path(), store).await;
+    let url = engine.service.url();
+    let active = engine
+        .live
+        .latest("errand")
+        .expect("errand")
+        .revision
+        .to_string();
+    let diff = |template: &str, revision: &str, token: &str| {
+        raw()
+            .get(format!(
+                "{url}/v1/templates/{template}/candidates/{revision}/diff"
+            ))
+            .bearer_auth(token)
+    };
+    let (status, body) = call(diff("errand", &active, ADMIN_TOKEN)).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], json!("not_the_candidate"), "{body}");
+
+    let (status, staged) = call(
+        admin(raw().post(format!("{url}/v1/templates/errand/candidates"))).body(errand("agree")),
+    )
+    .await;
+    assert_eq!(status, 201, "{staged}");
+    let candidate = staged["revision"].as_str().expect("revision").to_owned();
+
+    let (status, body) = call(diff("errand", &candidate, ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({
+            "old": {"name": "errand", "revision": active},
+            "new": {"name": "errand", "revision": candidate},
+            "changes": [
+                {"path": "spec.thread.states.asked", "what": "asked: agree/participant added (→ done)"},
+                {"path": "spec.thread.states.asked", "what": "asked: inform/participant removed (was → done)"},
+            ],
+        })
+    );
+
+    // An agent's token is known but not allowed; a made-up one is not known.
+    let (status, body) = call(diff("errand", &candidate, "alice-token")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(call(diff("errand", &candidate, "nobody")).await.0, 401);
+    let (status, body) = call(diff("nope", &candidate, ADMIN_TOKEN)).await;
+    assert_eq!(status, 404, "{body}");
+    // The active revision is not the candidate: 409, naming the one that is.
+    let (status, body) = call(diff("errand", &active, ADMIN_TOKEN)).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains(&candidate)),
+        "{body}"
+    );
+}

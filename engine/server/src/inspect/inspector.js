@@ -2,9 +2,10 @@
 // step: what is served is what is written here. It reads the HTTP API with the credential the
 // user types in and changes nothing (GET requests only).
 //
-// Why one file of 1,300 lines: the page loads one script with no build step and no
-// modules to resolve (its Content-Security-Policy allows only 'self'); its sections are
-// marked below, one view each.
+// Why two classic scripts of about 1,000 and 700 lines rather than modules: no build step
+// and nothing to resolve (the Content-Security-Policy allows only 'self'). The pages of
+// templates and hooks are in templates.js, loaded before this file; the other views'
+// sections are marked below.
 'use strict';
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -351,7 +352,7 @@ function route() {
   }
   const pages = {
     conversations: () => conversationsPage(params, signal),
-    c: () => conversationPage(parts[1] || '', signal),
+    c: () => conversationPage(parts[1] || '', signal, params),
     templates: () => (parts[1] ? templatePage(parts[1], signal) : templatesPage(signal)),
     hooks: () => hooksPage(signal),
     agents: () => agentsPage(signal),
@@ -478,6 +479,26 @@ class ConversationModel {
     this.deadline = null;
     this.template = '';
     this.lanesChanged = false;
+    // The inputs a replay or a shadow twin re-drives, numbered as their reports number
+    // steps: step 0 is the start (with the opening message, when the initiator sent one
+    // with it), step N the Nth message of a real party after it.
+    this.start = null;
+    this.opening = null;
+    this.inputs = [];
+    this.anyMessage = false;
+    this.end = null;
+  }
+
+  /** The row a divergence's `step` points at, as {seq, kind}; null when not (yet) there. */
+  stepRow(step) {
+    if (step === 0) {
+      if (this.opening !== null) return { seq: this.opening, kind: 'msg' };
+      return this.start && { seq: this.start.seq, kind: 'note' };
+    }
+    if (step >= 1 && step <= this.inputs.length) return { seq: this.inputs[step - 1], kind: 'msg' };
+    // One past the last input: the end of the recording.
+    if (step === this.inputs.length + 1 && this.end !== null) return { seq: this.end, kind: 'note' };
+    return null;
   }
 
   lane(party) {
@@ -521,6 +542,7 @@ class ConversationModel {
     const seq = event.seq;
     switch (event.type) {
       case 'started':
+        this.start = { seq, at: event.at, initiator: event.initiator };
         this.lane(event.initiator);
         for (const p of event.participants) this.lane(p);
         this.lane(ENGINE);
@@ -535,6 +557,13 @@ class ConversationModel {
         this.lane(m.sender);
         for (const r of m.receivers) this.lane(r);
         this.messages.set(String(seq), m);
+        if (m.sender !== ENGINE) {
+          const opening = this.start && !this.anyMessage && m.sender === this.start.initiator
+            && event.at === this.start.at;
+          if (opening) this.opening = seq;
+          else this.inputs.push(seq);
+        }
+        this.anyMessage = true;
         this.rows.push({ kind: 'msg', seq, from: m.sender, to: m.receivers,
           performative: m.performative, summary: summary(m.content), at: event.at });
         for (const t of event.transitions || []) this.transition(seq, t, 'state');
@@ -598,6 +627,7 @@ class ConversationModel {
         this.note(seq, ENGINE, 'action', `escalated to ${event.to}: ${event.reason}`, event.at);
         break;
       case 'completed':
+        this.end = seq;
         this.status = 'completed';
         this.outcome = event.outcome;
         this.note(seq, ENGINE, 'end', `completed: ${event.outcome}`
@@ -635,6 +665,8 @@ class SequenceDiagram {
     host.append(this.scroller);
     this.pending = false;
     this.selected = null;
+    /** The row marked (a divergence's step), as {seq, kind}. */
+    this.marked = null;
     this.scroller.addEventListener('scroll', () => this.schedule());
     this.scroller.addEventListener('click', (event) => {
       const row = event.target.closest('g.msg');
@@ -657,6 +689,10 @@ class SequenceDiagram {
     });
     this.resizes = new ResizeObserver(() => this.schedule());
     this.resizes.observe(this.scroller);
+  }
+
+  isMarked(row) {
+    return this.marked !== null && this.marked.seq === row.seq && this.marked.kind === row.kind;
   }
 
   /** Stops watching the diagram's size (the page moved on). */
@@ -763,14 +799,16 @@ class SequenceDiagram {
   drawRow(row, y, laneW) {
     if (row.kind === 'msg') {
       const from = this.x(row.from);
-      const group = s('g', { class: 'msg' + (String(row.seq) === this.selected ? ' selected' : ''),
-        'data-seq': row.seq, 'data-performative': row.performative, 'data-from': row.from,
+      const marked = this.isMarked(row);
+      const group = s('g', { class: 'msg' + (String(row.seq) === this.selected ? ' selected' : '')
+        + (marked ? ' marked' : ''), 'data-marked': marked ? 'true' : null, 'data-seq': row.seq, 'data-performative': row.performative, 'data-from': row.from,
         'data-to': row.to.join(' '), role: 'button', tabindex: -1 });
       const targets = row.to.map((r) => this.x(r));
       const right = Math.max(from, ...targets);
       const left = Math.min(from, ...targets);
       group.append(s('rect', { x: left, y: y - ROW / 2 - 4, width: Math.max(right - left, 20),
         height: ROW, class: 'hit' }));
+      if (marked) group.append(s('text', { x: 4, y: y + 4, class: 'step-flag' }, '\u25c6'));
       for (const to of targets) {
         if (to === from) {
           group.append(s('path', { d: `M${from},${y} h18 v8 h-16`, class: 'arrow',
@@ -794,7 +832,9 @@ class SequenceDiagram {
     const width = text.length * 7 + 12;
     // From the lane rightwards, or leftwards where the diagram ends first (the engine's lane).
     const left = x - 5 + width > total ? Math.max(0, x + 5 - width) : x - 5;
-    return s('g', { class: 'note ' + row.tone, 'data-seq': row.seq, 'data-tone': row.tone },
+    const marked = this.isMarked(row);
+    return s('g', { class: 'note ' + row.tone + (marked ? ' marked' : ''),
+      'data-marked': marked ? 'true' : null, 'data-seq': row.seq, 'data-tone': row.tone },
       s('rect', { x: left, y: y - ROW / 2 + 2, width, height: ROW - 8, rx: 3 }),
       s('text', { x: left + 6, y: y - 1 }, text),
       s('title', {}, `#${row.seq} ${row.text}`));
@@ -836,8 +876,16 @@ function sidePanel(model, selectedSeq) {
   return panel;
 }
 
-async function conversationPage(id, signal) {
+async function conversationPage(id, signal, params) {
   const view = await api('/v1/conversations/' + encodeURIComponent(id), { signal });
+  // `?step=N` (a link from a template's candidate view): the input where a candidate
+  // revision's twin or replay first went elsewhere, marked in the diagram.
+  const stepParam = params.get('step');
+  const step = stepParam !== null && /^\d+$/.test(stepParam) ? Number(stepParam) : null;
+  const stepNote = step === null ? null : h('p', { class: 'step-mark', id: 'step-mark' },
+    `Step ${step} is marked \u25c6: where a candidate revision first went elsewhere than this `
+    + 'conversation (step 0 is the start, step N the Nth message of a real party after it). ',
+  h('span', { class: 'step-found' }, 'Looking for it…'));
   const model = new ConversationModel();
   model.fromView(view);
   const state = h('span', { class: 'live', id: 'live-state' }, 'connecting');
@@ -847,6 +895,7 @@ async function conversationPage(id, signal) {
     h('div', { class: 'conv-head' },
       h('h1', {}, h('span', { class: 'muted' }, 'Conversation '), h('span', { class: 'mono' }, id)),
       h('p', {}, `${view.template} · initiated by ${view.initiator} · `, state)),
+    stepNote,
     h('div', { class: 'conv' }, diagramHost, side));
   let selected = null;
   let panelPending = false;
@@ -870,6 +919,10 @@ async function conversationPage(id, signal) {
     signal,
     isOver: () => model.status === 'completed',
     onState: (what, error) => {
+      if (what === 'ended' && stepNote && diagram.marked === null) {
+        stepNote.querySelector('.step-found').textContent = 'It is not in this conversation\u2019s '
+          + `log, which has ${model.inputs.length + 1} inputs (steps 0 to ${model.inputs.length}).`;
+      }
       state.textContent = {
         live: 'live', reconnecting: 'reconnecting…', ended: 'ended',
         error: 'stream error: ' + (error && error.message),
@@ -884,7 +937,23 @@ async function conversationPage(id, signal) {
         model.apply(event.data);
       }
       diagramHost.dataset.rows = String(model.rows.length);
-      diagram.schedule(true);
+      const found = step !== null && diagram.marked === null ? model.stepRow(step) : null;
+      if (found) {
+        // Marked once, when its row arrives: drawn, scrolled to and, for a message, selected.
+        diagram.marked = found;
+        const index = model.rows.findIndex((r) => r.seq === found.seq && r.kind === found.kind);
+        const row = model.rows[index];
+        stepNote.dataset.seq = String(found.seq);
+        stepNote.querySelector('.step-found').textContent = row.kind === 'msg'
+          ? `It is message #${row.seq}: ${row.performative} from ${row.from}.`
+          : `It is #${row.seq}: ${row.text}.`;
+        diagram.render();
+        diagram.reveal(index);
+        if (found.kind === 'msg') diagram.select(String(found.seq));
+        diagram.schedule();
+      } else {
+        diagram.schedule(true);
+      }
       refreshPanel();
     },
   });
@@ -929,352 +998,6 @@ function benchPage(params, signal) {
     result.dataset.scrollMs = scrolled.toFixed(2);
     result.dataset.rows = String(model.rows.length);
   }));
-}
-
-// ---------------------------------------------------------------------------------------
-// Templates
-
-async function templatesPage(signal) {
-  const [catalog, status] = await Promise.all([
-    api('/v1/templates', { signal }),
-    api('/v1/status', { signal }).catch((e) => ({ failed: e })),
-  ]);
-  main.append(h('h1', {}, 'Templates'));
-  if (status.failed) {
-    main.append(failure(status.failed));
-  } else {
-    main.append(h('section', { class: 'card', id: 'policy-status' },
-      h('h2', {}, 'Catalog'),
-      h('table', { class: 'kv' },
-        h('tr', {}, h('th', {}, 'Revision'), h('td', { class: 'mono' }, status.revision)),
-        h('tr', {}, h('th', {}, 'Loaded'), h('td', {}, time(status.loaded_at))),
-        h('tr', {}, h('th', {}, 'Source'), h('td', {}, status.source)),
-        h('tr', {}, h('th', {}, 'Compiling'), h('td', {}, status.compiling.length
-          ? status.compiling.map((c) => `${c.template} (since ${time(c.since)})`).join(', ')
-          : 'nothing'))),
-      status.last_error
-        ? h('div', { class: 'error', id: 'last-error' }, h('strong', {}, 'Last reload error '),
-          time(status.last_error.at), ': ', status.last_error.message,
-          h('ul', {}, status.last_error.diagnostics.map((d) => h('li', {},
-            `${d.file || ''}${d.line ? ':' + d.line : ''}${d.column ? ':' + d.column : ''} `
-            + `${d.path} — ${d.message}`))))
-        : h('p', { class: 'ok', id: 'last-error' }, 'No reload error.')));
-  }
-  main.append(h('table', { class: 'list', id: 'templates' },
-    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Template'),
-      h('th', { scope: 'col' }, 'Revision'))),
-    h('tbody', {}, catalog.templates.map((t) => h('tr', { 'data-template': t.name },
-      h('td', {}, h('a', { href: '#/templates/' + encodeURIComponent(t.name) }, t.name)),
-      h('td', { class: 'mono' }, t.revision))))));
-}
-
-async function templatePage(name, signal) {
-  main.append(h('p', {}, h('a', { href: '#/templates' }, '« templates')),
-    h('h1', {}, 'Template ', h('span', { class: 'mono' }, name)));
-  const revisions = api(`/v1/templates/${encodeURIComponent(name)}/revisions`, { signal })
-    .catch(() => null);
-  let doc;
-  try {
-    doc = await api('/v1/templates/' + encodeURIComponent(name), { signal });
-  } catch (error) {
-    if (error instanceof ApiError && error.status === 403) {
-      main.append(h('p', { class: 'error', id: 'template-forbidden' },
-        'A template\u2019s definition is readable with the admin token only (or when the '
-        + 'server runs with --public-templates): ', error.message));
-      return;
-    }
-    throw error;
-  }
-  const spec = doc.template.spec;
-  main.append(h('p', { class: 'mono muted' }, doc.revision),
-    doc.template.metadata.description ? h('p', {}, doc.template.metadata.description) : null,
-    h('h2', {}, 'Thread state machine'),
-    h('div', { class: 'machine-box' }, stateMachine(spec.thread)),
-    h('p', { class: 'muted legend' }, 'Top row: the states a thread passes through, from the '
-      + 'initial one (dot). Bottom row: terminal states (double boxes) with their outcome. Arrows: '
-      + 'performative / who sends it, and the reply-by it sets. Dashed: the state\u2019s deadline '
-      + `passed. A thread whose conversation expires goes to ${spec.thread.on_expiry}.`));
-  const list = await revisions;
-  if (list) {
-    main.append(h('h2', {}, 'Revisions'), h('ul', { id: 'revisions' }, list.revisions.map((r) =>
-      h('li', {}, h('span', { class: 'mono' }, r.revision), ` loaded ${time(r.loaded_at)}`,
-        r.current ? ' (current)' : ''))));
-  }
-  if (spec.parameters) {
-    main.append(h('h2', {}, 'Parameters'), h('pre', {}, pretty(spec.parameters.schema)));
-  }
-  const messages = Object.entries(spec.messages || {});
-  if (messages.length) {
-    main.append(h('h2', {}, 'Message schemas'), ...messages.map(([performative, m]) =>
-      h('details', { class: 'schema', 'data-performative': performative },
-        h('summary', {}, performative, m.description ? ' — ' + m.description : ''),
-        h('pre', {}, pretty(m.schema)))));
-  }
-  if ((spec.commitments || []).length) {
-    main.append(h('h2', {}, 'Commitments'), h('pre', {}, pretty(spec.commitments)));
-  }
-  if (spec.hooks) {
-    main.append(h('h2', {}, 'Hooks'), h('pre', {}, pretty(spec.hooks)),
-      h('p', {}, h('a', { href: '#/hooks' }, 'All hooks »')));
-  }
-}
-
-/**
- * A thread's state machine as SVG, in two rows: the states a thread passes through along the
- * top, in the order of their distance from the initial state, and the terminal states (double
- * boxes with their outcome) along the bottom. Moves between passing states arc above the top
- * row, moves to a terminal state go down to it, so no arrow crosses a box. Arrows are labelled
- * `performative / role`; deadline moves are dashed.
- */
-function stateMachine(thread) {
-  const names = Object.keys(thread.states);
-  const isTerminal = (name) => Boolean((thread.states[name] || {}).terminal);
-  const depth = new Map([[thread.initial, 0]]);
-  const queue = [thread.initial];
-  while (queue.length) {
-    const name = queue.shift();
-    const state = thread.states[name] || {};
-    const out = (state.transitions || []).map((t) => t.to);
-    if (state.on_deadline) out.push(state.on_deadline);
-    for (const to of out) {
-      if (!depth.has(to) && thread.states[to]) {
-        depth.set(to, depth.get(name) + 1);
-        queue.push(to);
-      }
-    }
-  }
-  const order = (a, b) => (depth.has(a) ? depth.get(a) : 1e9) - (depth.has(b) ? depth.get(b) : 1e9)
-    || names.indexOf(a) - names.indexOf(b);
-  const passing = names.filter((n) => !isTerminal(n)).sort(order);
-
-  const edges = [];
-  for (const name of names) {
-    const state = thread.states[name];
-    for (const t of state.transitions || []) {
-      edges.push({ from: name, to: t.to, performative: t.performative, role: t.from,
-        deadline: false, label: `${t.performative} / ${t.from}`
-          + (t.reply_by && t.reply_by.default_ms ? ` (reply ${t.reply_by.default_ms / 1000}s)` : '') });
-    }
-    if (state.on_deadline) {
-      edges.push({ from: name, to: state.on_deadline, performative: '', role: '', deadline: true,
-        label: 'deadline' });
-    }
-  }
-  // Terminal states ordered by where the moves into them come from, so fewer arrows cross.
-  const topIndex = new Map(passing.map((n, i) => [n, i]));
-  const pull = (name) => {
-    const sources = edges.filter((e) => e.to === name && topIndex.has(e.from))
-      .map((e) => topIndex.get(e.from));
-    return sources.length ? sources.reduce((a, b) => a + b, 0) / sources.length : 1e9;
-  };
-  const terminals = names.filter(isTerminal).sort((a, b) => pull(a) - pull(b) || order(a, b));
-
-  const boxW = 150;
-  const boxH = 46;
-  const topGap = 90;
-  const bottomGap = 24;
-  const margin = 28;
-  const arcStep = 26;
-  // Arcs between passing states nest by how far they reach.
-  const arcs = edges.filter((e) => topIndex.has(e.from) && topIndex.has(e.to));
-  const span = (e) => Math.abs(topIndex.get(e.to) - topIndex.get(e.from));
-  const levels = new Map();
-  const taken = [];
-  for (const e of arcs.slice().sort((a, b) => span(a) - span(b))) {
-    const lo = Math.min(topIndex.get(e.from), topIndex.get(e.to));
-    const hi = Math.max(topIndex.get(e.from), topIndex.get(e.to));
-    let level = 0;
-    while (taken.some((t) => t.level === level && t.lo < hi && lo < t.hi)) level += 1;
-    taken.push({ level, lo, hi });
-    levels.set(e, level);
-  }
-  const highest = Math.max(0, ...levels.values());
-  const topY = margin + 30 + (arcs.length ? (highest + 1) * arcStep : 0);
-  const bottomY = topY + boxH + 250;
-  const topW = passing.length * (boxW + topGap) - topGap;
-  const bottomW = terminals.length * (boxW + bottomGap) - bottomGap;
-  const width = margin * 2 + Math.max(topW, bottomW);
-  const height = bottomY + boxH + margin;
-  const pos = new Map();
-  const topStart = margin + (width - margin * 2 - topW) / 2;
-  passing.forEach((name, i) => pos.set(name, { x: topStart + i * (boxW + topGap), y: topY }));
-  const bottomStart = margin + (width - margin * 2 - bottomW) / 2;
-  terminals.forEach((name, i) => pos.set(name, { x: bottomStart + i * (boxW + bottomGap),
-    y: bottomY }));
-
-  const svg = s('svg', { class: 'machine', id: 'state-machine', width, height,
-    viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': 'Thread state machine' },
-  s('defs', {}, s('marker', { id: 'm-arrow', viewBox: '0 0 10 10', refX: 10, refY: 5,
-    markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
-  s('path', { d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead' }))));
-  const edgeLayer = s('g', { class: 'edges' });
-  const labelLayer = s('g', { class: 'edge-labels' });
-  // Where the arrows leave a box's bottom and enter a box's top, spread along its width.
-  const outgoing = new Map();
-  const incoming = new Map();
-  const downs = edges.filter((e) => !levels.has(e) && e.from !== e.to);
-  for (const e of downs) {
-    (outgoing.get(e.from) || outgoing.set(e.from, []).get(e.from)).push(e);
-    (incoming.get(e.to) || incoming.set(e.to, []).get(e.to)).push(e);
-  }
-  for (const list of [...outgoing.values(), ...incoming.values()]) {
-    list.sort((a, b) => (pos.get(a.to) || { x: 0 }).x - (pos.get(b.to) || { x: 0 }).x
-      || (pos.get(a.from) || { x: 0 }).x - (pos.get(b.from) || { x: 0 }).x);
-  }
-  const spread = (list, e, box) => {
-    const i = list.indexOf(e);
-    return box.x + 12 + ((boxW - 24) * (i + 1)) / (list.length + 1);
-  };
-  const middle = (e) => (spread(outgoing.get(e.from), e, pos.get(e.from))
-    + spread(incoming.get(e.to), e, pos.get(e.to))) / 2;
-  const slot = new Map(downs.filter((e) => pos.get(e.from) && pos.get(e.to))
-    .sort((a, b) => middle(a) - middle(b)).map((e, i) => [e, i]));
-  const lanes = new Map();
-  for (const e of edges) {
-    const a = pos.get(e.from);
-    const b = pos.get(e.to);
-    if (!a || !b) continue;
-    let d;
-    let lx;
-    let ly;
-    if (e.from === e.to) {
-      const n = lanes.get(e.from) || 0;
-      lanes.set(e.from, n + 1);
-      d = `M${a.x + boxW - 40},${a.y} c0,-30 34,-30 26,0`;
-      lx = a.x + boxW - 24;
-      ly = a.y - 26 - n * 13;
-    } else if (levels.has(e)) {
-      const rise = 22 + levels.get(e) * arcStep;
-      const forward = b.x > a.x;
-      const x1 = a.x + (forward ? boxW * 0.7 : boxW * 0.3);
-      const x2 = b.x + (forward ? boxW * 0.3 : boxW * 0.7);
-      const y = a.y;
-      d = `M${x1},${y} C${x1},${y - rise * 1.33} ${x2},${y - rise * 1.33} ${x2},${y}`;
-      lx = (x1 + x2) / 2;
-      ly = y - rise + 4;
-    } else {
-      const x1 = spread(outgoing.get(e.from), e, a);
-      const y1 = a.y + boxH;
-      const x2 = spread(incoming.get(e.to), e, b);
-      const y2 = b.y;
-      const dip = b.y > a.y ? 0 : 60;
-      d = `M${x1},${y1} C${x1},${y1 + 80 + dip} ${x2},${y2 - 80 - dip} ${x2},${y2}`;
-      // On the curve, at one of five heights in turn, so neighbouring labels do not overlap.
-      const t = 0.2 + 0.15 * (slot.get(e) % 5);
-      const u = 1 - t;
-      lx = u * u * u * x1 + 3 * u * u * t * x1 + 3 * u * t * t * x2 + t * t * t * x2;
-      ly = u * u * u * y1 + 3 * u * u * t * (y1 + 80 + dip) + 3 * u * t * t * (y2 - 80 - dip)
-        + t * t * t * y2 + 4;
-    }
-    edgeLayer.append(s('path', { d, class: 'edge' + (e.deadline ? ' deadline' : ''),
-      'marker-end': 'url(#m-arrow)' }));
-    labelLayer.append(s('g', { class: 'edge-label' + (e.deadline ? ' deadline' : ''),
-      'data-from-state': e.from, 'data-to-state': e.to, 'data-performative': e.performative,
-      'data-role': e.role, 'data-deadline': e.deadline ? 'true' : 'false' },
-    s('text', { x: lx, y: ly, 'text-anchor': 'middle' }, e.label),
-    s('title', {}, `${e.from} → ${e.to}: ${e.label}`)));
-  }
-  svg.append(edgeLayer);
-  for (const name of names) {
-    const p = pos.get(name);
-    const state = thread.states[name];
-    const terminal = state.terminal;
-    const group = s('g', { class: 'state' + (terminal ? ' terminal' : '')
-      + (name === thread.initial ? ' initial' : ''), 'data-state': name,
-    'data-terminal': terminal || '' },
-    s('title', {}, state.description || name));
-    group.append(s('rect', { x: p.x, y: p.y, width: boxW, height: boxH, rx: 8 }));
-    if (terminal) {
-      group.append(s('rect', { x: p.x + 4, y: p.y + 4, width: boxW - 8, height: boxH - 8, rx: 6,
-        class: 'inner' }));
-    }
-    group.append(s('text', { x: p.x + boxW / 2, y: p.y + (terminal ? 20 : 28),
-      'text-anchor': 'middle', class: 'state-name' }, fit(name, boxW - 12)));
-    if (terminal) {
-      group.append(s('text', { x: p.x + boxW / 2, y: p.y + 36, 'text-anchor': 'middle',
-        class: 'outcome' }, terminal));
-    }
-    if (name === thread.initial) {
-      group.append(s('circle', { cx: p.x - 12, cy: p.y + boxH / 2, r: 6, class: 'start-dot' }));
-    }
-    svg.append(group);
-  }
-  svg.append(labelLayer);
-  return svg;
-}
-
-// ---------------------------------------------------------------------------------------
-// Hooks
-
-async function hooksPage(signal) {
-  main.append(h('h1', {}, 'Hooks'));
-  const [catalog, metricsText] = await Promise.all([
-    api('/v1/templates', { signal }),
-    api('/metrics', { signal, text: true }).catch(() => ''),
-  ]);
-  const rows = [];
-  let forbidden = null;
-  for (const t of catalog.templates) {
-    try {
-      const doc = await api('/v1/templates/' + encodeURIComponent(t.name), { signal });
-      if (doc.template.spec.hooks) rows.push({ name: t.name, doc });
-    } catch (error) {
-      if (error instanceof ApiError && error.status === 403) {
-        forbidden = error;
-        break;
-      }
-      throw error;
-    }
-  }
-  if (forbidden) {
-    main.append(h('p', { class: 'error', id: 'hooks-forbidden' }, 'Hooks are part of a '
-      + 'template\u2019s definition, readable with the admin token only (or with '
-      + '--public-templates): ', forbidden.message));
-  } else if (!rows.length) {
-    main.append(h('p', { class: 'muted', id: 'hooks-none' }, 'No loaded template has a hook.'));
-  } else {
-    main.append(h('table', { class: 'list', id: 'hooks' },
-      h('thead', {}, h('tr', {}, ['Template', 'Module', 'Kind', 'SHA-256', 'Size', 'Events',
-        'Limits', 'On failure', 'Reads'].map((x) => h('th', { scope: 'col' }, x)))),
-      h('tbody', {}, rows.map(({ name, doc }) => {
-        const hooks = doc.template.spec.hooks;
-        const module = doc.hook_module || {};
-        return h('tr', { 'data-template': name },
-          h('td', {}, h('a', { href: '#/templates/' + encodeURIComponent(name) }, name)),
-          h('td', { class: 'mono' }, hooks.module),
-          h('td', {}, module.kind === 'component' ? 'component' : module.kind === 'core_module' ? 'core module' : ''),
-          h('td', { class: 'mono hash', title: module.sha256 || '' },
-            module.sha256 ? module.sha256.slice(0, 16) + '…' : ''),
-          h('td', { class: 'num' }, module.size ? `${(module.size / 1024).toFixed(1)} KiB` : ''),
-          h('td', {}, (hooks.events || []).join(', ')),
-          h('td', { class: 'mono' }, Object.entries(hooks.limits || {}).map(([k, v]) =>
-            h('div', {}, `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`))),
-          h('td', {}, String(hooks.failure_policy || '')),
-          h('td', {}, hooks.reads ? hooks.reads.join(', ') : 'everything'));
-      }))));
-  }
-  const samples = parseMetrics(metricsText).filter((m) =>
-    m.name === 'colloquy_hook_duration_seconds_count' || m.name === 'colloquy_hook_duration_seconds_sum');
-  const byEvent = new Map();
-  for (const m of samples) {
-    const key = m.labels.event;
-    const entry = byEvent.get(key) || { ok: 0, failed: 0, seconds: 0 };
-    if (m.name.endsWith('_count')) entry[m.labels.result === 'ok' ? 'ok' : 'failed'] += m.value;
-    else entry.seconds += m.value;
-    byEvent.set(key, entry);
-  }
-  main.append(h('h2', {}, 'Calls since the engine started'),
-    h('p', { class: 'muted' }, 'From /metrics (colloquy_hook_duration_seconds), counted per hook '
-      + 'event over every module.'),
-    byEvent.size ? h('table', { class: 'list', id: 'hook-calls' },
-      h('thead', {}, h('tr', {}, ['Event', 'Calls', 'Failures', 'Mean time'].map((x) =>
-        h('th', { scope: 'col' }, x)))),
-      h('tbody', {}, [...byEvent].map(([event, e]) => h('tr', {}, h('td', {}, event),
-        h('td', { class: 'num' }, String(e.ok + e.failed)),
-        h('td', { class: 'num' + (e.failed ? ' bad' : '') }, String(e.failed)),
-        h('td', { class: 'num' }, e.ok + e.failed
-          ? `${((e.seconds / (e.ok + e.failed)) * 1e6).toFixed(0)} µs` : '')))))
-      : h('p', { class: 'muted' }, 'No hook has run yet.'));
 }
 
 // ---------------------------------------------------------------------------------------

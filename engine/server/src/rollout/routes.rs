@@ -5,6 +5,9 @@
 //!
 //! - `POST /v1/templates/{name}/candidates[?sample=0.1]`: the YAML as body → `201`.
 //! - `GET /v1/templates/{name}/candidates`.
+//! - `GET /v1/templates/{name}/candidates/{revision}/diff`: what the candidate changes from
+//!   the active revision, in the protocol's terms ([`colloquy_sandbox::diff`]); the web
+//!   inspector's candidate view reads it.
 //! - `POST /v1/templates/{name}/candidates/{revision}/promote`.
 //! - `POST /v1/templates/{name}/candidates/{revision}/ramp?percent=N[&abort_on=…][&min_conversations=50]`.
 //! - `POST /v1/templates/{name}/rollback`.
@@ -21,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use colloquy_policy::live::RolloutError;
 use colloquy_protocol::rollout::{Activated, CandidateList, CandidateStaged, History};
+use colloquy_sandbox::diff::DiffReport;
 use serde::Deserialize;
 
 use crate::error::ApiError;
@@ -34,6 +38,7 @@ use crate::policy::{
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/templates/{name}/candidates"),
     ("get", "/v1/templates/{name}/candidates"),
+    ("get", "/v1/templates/{name}/candidates/{revision}/diff"),
     ("post", "/v1/templates/{name}/candidates/{revision}/promote"),
     ("post", "/v1/templates/{name}/candidates/{revision}/ramp"),
     ("post", "/v1/templates/{name}/rollback"),
@@ -47,6 +52,10 @@ pub fn router() -> Router<PolicyState> {
         .route(
             "/v1/templates/{name}/candidates",
             post(stage).get(candidates),
+        )
+        .route(
+            "/v1/templates/{name}/candidates/{revision}/diff",
+            get(candidate_diff),
         )
         .route(
             "/v1/templates/{name}/candidates/{revision}/promote",
@@ -161,6 +170,39 @@ async fn candidates(
         active: Some(active.revision.to_string()),
         candidates,
     }))
+}
+
+/// `GET …/candidates/{revision}/diff`: what the staged candidate changes from the active
+/// revision, as `colloquy templates diff --json` prints it. Admin only, as the candidates'
+/// report (the changes tell what the candidate's source holds); `404` for an unknown
+/// template, `409` when `revision` is not the staged candidate.
+async fn candidate_diff(
+    State(state): State<PolicyState>,
+    PathParams((name, revision)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> Result<JsonResponse<DiffReport>, PolicyError> {
+    state.check_read(&headers, ReadNeeds::Admin)?;
+    let snapshot = state.live().snapshot();
+    let active = snapshot
+        .catalog
+        .latest(&name)
+        .ok_or_else(|| RolloutError::UnknownTemplate(name.clone()))?;
+    let staged = snapshot.candidates.get(name.as_str());
+    let candidate = match staged {
+        Some(candidate) if *candidate.template.revision == *revision => candidate,
+        _ => {
+            return Err(RolloutError::NotTheCandidate {
+                name,
+                revision,
+                staged: staged.map(|candidate| candidate.template.revision.to_string()),
+            }
+            .into());
+        }
+    };
+    Ok(JsonResponse(DiffReport::between(
+        &active,
+        &candidate.template,
+    )))
 }
 
 /// `POST …/candidates/{revision}/promote`: the candidate serves new conversations; `409`
