@@ -78,6 +78,9 @@ struct Options {
     hooks: Vec<HookChoice>,
     /// `colloquy serve --retention`, in whole seconds; `None`: the server's default.
     retention_s: Option<u64>,
+    /// Also measure colloquy with a candidate of `fipa-request` in shadow, one server per
+    /// sample share.
+    shadows: Vec<f64>,
 }
 
 impl Options {
@@ -184,6 +187,9 @@ Options:
                        message, one server per item of LIST (default: rust): rust, python,
                        js (the builds beside templates/examples/credit-assessment/*.yaml),
                        or NAME=PATH for any hook file; comma-separated
+  --shadow [LIST]      also measure colloquy with a candidate of fipa-request staged in
+                       shadow (the same protocol, a new revision, so every twin runs to the
+                       end), one server per sample share in LIST (default: 1.0,0.1)
   --retention SECONDS  run colloquy with --retention SECONDSs and warm up past it
   --seconds N          measure for N seconds (default 8)
   --colloquy PATH      the colloquy binary (default: beside this one)
@@ -204,6 +210,7 @@ fn options() -> anyhow::Result<Option<Options>> {
         measure: MEASURE,
         hooks: Vec::new(),
         retention_s: None,
+        shadows: Vec::new(),
     };
     let mut args = std::env::args().skip(1).peekable();
     while let Some(arg) = args.next() {
@@ -215,6 +222,19 @@ fn options() -> anyhow::Result<Option<Options>> {
                     None => "rust".to_owned(),
                 };
                 options.hooks.extend(hook_choices(&list)?);
+            }
+            "--shadow" => {
+                let list = match args.next_if(|next| !next.starts_with('-')) {
+                    Some(list) => list,
+                    None => "1.0,0.1".to_owned(),
+                };
+                for sample in list.split(',').filter(|item| !item.is_empty()) {
+                    let sample: f64 = sample.parse().context("--shadow: a share from 0 to 1")?;
+                    if !(0.0..=1.0).contains(&sample) {
+                        bail!("--shadow: {sample} is not a share from 0 to 1");
+                    }
+                    options.shadows.push(sample);
+                }
             }
             "--colloquy" => options.colloquy = args.next().context("--colloquy PATH")?.into(),
             "--echo" => options.echo = args.next().context("--echo PATH")?.into(),
@@ -328,6 +348,7 @@ async fn unit(
     Ok(())
 }
 
+#[derive(Clone)]
 struct Figures {
     requests_per_s: f64,
     p50_ms: f64,
@@ -411,6 +432,7 @@ async fn run(
     })
 }
 
+#[derive(Clone)]
 struct Measured {
     max: Figures,
     half: Figures,
@@ -661,13 +683,68 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&scratch)?;
     let result = bench(&options, &runtime, &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
-    let (echo, colloquy, hooked, common_rate) = result?;
-    report(&options, &echo, &colloquy, &hooked, common_rate)
+    let (echo, colloquy, hooked, shadows, common_rate) = result?;
+    report(&options, &echo, &colloquy, &hooked, common_rate)?;
+    report_shadows(&colloquy, &shadows, common_rate)
 }
 
-/// Everything the run measured: echo, colloquy, each hooked server, and the common rate the
-/// colloquy servers were paced at (`None` without hooks).
-type Results = (Measured, Measured, Vec<Hooked>, Option<(f64, f64)>);
+/// Everything the run measured: echo, colloquy, each hooked server, each server with a
+/// candidate in shadow, and the common rate the colloquy servers were paced at (`None`
+/// without hooks or shadows).
+type Results = (
+    Measured,
+    Measured,
+    Vec<Hooked>,
+    Vec<Shadowed>,
+    Option<(f64, f64)>,
+);
+
+/// What the run measured of one server with a candidate in shadow.
+struct Shadowed {
+    /// The share of conversations shadowed.
+    sample: f64,
+    measured: Measured,
+    /// Server CPU per request at the common paced rate.
+    cpu_at_common_us: f64,
+    /// Its candidate's report after the run (`GET /v1/templates/fipa-request/candidates`).
+    report: serde_json::Value,
+}
+
+/// The admin token of the bench's servers (it stages the shadow candidates).
+const BENCH_ADMIN: &str = "bench-admin";
+
+/// Stages `yaml` as the candidate of `fipa-request` on the server at `addr`.
+async fn stage(addr: SocketAddr, yaml: &str, sample: f64) -> anyhow::Result<()> {
+    let mut sender = connect(addr).await?;
+    let request = Request::post(format!(
+        "/v1/templates/fipa-request/candidates?sample={sample}"
+    ))
+    .header("host", addr.to_string())
+    .header("authorization", format!("Bearer {BENCH_ADMIN}"))
+    .body(Full::new(Bytes::from(yaml.to_owned())))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    if status.as_u16() != 201 {
+        bail!(
+            "staging the shadow candidate: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    Ok(())
+}
+
+/// The candidate report of `fipa-request` on the server at `addr`.
+async fn candidate_report(addr: SocketAddr) -> anyhow::Result<serde_json::Value> {
+    let mut sender = connect(addr).await?;
+    let request = Request::get("/v1/templates/fipa-request/candidates")
+        .header("host", addr.to_string())
+        .header("authorization", format!("Bearer {BENCH_ADMIN}"))
+        .body(Full::new(Bytes::new()))?;
+    let response = sender.send_request(request).await?;
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok(serde_json::from_slice(&body)?)
+}
 
 fn bench(
     options: &Options,
@@ -678,7 +755,9 @@ fn bench(
     let data = scratch.join("data");
     std::fs::write(
         &agents,
-        "agents:\n  - {id: alice, token: alice-token}\n  - {id: bob, token: bob-token}\n",
+        format!(
+            "admin_token: {BENCH_ADMIN}\nagents:\n  - {{id: alice, token: alice-token}}\n  - {{id: bob, token: bob-token}}\n"
+        ),
     )?;
     let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
     // The hooks timed in process first, while no server runs; they compile into the cache
@@ -733,10 +812,20 @@ fn bench(
     runtime.block_on(async {
         let echo = spawn(&options.echo, &[], options.pin)?;
         let colloquy = serve(&templates)?;
-        let hooked = hooked_dirs
+        let mut hooked = hooked_dirs
             .iter()
             .map(|dir| serve(dir))
             .collect::<anyhow::Result<Vec<Server>>>()?;
+        // Shadow servers are measured as hooked ones are (after them in `hooked`).
+        let candidate = format!(
+            "{}\n# the shadow candidate: the same protocol, another revision\n",
+            std::fs::read_to_string(templates.join("fipa-request.yaml"))?
+        );
+        for sample in &options.shadows {
+            let server = serve(&templates)?;
+            stage(server.addr, &candidate, *sample).await?;
+            hooked.push(server);
+        }
         let mut servers = vec![
             (&echo, Workload::Echo),
             (&colloquy, Workload::Conversations),
@@ -765,6 +854,23 @@ fn bench(
             }
             None => (None, Vec::new()),
         };
+        let hooks = options.hooks.len();
+        let shadow_servers = &hooked[hooks..];
+        let mut shadows = Vec::new();
+        for (((sample, measured), cpu_at_common_us), server) in options
+            .shadows
+            .iter()
+            .zip(hooked_figures[hooks..].iter().cloned())
+            .zip(cpu_at_common[hooks..].iter().copied())
+            .zip(shadow_servers)
+        {
+            shadows.push(Shadowed {
+                sample: *sample,
+                measured,
+                cpu_at_common_us,
+                report: candidate_report(server.addr).await?,
+            });
+        }
         let hooked = options
             .hooks
             .iter()
@@ -780,7 +886,7 @@ fn bench(
                 },
             )
             .collect();
-        anyhow::Ok((echo_figures, colloquy_figures, hooked, common_rate))
+        anyhow::Ok((echo_figures, colloquy_figures, hooked, shadows, common_rate))
     })
 }
 
@@ -901,6 +1007,72 @@ fn report(
         out,
         "(call µs: the server's hook calls at full speed, from its /metrics; served/in: the \
          paced CPU added per request over the in-process call)"
+    )?;
+    Ok(())
+}
+
+/// The shadow servers against colloquy without a candidate: the live rate and latency, and
+/// the server CPU each live request costs with its twin's work (at full speed, where the
+/// `SCHED_IDLE` worker gets only what live work leaves, and paced at the common rate).
+fn report_shadows(
+    colloquy: &Measured,
+    shadows: &[Shadowed],
+    common_rate: Option<(f64, f64)>,
+) -> anyhow::Result<()> {
+    let Some((rate, colloquy_at_rate)) = common_rate.filter(|_| !shadows.is_empty()) else {
+        return Ok(());
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "with a candidate of fipa-request in shadow, against colloquy without one (server CPU \
+         per request: at full speed, and paced at {rate:.0} requests/s, where colloquy alone \
+         takes {colloquy_at_rate:.1} µs):"
+    )?;
+    writeln!(
+        out,
+        "{:<7} {:>10} {:>6} {:>8} {:>8} {:>9} {:>9} | {:>8} {:>9} {:>9} | {:>8} {:>6} {:>8} {:>8}",
+        "sample",
+        "requests/s",
+        "rate",
+        "p99 ms",
+        "p99 x",
+        "half p99",
+        "half p99 x",
+        "CPU µs",
+        "paced µs",
+        "paced x",
+        "shadowed",
+        "same",
+        "diverged",
+        "dropped"
+    )?;
+    for shadow in shadows {
+        let m = &shadow.measured;
+        let report = &shadow.report["candidates"][0]["shadow"];
+        writeln!(
+            out,
+            "{:<7} {:>10.0} {:>5.0}% {:>8.2} {:>7.2}x {:>9.2} {:>9.2}x | {:>8.1} {:>9.1} {:>8.2}x | {:>8} {:>6} {:>8} {:>8}",
+            shadow.sample,
+            m.max.requests_per_s,
+            100.0 * m.max.requests_per_s / colloquy.max.requests_per_s,
+            m.max.p99_ms,
+            m.max.p99_ms / colloquy.max.p99_ms,
+            m.half.p99_ms,
+            m.half.p99_ms / colloquy.half.p99_ms,
+            m.cpu_us_per_request,
+            shadow.cpu_at_common_us,
+            shadow.cpu_at_common_us / colloquy_at_rate,
+            report["shadowed"],
+            report["same"],
+            report["diverged"],
+            report["dropped"]
+        )?;
+    }
+    writeln!(
+        out,
+        "(p99 x, half p99 x, paced x: against colloquy without a candidate in the same run; \
+         the twin redoes each live step, so paced x near 2 at sample 1 is the twin's whole cost)"
     )?;
     Ok(())
 }
