@@ -372,9 +372,10 @@ impl Tally {
 /// twins of new conversations on a candidate revision, a canary's tallies) follow live
 /// conversations through it.
 pub trait CommitObserver: Send + Sync {
-    /// Whether commits of `template` interest it. Asked first, for every commit: it must be
-    /// cheap, and a commit it declines costs nothing more.
-    fn watches(&self, template: &str) -> bool;
+    /// Whether this commit of conversation `conversation_id` of `template` interests it.
+    /// Asked first, for every commit: it must be cheap, and a commit it declines costs
+    /// nothing more.
+    fn watches(&self, template: &str, conversation_id: &str) -> bool;
     /// A commit of a watched template was acknowledged. Must not block.
     fn committed(
         &self,
@@ -429,7 +430,7 @@ impl ConversationStore for MeteredStore {
         let observed = self
             .observer
             .as_ref()
-            .filter(|observer| observer.watches(&template))
+            .filter(|observer| observer.watches(&template, &commit.conversation_id))
             .map(|observer| {
                 (
                     observer.clone(),

@@ -135,6 +135,7 @@ impl Rollouts {
                 ..RampTally::default()
             };
         }
+        let mut ended = false;
         for event in events {
             if let EventKind::Started(started) = &event.kind {
                 let on_candidate = started.revision == candidate.template.revision;
@@ -159,11 +160,13 @@ impl Rollouts {
                 {
                     counts.hook_failures += 1;
                 }
-                EventKind::Completed { .. } => {
-                    // Its counts stay; later commits of it no longer come.
-                }
+                EventKind::Completed { .. } => ended = true,
                 _ => {}
             }
+        }
+        if ended {
+            // Its counts stay; no message of it comes any more.
+            tally.members.remove(id);
         }
         if tally.tripped {
             return;
@@ -230,9 +233,14 @@ fn tripped(tally: &RampTally, ramp: &colloquy_policy::live::rollout::Ramp) -> Op
 }
 
 impl CommitObserver for Rollouts {
-    fn watches(&self, template: &str) -> bool {
-        let snapshot = self.live.snapshot();
-        !snapshot.candidates.is_empty() && snapshot.candidates.contains_key(template)
+    fn watches(&self, template: &str, conversation_id: &str) -> bool {
+        // Most commits: no candidate, one lock-free lookup.
+        if !self.live.has_candidate(template) {
+            return false;
+        }
+        self.live.candidate(template).is_some_and(|candidate| {
+            candidate.ramp_percent() > 0 || shadow::sampled(conversation_id, candidate.sample)
+        })
     }
 
     fn committed(&self, template: &Arc<str>, id: &Arc<str>, events: Vec<ConversationEvent>) {
@@ -240,7 +248,10 @@ impl CommitObserver for Rollouts {
             return;
         };
         self.tally(template, id, &events, &candidate);
-        self.shadow.offer(template, id, events, &candidate);
+        // Conversations outside the sample never reach the shadow worker.
+        if shadow::sampled(id, candidate.sample) {
+            self.shadow.offer(template, id, events, &candidate);
+        }
     }
 
     fn render_metrics(&self, out: &mut String) {

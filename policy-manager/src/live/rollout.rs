@@ -333,6 +333,15 @@ impl Rollout {
                 .as_ref()
                 .map_or_else(|| file.clone(), |(pinned, _)| pinned.clone());
             active.push(serving.clone());
+            // A candidate that now serves anyway (its text written to the file) has nothing
+            // left to be compared with.
+            if state
+                .candidate
+                .as_ref()
+                .is_some_and(|candidate| candidate.template.revision == serving.revision)
+            {
+                state.candidate = None;
+            }
             if let Some(candidate) = staged {
                 let text = sources
                     .get(&(name.clone(), candidate.revision.clone()))
@@ -453,6 +462,13 @@ impl LiveCatalog {
     /// What an edited file does.
     pub fn rollout_mode(&self) -> RolloutMode {
         lock(&self.shared.rollout).mode
+    }
+
+    /// Whether `name` has a staged candidate: asked for every commit, so lock-free and
+    /// without touching a reference count.
+    pub fn has_candidate(&self, name: &str) -> bool {
+        let snapshot = self.shared.current.load();
+        !snapshot.candidates.is_empty() && snapshot.candidates.contains_key(name)
     }
 
     /// The staged candidate of `name`.

@@ -55,7 +55,6 @@ struct Step {
     template: Arc<str>,
     conversation_id: Arc<str>,
     candidate: Arc<CompiledTemplate>,
-    sample: f64,
     events: Vec<ConversationEvent>,
 }
 
@@ -86,6 +85,7 @@ impl Shadow {
                 twins: HashMap::new(),
                 clock: Arc::new(ManualClock::new(0)),
                 hooks: None,
+                last_expiry: Instant::now(),
             };
             match std::thread::Builder::new()
                 .name("colloquy-shadow".into())
@@ -120,7 +120,6 @@ impl Shadow {
             template: template.clone(),
             conversation_id: id.clone(),
             candidate: candidate.template.clone(),
-            sample: candidate.sample,
             events,
         };
         match queue.try_send(step) {
@@ -182,6 +181,8 @@ struct Worker {
     clock: Arc<ManualClock>,
     /// A hook runtime on that clock, made when a candidate first needs one.
     hooks: Option<Arc<dyn HookCaller>>,
+    /// When twins were last looked over for expiry.
+    last_expiry: Instant,
 }
 
 impl Worker {
@@ -203,7 +204,11 @@ impl Worker {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
-            self.expire();
+            // Once a second: looking every twin over costs as many lookups as there are.
+            if self.last_expiry.elapsed() >= Duration::from_secs(1) {
+                self.expire();
+                self.last_expiry = Instant::now();
+            }
         }
     }
 
@@ -249,10 +254,9 @@ impl Worker {
             return;
         };
         // A conversation a ramp started on the candidate itself has nothing to be compared
-        // with.
-        if started.revision == step.candidate.revision
-            || !sampled(&step.conversation_id, step.sample)
-        {
+        // with. (Conversations outside the sample never get here: `Rollouts` offers only
+        // sampled ones.)
+        if started.revision == step.candidate.revision {
             return;
         }
         if self.twins.len() >= self.settings.max_twins {
@@ -338,11 +342,15 @@ impl Worker {
                     .candidate(&shadowed.template)
                     .is_some_and(|c| c.template.revision == shadowed.candidate.revision)
         });
+        // A conversation that lost a step but has no twin (its start was dropped, or its
+        // twin ended) needs no mark.
+        let twins = &self.twins;
+        lock(&self.state).lost.retain(|id| twins.contains_key(id));
     }
 }
 
 /// Whether conversation `id` is in the sample: a hash of its id, so the choice is stable.
-fn sampled(id: &str, sample: f64) -> bool {
+pub(super) fn sampled(id: &str, sample: f64) -> bool {
     if sample >= 1.0 {
         return true;
     }
