@@ -514,6 +514,18 @@ fn same_secret(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// A request body that must be a template: UTF-8 text within [`MAX_TEMPLATE_BYTES`].
+pub(crate) fn template_text(
+    body: Result<Bytes, super::extract::BodyError>,
+) -> Result<String, ApiError> {
+    let body = body.map_err(|error| unreadable(error, MAX_TEMPLATE_BYTES))?;
+    String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
+        code: "invalid_body",
+        message: "a template is UTF-8 YAML text".into(),
+        pointer: None,
+    })
+}
+
 /// `PUT /v1/templates/{name}`: body = the template's YAML. `201` for a new template, `200`
 /// for a new revision of an existing one; `202` when the revision waits for its hook module
 /// to compile (it serves once `GET /v1/status` no longer lists it under `compiling`, unless
@@ -525,12 +537,7 @@ async fn upload(
     RawBody(body): RawBody,
 ) -> Result<Response, PolicyError> {
     authorize(&state, &headers)?;
-    let body = body.map_err(|error| unreadable(error, MAX_TEMPLATE_BYTES))?;
-    let yaml = String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
-        code: "invalid_body",
-        message: "a template is UTF-8 YAML text".into(),
-        pointer: None,
-    })?;
+    let yaml = template_text(body)?;
     let live = state.0.live.clone();
     let uploaded = name.clone();
     let upload = blocking(move || live.put(&uploaded, &yaml)).await?;

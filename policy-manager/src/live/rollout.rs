@@ -253,6 +253,35 @@ impl Rollout {
         self.version += 1;
     }
 
+    /// Makes `template` the active revision of `name` (pinned, unless it is the file's) and
+    /// records it as `kind` by `by`.
+    fn activate(
+        &mut self,
+        name: &str,
+        template: &Arc<CompiledTemplate>,
+        previous: &Arc<str>,
+        kind: &str,
+        by: &str,
+    ) -> Activation {
+        let state = self.templates.entry(Arc::from(name)).or_default();
+        state.pinned = if state.file_revision.as_ref() == Some(&template.revision) {
+            None
+        } else {
+            Some((template.clone(), state.file_revision.clone()))
+        };
+        let activation = Activation {
+            template: Arc::from(name),
+            kind: kind.into(),
+            revision: Some(template.revision.clone()),
+            previous: Some(previous.clone()),
+            at: now_ms(),
+            by: by.to_owned(),
+            detail: None,
+        };
+        self.record(activation.clone());
+        activation
+    }
+
     /// The revision active before the last change of the active revision of `name`: what a
     /// rollback goes back to.
     fn previous_active(&self, name: &str, active: &str) -> Option<Arc<str>> {
@@ -735,22 +764,7 @@ impl Shared {
                 .filter(|c| *c.template.revision == *revision)
                 .ok_or_else(|| self.not_the_candidate(name, revision))?;
             state.candidate = None;
-            state.pinned = if state.file_revision.as_ref() == Some(&candidate.template.revision) {
-                None
-            } else {
-                Some((candidate.template.clone(), state.file_revision.clone()))
-            };
-            let activation = Activation {
-                template: Arc::from(name),
-                kind: "promote".into(),
-                revision: Some(candidate.template.revision.clone()),
-                previous: Some(active.revision.clone()),
-                at: now_ms(),
-                by: by.to_owned(),
-                detail: None,
-            };
-            rollout.record(activation.clone());
-            activation
+            rollout.activate(name, &candidate.template, &active.revision, "promote", by)
         };
         self.republish(&guard);
         Ok(activation)
@@ -777,26 +791,8 @@ impl Shared {
                     "its source, {previous}, is no longer kept (run with a durable store to archive every revision)"
                 )),
             })?;
-        let activation = {
-            let mut rollout = lock(&self.rollout);
-            let state = rollout.templates.entry(Arc::from(name)).or_default();
-            state.pinned = if state.file_revision.as_ref() == Some(&back.revision) {
-                None
-            } else {
-                Some((back.clone(), state.file_revision.clone()))
-            };
-            let activation = Activation {
-                template: Arc::from(name),
-                kind: "rollback".into(),
-                revision: Some(back.revision.clone()),
-                previous: Some(active.revision.clone()),
-                at: now_ms(),
-                by: by.to_owned(),
-                detail: None,
-            };
-            rollout.record(activation.clone());
-            activation
-        };
+        let activation =
+            lock(&self.rollout).activate(name, &back, &active.revision, "rollback", by);
         self.republish(&guard);
         Ok(activation)
     }

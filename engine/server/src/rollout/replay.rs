@@ -15,9 +15,9 @@ use colloquy_sandbox::replay::{ReplayReport, replay};
 use serde::Deserialize;
 
 use crate::error::ApiError;
-use crate::extract::{PathParams, QueryParams, RawBody, unreadable};
+use crate::extract::{PathParams, QueryParams, RawBody};
 use crate::json::JsonResponse;
-use crate::policy::{MAX_TEMPLATE_BYTES, PolicyError, PolicyState, authorize, blocking_with};
+use crate::policy::{PolicyError, PolicyState, authorize, blocking_with};
 
 /// Conversations replayed unless told (`?limit=`), and at most.
 pub const DEFAULT_LIMIT: usize = 1_000;
@@ -80,12 +80,7 @@ pub(super) async fn replay_route(
                   manager): replay on an engine"
             .into(),
     })?;
-    let body = body.map_err(|error| unreadable(error, MAX_TEMPLATE_BYTES))?;
-    let yaml = String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
-        code: "invalid_body",
-        message: "a template is UTF-8 YAML text".into(),
-        pointer: None,
-    })?;
+    let yaml = crate::policy::template_text(body)?;
     let live = state.live().clone();
     let since = query.since.unwrap_or(0);
     let report = blocking_with(move || -> Result<ReplayReport, ReplayFailure> {

@@ -28,11 +28,9 @@ use colloquy_sandbox::diff::DiffReport;
 use serde::Deserialize;
 
 use crate::error::ApiError;
-use crate::extract::{PathParams, QueryParams, RawBody, unreadable};
+use crate::extract::{PathParams, QueryParams, RawBody};
 use crate::json::JsonResponse;
-use crate::policy::{
-    MAX_TEMPLATE_BYTES, PolicyError, PolicyState, ReadNeeds, authorize, blocking_with,
-};
+use crate::policy::{PolicyError, PolicyState, ReadNeeds, authorize, blocking_with};
 
 /// The rollout routes, as (method, path), for the policy router's route list.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -119,12 +117,7 @@ async fn stage(
     RawBody(body): RawBody,
 ) -> Result<Response, PolicyError> {
     authorize(&state, &headers)?;
-    let body = body.map_err(|error| unreadable(error, MAX_TEMPLATE_BYTES))?;
-    let yaml = String::from_utf8(body.to_vec()).map_err(|_| ApiError::BadRequest {
-        code: "invalid_body",
-        message: "a template is UTF-8 YAML text".into(),
-        pointer: None,
-    })?;
+    let yaml = crate::policy::template_text(body)?;
     let sample = query.sample.unwrap_or(1.0);
     let live = state.live().clone();
     let staged = name.clone();
