@@ -398,10 +398,16 @@ impl LiveCatalog {
             && let Some(candidate) = snapshot.candidates.get(name)
         {
             let percent = u64::from(candidate.ramp_percent());
-            // Exactly `percent` of every hundred starts, spread by a counter rather than drawn:
-            // a ramp at 5% starts its fifth conversation on the candidate, not "about" that.
+            // Exactly `percent` of every hundred starts, spread evenly by a counter rather
+            // than drawn: at 50% every other start, at 5% one in twenty.
             if percent > 0
-                && self.shared.ramp_starts.fetch_add(1, Ordering::Relaxed) % 100 < percent
+                && self
+                    .shared
+                    .ramp_starts
+                    .fetch_add(1, Ordering::Relaxed)
+                    .wrapping_mul(percent)
+                    % 100
+                    < percent
             {
                 return Some(candidate.template.clone());
             }

@@ -398,3 +398,114 @@ async fn a_candidates_semantic_diff_is_for_the_admin_and_of_the_candidate_only()
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_ramp_whose_candidate_refuses_more_is_stopped_by_its_gate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("errand.yaml"), errand("inform")).expect("write");
+    let db = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn ConversationStore> =
+        Arc::new(colloquy_store::SqliteStore::open(db.path().join("colloquy.db")).expect("sqlite"));
+    let engine = engine(dir.path(), store).await;
+    let url = engine.service.url();
+    let (status, staged) = call(
+        admin(raw().post(format!("{url}/v1/templates/errand/candidates"))).body(errand("agree")),
+    )
+    .await;
+    assert_eq!(status, 201, "{staged}");
+    let candidate = staged["revision"].as_str().expect("revision").to_owned();
+    // Half of new conversations on the candidate, which refuses bob's inform; stopped when
+    // its refusal rate is more than 5 points above the active revision's, from 3 each.
+    let (status, body) = call(admin(raw().post(format!(
+        "{url}/v1/templates/errand/candidates/{candidate}/ramp?percent=50&abort_on=refusal_rate:5&min_conversations=3"
+    ))))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let mut refused = 0;
+    for _ in 0..8 {
+        let (status, body) = call(
+            raw()
+                .post(format!("{url}/v1/conversations"))
+                .bearer_auth("alice-token")
+                .json(&json!({
+                    "template": "errand",
+                    "participants": ["bob"],
+                    "message": {"performative": "request", "content": {}},
+                })),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let id = body["id"].as_str().expect("id");
+        let (status, _) = call(
+            raw()
+                .post(format!("{url}/v1/conversations/{id}/messages"))
+                .bearer_auth("bob-token")
+                .json(&json!({"performative": "inform", "content": {}})),
+        )
+        .await;
+        if status == 422 || status == 409 {
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= 3,
+        "the candidate's conversations refuse bob's inform ({refused})"
+    );
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let report = candidates(&url).await;
+        if report["candidates"][0]["ramp"]["aborted"].is_string() {
+            break report;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the gate did not trip: {report}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let ramp = &report["candidates"][0]["ramp"];
+    assert!(
+        ramp["aborted"]
+            .as_str()
+            .expect("why")
+            .starts_with("refusal_rate"),
+        "{ramp}"
+    );
+    assert!(
+        ramp["candidate"]["refused"].as_u64().expect("count") >= 3,
+        "{ramp}"
+    );
+    assert_eq!(ramp["active"]["refused"], json!(0), "{ramp}");
+    // Stopped: every new conversation starts on the active revision again.
+    let active = engine
+        .live
+        .snapshot()
+        .catalog
+        .latest("errand")
+        .expect("errand")
+        .revision
+        .clone();
+    for _ in 0..4 {
+        assert_eq!(
+            engine.live.latest("errand").expect("errand").revision,
+            active
+        );
+    }
+    let (_, history) = call(
+        raw()
+            .get(format!("{url}/v1/templates/errand/history"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    let last = history["activations"]
+        .as_array()
+        .expect("list")
+        .last()
+        .cloned();
+    assert_eq!(
+        last.as_ref().map(|a| a["kind"].clone()),
+        Some(json!("abort")),
+        "{history}"
+    );
+    assert_eq!(last.map(|a| a["by"].clone()), Some(json!("canary gate")));
+}
