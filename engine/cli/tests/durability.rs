@@ -1984,3 +1984,192 @@ mod listing {
         );
     }
 }
+
+/// Runs `colloquy ARGS…` to its end: exit code and stdout.
+fn colloquy(args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_colloquy"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run colloquy");
+    (
+        output.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// One contract-net conversation: alice calls bob for proposals, bob proposes, alice
+/// accepts `accept_after` later, bob delivers.
+async fn contract(http: &reqwest::Client, url: &str, accept_after: Duration) -> String {
+    let send = |id: &str, token: &str, body: serde_json::Value| {
+        http.post(format!("{url}/v1/conversations/{id}/messages"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    let started: serde_json::Value = http
+        .post(format!("{url}/v1/conversations"))
+        .bearer_auth("alice-secret")
+        .json(&json!({
+            "template": "fipa-contract-net",
+            "participants": ["bob"],
+            "message": {"performative": "cfp", "content": {"task": "deliver"}},
+        }))
+        .send()
+        .await
+        .expect("start")
+        .json()
+        .await
+        .expect("json");
+    let id = started["id"].as_str().expect("id").to_owned();
+    let proposed = send(
+        &id,
+        "bob-secret",
+        json!({"performative": "propose", "content": {"price": 10}}),
+    )
+    .await
+    .expect("propose");
+    assert!(proposed.status().is_success(), "{}", proposed.status());
+    sleep(accept_after).await;
+    let accepted = send(
+        &id,
+        "alice-secret",
+        json!({"performative": "accept-proposal", "to": ["bob"], "content": {}}),
+    )
+    .await
+    .expect("accept");
+    assert!(accepted.status().is_success(), "{}", accepted.status());
+    let informed = send(
+        &id,
+        "bob-secret",
+        json!({"performative": "inform", "content": {"delivered": true}}),
+    )
+    .await
+    .expect("inform");
+    assert!(informed.status().is_success(), "{}", informed.status());
+    id
+}
+
+/// Issue 39 end to end on a real `colloquy serve` on SQLite: recorded contract-net
+/// conversations replayed against a change whose proposals lapse sooner (the divergences
+/// named), the same change staged as a candidate and shadowed on live traffic, promoted,
+/// rolled back, and the history (and a second rollback) read again after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_contract_net_is_replayed_shadowed_promoted_and_rolled_back_across_a_restart() {
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("rollouts");
+        let templates = templates(&dir);
+        let agents = agents_file(&dir, None);
+        let db = dir.join("colloquy.db");
+        let store = format!("sqlite:{}", db.display());
+        let extra = [agents[0].as_str(), agents[1].as_str(), "--retention", "7d"];
+        let server = Server::start_with(&dir, &templates, &store, "rollouts", &extra);
+        let http = reqwest::Client::new();
+        // A proposal stands 50 ms in the candidate; alice takes 300 ms to accept.
+        let live_text = std::fs::read_to_string(templates.join("fipa-contract-net.yaml")).expect("read");
+        let candidate_text = live_text.replacen(
+            "{ performative: propose, from: participant, to: proposed }",
+            "{ performative: propose, from: participant, to: proposed, reply_by: { default_ms: 50 } }",
+            1,
+        );
+        assert_ne!(candidate_text, live_text);
+        let candidate_file = dir.join("candidate.yaml");
+        std::fs::write(&candidate_file, &candidate_text).expect("write candidate");
+        let candidate_path = candidate_file.display().to_string();
+        for _ in 0..3 {
+            contract(&http, &server.url, Duration::from_millis(300)).await;
+        }
+
+        // Replay beside the running server: every conversation diverges where alice accepts.
+        let (code, out) = colloquy(&[
+            "templates", "replay", "--store", &store, "--template", "fipa-contract-net",
+            "--candidate", &candidate_path, "--format", "json",
+        ]);
+        assert_eq!(code, 1, "{out}");
+        let report: serde_json::Value = serde_json::from_str(&out).expect("json report");
+        assert_eq!(report["diverged"], json!(3), "{report}");
+        assert_eq!(report["by_kind"]["thread"], json!(3), "{report}");
+        assert!(
+            report["divergences"][0]["divergence"]["input"]
+                .as_str()
+                .expect("input")
+                .starts_with("accept-proposal from alice"),
+            "{report}"
+        );
+
+        // Stage it; an agent may not.
+        let server_args = ["--server", server.url.as_str()];
+        let as_admin = |args: &[&str]| {
+            let mut all: Vec<&str> = args.to_vec();
+            all.extend(server_args);
+            all.extend(["--token", "admin-secret", "--json"]);
+            colloquy(&all)
+        };
+        let (code, out) = colloquy(&[
+            "templates", "stage", "fipa-contract-net", &candidate_path, "--server", &server.url,
+            "--token", "alice-secret",
+        ]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("403"), "{out}");
+        let (code, out) = as_admin(&["templates", "stage", "fipa-contract-net", &candidate_path]);
+        assert_eq!(code, 0, "{out}");
+        let staged: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let revision = staged["revision"].as_str().expect("revision").to_owned();
+        let active = staged["active"].as_str().expect("active").to_owned();
+
+        // Live traffic on the active revision; the twins on the candidate lapse first.
+        for _ in 0..2 {
+            contract(&http, &server.url, Duration::from_millis(300)).await;
+        }
+        let report = eventually("the shadow divergences", || async {
+            let (code, out) = as_admin(&["templates", "candidates", "fipa-contract-net"]);
+            assert_eq!(code, 0, "{out}");
+            let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+            (report["candidates"][0]["shadow"]["diverged"] == json!(2)).then_some(report)
+        })
+        .await;
+        assert_eq!(report["candidates"][0]["shadow"]["by_kind"]["thread"], json!(2), "{report}");
+
+        // Promote, roll back.
+        let (code, out) = as_admin(&["templates", "promote", "fipa-contract-net", &revision]);
+        assert_eq!(code, 0, "{out}");
+        let (code, out) = as_admin(&["templates", "rollback", "fipa-contract-net"]);
+        assert_eq!(code, 0, "{out}");
+        let rolled: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(rolled["activation"]["revision"], json!(active), "{rolled}");
+        let (code, out) = as_admin(&["templates", "rollback", "nope"]);
+        assert_eq!(code, 1, "{out}");
+
+        // Restarted on the same file: the history is there, and rolling back again finds the
+        // candidate's revision in the archive.
+        assert!(server.terminate().success());
+        let server = Server::start_with(&dir, &templates, &store, "rollouts-2", &extra);
+        let (code, out) = colloquy(&[
+            "templates", "history", "fipa-contract-net", "--server", &server.url, "--token",
+            "alice-secret", "--json",
+        ]);
+        assert_eq!(code, 0, "{out}");
+        let history: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let kinds: Vec<&str> = history["activations"]
+            .as_array()
+            .expect("activations")
+            .iter()
+            .map(|a| a["kind"].as_str().expect("kind"))
+            .collect();
+        assert_eq!(kinds, ["reload", "stage", "promote", "rollback"], "{history}");
+        let (code, out) = colloquy(&[
+            "templates", "rollback", "fipa-contract-net", "--server", &server.url, "--token",
+            "admin-secret", "--json",
+        ]);
+        assert_eq!(code, 0, "{out}");
+        let again: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(again["activation"]["revision"], json!(revision), "{again}");
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("within the test timeout");
+}
