@@ -303,8 +303,17 @@ fn broadcasts_late_replies_and_long_text_stay_within_the_width() {
     );
     assert!(find("violation late_message").contains('×'));
     // A refusal is no arrow: a mark on its sender's lifeline.
-    let refused = find("refused inform: out_of_protocol");
+    // (At this width its note wraps: the code goes on the next row.)
+    let refused = find("refused inform:");
     assert_eq!(refused.matches('⊘').count(), 1, "{refused}");
+    let at = lines
+        .iter()
+        .position(|line| *line == refused)
+        .expect("found");
+    assert!(
+        lines[at..=at + 1].join(" ").contains("out_of_protocol"),
+        "{out}"
+    );
     assert!(
         !refused.contains('►') && !refused.contains('◄'),
         "{refused}"
