@@ -1177,7 +1177,11 @@ async fn the_admin_token_of_the_agents_file_or_the_flag_is_one_administrator() {
         let agent = put(&server.url, "alice-secret")
             .await
             .expect("put as alice");
-        assert_eq!(agent.status(), 401, "an agent's token changes no template");
+        assert_eq!(
+            agent.status(),
+            403,
+            "an agent's token changes no template: known, not allowed"
+        );
         let admin = put(&server.url, "admin-secret")
             .await
             .expect("put as admin");
