@@ -83,15 +83,11 @@ impl Rollouts {
                 aborted: ramp.aborted.clone(),
             }
         });
-        CandidateReport {
-            revision: candidate.template.revision.to_string(),
-            staged_at: candidate.staged_at,
-            staged_by: candidate.staged_by.clone(),
-            sample: candidate.sample,
-            shadow: self.shadow.report(name, &candidate.template.revision),
+        candidate_report(
+            candidate,
+            self.shadow.report(name, &candidate.template.revision),
             ramp,
-            source: candidate.text.to_string(),
-        }
+        )
     }
 
     /// Every candidate's shadow counts, for `/metrics`: (template, candidate revision, report).
@@ -317,20 +313,30 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Rollouts {
     /// The report of a candidate where no engine shadows it (the standalone policy manager):
-    /// its staging and ramp, no twins.
+    /// its staging, no twins and no ramp tallies.
     pub fn report_without_shadow(candidate: &Candidate) -> CandidateReport {
-        CandidateReport {
-            revision: candidate.template.revision.to_string(),
-            staged_at: candidate.staged_at,
-            staged_by: candidate.staged_by.clone(),
-            sample: candidate.sample,
-            shadow: ShadowReport {
-                active: false,
-                reason: Some("no engine runs here: candidates are shadowed by the engines".into()),
-                ..ShadowReport::default()
-            },
-            ramp: None,
-            source: candidate.text.to_string(),
-        }
+        let shadow = ShadowReport {
+            active: false,
+            reason: Some("no engine runs here: candidates are shadowed by the engines".into()),
+            ..ShadowReport::default()
+        };
+        candidate_report(candidate, shadow, None)
+    }
+}
+
+/// A candidate's report: its staging, and what its shadow and its ramp found.
+fn candidate_report(
+    candidate: &Candidate,
+    shadow: ShadowReport,
+    ramp: Option<RampReport>,
+) -> CandidateReport {
+    CandidateReport {
+        revision: candidate.template.revision.to_string(),
+        staged_at: candidate.staged_at,
+        staged_by: candidate.staged_by.clone(),
+        sample: candidate.sample,
+        shadow,
+        ramp,
+        source: candidate.text.to_string(),
     }
 }
