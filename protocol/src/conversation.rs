@@ -233,3 +233,20 @@ pub struct SendReceipt {
     /// thread: a reply to one of a thousand bidders carries one.
     pub threads: Vec<ThreadView>,
 }
+
+/// A move a party of a conversation may make now: a performative its protocol state lets it
+/// send, and to whom. `GET /v1/conversations/{id}/moves` answers these, so an agent (or a
+/// model behind the MCP surface) knows what it may say before it says it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpenMove {
+    /// The performative.
+    pub performative: String,
+    /// Who it may go to: the other party of each thread whose state allows it (for the
+    /// initiator, the participants of those threads; for a participant, the initiator).
+    pub to: Vec<AgentId>,
+    /// The CEL guard (`when`) the message must satisfy, as written in the template: the move
+    /// is open only to messages it holds for (their content, the conversation's `vars`, …),
+    /// which cannot be known before the message is written. `None`: unguarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+}

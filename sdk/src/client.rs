@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use colloquy_protocol::ErrorBody;
 use colloquy_protocol::api::{CommitmentList, ConversationPage, InboxAck, InboxAcked, InboxPage};
-use colloquy_protocol::conversation::{CommitmentView, ConversationView, SendReceipt};
+use colloquy_protocol::conversation::{CommitmentView, ConversationView, OpenMove, SendReceipt};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
@@ -30,6 +30,8 @@ pub(crate) struct Inner {
     pub(crate) base: String,
     pub(crate) agent: String,
     pub(crate) token: Option<String>,
+    /// Where tokens come from when they change ([`Client::with_token_provider`]).
+    pub(crate) provider: Option<crate::token::ProvidedToken>,
 }
 
 /// Filters of [`Client::conversations`].
@@ -60,6 +62,15 @@ impl Client {
 
     /// Like [`Client::connect`], without contacting the server.
     pub fn new(url: &str, agent: &str, token: Option<&str>) -> Result<Client, SdkError> {
+        Client::build(url, agent, token.map(str::to_owned), None)
+    }
+
+    fn build(
+        url: &str,
+        agent: &str,
+        token: Option<String>,
+        provider: Option<crate::token::ProvidedToken>,
+    ) -> Result<Client, SdkError> {
         // Idle pooled connections are dropped before the server closes them (it closes a
         // connection that has been idle for 30 s), so a request never goes out on a
         // connection the server is closing at that moment.
@@ -71,9 +82,34 @@ impl Client {
                 http,
                 base: url.trim_end_matches('/').to_owned(),
                 agent: agent.to_owned(),
-                token: token.map(str::to_owned),
+                token,
+                provider,
             }),
         })
+    }
+
+    /// A client for `agent` at `url` whose bearer token comes from `provider`, asked when
+    /// the client has none, when the token is near its expiry, and when the server refuses
+    /// it with 401 (the request is then sent once more). Checks that the server is ready.
+    pub async fn connect_with_token_provider(
+        url: &str,
+        agent: &str,
+        provider: impl crate::token::TokenProvider,
+    ) -> Result<Client, SdkError> {
+        let client = Client::with_token_provider(url, agent, provider)?;
+        let response = client.inner.http.get(client.url("/readyz")).send().await?;
+        check(response).await?;
+        Ok(client)
+    }
+
+    /// Like [`Client::connect_with_token_provider`], without contacting the server.
+    pub fn with_token_provider(
+        url: &str,
+        agent: &str,
+        provider: impl crate::token::TokenProvider,
+    ) -> Result<Client, SdkError> {
+        let provided = crate::token::ProvidedToken::new(Arc::new(provider));
+        Client::build(url, agent, None, Some(provided))
     }
 
     /// The agent this client acts for.
@@ -92,14 +128,39 @@ impl Client {
 
     pub(crate) fn http_request(&self, method: Method, path: &str) -> RequestBuilder {
         let builder = self.inner.http.request(method, self.url(path));
-        match &self.inner.token {
-            Some(token) => builder.bearer_auth(token),
-            None => builder.header(AGENT_HEADER, &self.inner.agent),
+        match (&self.inner.token, &self.inner.provider) {
+            // The provider's token is set as the request goes out ([`Client::send_request`]).
+            (_, Some(_)) => builder,
+            (Some(token), None) => builder.bearer_auth(token),
+            (None, None) => builder.header(AGENT_HEADER, &self.inner.agent),
+        }
+    }
+
+    /// Sends a request of [`Client::http_request`]: with a token provider, with its token,
+    /// and once more with a new one if the server refuses it with 401.
+    pub(crate) async fn send_request(&self, builder: RequestBuilder) -> Result<Response, SdkError> {
+        let Some(provided) = &self.inner.provider else {
+            return Ok(builder.send().await?);
+        };
+        let request = builder.build()?;
+        let again = request.try_clone();
+        let token = provided.get(None).await?;
+        let response = self
+            .inner
+            .http
+            .execute(with_bearer(request, &token)?)
+            .await?;
+        match again {
+            Some(again) if response.status() == reqwest::StatusCode::UNAUTHORIZED => {
+                let token = provided.get(Some(&token)).await?;
+                Ok(self.inner.http.execute(with_bearer(again, &token)?).await?)
+            }
+            _ => Ok(response),
         }
     }
 
     async fn call<T: DeserializeOwned>(&self, builder: RequestBuilder) -> Result<T, SdkError> {
-        let response = check(builder.send().await?).await?;
+        let response = check(self.send_request(builder).await?).await?;
         let bytes = response.bytes().await?;
         serde_json::from_slice(&bytes).map_err(|error| SdkError::Decode(error.to_string()))
     }
@@ -128,6 +189,18 @@ impl Client {
     pub async fn conversation(&self, conversation_id: &str) -> Result<ConversationView, SdkError> {
         let path = format!("/v1/conversations/{}", segment(conversation_id));
         self.call(self.http_request(Method::GET, &path)).await
+    }
+
+    /// `GET /v1/conversations/{id}/moves`: what this agent may send now, to whom, and the
+    /// guard each must satisfy, in template order.
+    pub async fn moves(&self, conversation_id: &str) -> Result<Vec<OpenMove>, SdkError> {
+        #[derive(serde::Deserialize)]
+        struct Moves {
+            moves: Vec<OpenMove>,
+        }
+        let path = format!("/v1/conversations/{}/moves", segment(conversation_id));
+        let answer: Moves = self.call(self.http_request(Method::GET, &path)).await?;
+        Ok(answer.moves)
     }
 
     /// `GET /v1/conversations`: a page of the conversations this agent may read.
@@ -264,6 +337,16 @@ pub(crate) async fn check(response: Response) -> Result<Response, SdkError> {
         status: status.as_u16(),
         body,
     })
+}
+
+/// `request` with `Authorization: Bearer <token>`.
+fn with_bearer(mut request: reqwest::Request, token: &str) -> Result<reqwest::Request, SdkError> {
+    let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| SdkError::Token("it gave a token that is no header value".into()))?;
+    request
+        .headers_mut()
+        .insert(reqwest::header::AUTHORIZATION, value);
+    Ok(request)
 }
 
 /// Percent-encodes one path segment (commitment ids contain `/`).

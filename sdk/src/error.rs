@@ -28,6 +28,9 @@ pub enum SdkError {
     /// A stream ended before the answer (the conversation was removed).
     #[error("the stream of conversation `{0}` ended before its final answer")]
     StreamEnded(String),
+    /// The token provider failed, or gave something that is no token.
+    #[error("token provider: {0}")]
+    Token(String),
     /// A handler failed.
     #[error("handler: {0}")]
     Handler(String),

@@ -22,6 +22,8 @@
 //!   reply helpers of [`Incoming`].
 //! - [`stream`]: [`InboxStream`] and [`EventStream`], server-sent event streams that
 //!   reconnect and resume on their own.
+//! - [`token`]: [`TokenProvider`], for tokens that change (short-lived JWTs): asked when the
+//!   token is near expiry or refused with 401.
 //! - [`error`]: [`SdkError`], what a call can fail with.
 #![deny(missing_docs)]
 
@@ -31,11 +33,13 @@ pub mod client;
 pub mod error;
 mod sse;
 pub mod stream;
+pub mod token;
 
 pub use agent::{Handlers, Incoming};
 pub use ask::{Answer, AskOptions, Proposals};
 pub use client::Client;
 pub use error::SdkError;
 pub use stream::{EventStream, InboxStream};
+pub use token::{TokenProvider, TokenRequest};
 
 pub use colloquy_protocol as protocol;

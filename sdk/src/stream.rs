@@ -102,12 +102,11 @@ impl Reader {
 /// Opens the stream after `last_id`. (A free function: the reader's body is not `Sync`, so a
 /// future must not hold a reference to the whole reader.)
 async fn connect(client: &Client, path: &str, last_id: u64) -> Result<Body, SdkError> {
-    let response = client
+    let request = client
         .http_request(Method::GET, path)
         .header("accept", "text/event-stream")
-        .header("last-event-id", last_id.to_string())
-        .send()
-        .await?;
+        .header("last-event-id", last_id.to_string());
+    let response = client.send_request(request).await?;
     let response = check(response).await?;
     Ok(Box::pin(response.bytes_stream()))
 }

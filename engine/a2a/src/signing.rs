@@ -5,10 +5,10 @@
 //!   served with one signature in `signatures`: `protected` is the base64url of
 //!   `{"alg": "EdDSA"|"ES256", "kid": …, "typ": "JOSE"}`, `signature` the base64url of the
 //!   signature over `protected || "." || base64url(canonical card)`, where the canonical card
-//!   is the card without `signatures`, keys sorted, no insignificant whitespace (RFC 8785;
-//!   the cards hold no fractional numbers, whose formatting is the one part of RFC 8785
-//!   serde_json would not match, and [`canonical`] refuses them). The cards carry no
-//!   default-valued fields that proto3 would drop, so what is served is what is signed.
+//!   is the card without `signatures` in its RFC 8785 form ([`crate::jcs`]: keys sorted by
+//!   UTF-16 code units, no insignificant whitespace, numbers as ECMAScript writes them, so a
+//!   fractional number signs too). The cards carry no default-valued fields that proto3
+//!   would drop, so what is served is what is signed.
 //! - **Verifying.** [`TrustStore`] holds the public keys an operator trusts, by key id, from
 //!   a JWKS file (`OKP`/`Ed25519` and `EC`/`P-256` keys); [`TrustStore::verify`] accepts a
 //!   card when one of its signatures is by a trusted key and holds. A `jku` in a header is
@@ -21,43 +21,15 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use ring::rand::SystemRandom;
 use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-/// The card as RFC 8785 canonicalizes it, `signatures` left out. `Err` for a fractional or
-/// out-of-range number (none in the cards this engine writes).
-pub fn canonical(card: &Value) -> Result<String, String> {
-    fn check(value: &Value) -> Result<(), String> {
-        match value {
-            Value::Number(number) if !(number.is_i64() || number.is_u64()) => Err(format!(
-                "the number {number} is not an integer: this canonical form takes integers only"
-            )),
-            Value::Array(items) => items.iter().try_for_each(check),
-            Value::Object(fields) => fields.values().try_for_each(check),
-            _ => Ok(()),
-        }
-    }
-    check(card)?;
+/// The card as RFC 8785 canonicalizes it ([`crate::jcs`]), `signatures` left out.
+pub fn canonical(card: &Value) -> String {
     let mut unsigned = card.clone();
     if let Some(fields) = unsigned.as_object_mut() {
         fields.remove("signatures");
     }
-    // serde_json's maps are sorted by key (no `preserve_order`), and its compact form and
-    // string escapes are RFC 8785's.
-    Ok(sorted(unsigned).to_string())
-}
-
-/// `value` with every object's keys in order (a `Map` built anew sorts them).
-fn sorted(value: Value) -> Value {
-    match value {
-        Value::Object(fields) => Value::Object(
-            fields
-                .into_iter()
-                .map(|(key, value)| (key, sorted(value)))
-                .collect::<Map<String, Value>>(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
-        other => other,
-    }
+    crate::jcs::canonicalize(&unsigned)
 }
 
 /// A private key that signs cards.
@@ -141,7 +113,7 @@ impl CardSigner {
     pub fn sign(&self, card: &Value) -> Result<Value, String> {
         let header = json!({"alg": self.alg(), "kid": self.kid, "typ": "JOSE"});
         let protected = URL_SAFE_NO_PAD.encode(header.to_string());
-        let payload = URL_SAFE_NO_PAD.encode(canonical(card)?);
+        let payload = URL_SAFE_NO_PAD.encode(canonical(card));
         let input = format!("{protected}.{payload}");
         let signature = match &self.key {
             SigningKey::Ed25519(pair) => pair.sign(input.as_bytes()).as_ref().to_vec(),
@@ -253,7 +225,7 @@ impl TrustStore {
             .and_then(Value::as_array)
             .filter(|signatures| !signatures.is_empty())
             .ok_or_else(|| "the card is not signed".to_owned())?;
-        let payload = URL_SAFE_NO_PAD.encode(canonical(card)?);
+        let payload = URL_SAFE_NO_PAD.encode(canonical(card));
         let mut why = String::new();
         for signed in signatures {
             let (Some(protected), Some(value)) = (
@@ -337,10 +309,20 @@ mod tests {
         let mut signed = card();
         signed["signatures"] = json!([{"protected": "x", "signature": "y"}]);
         assert_eq!(
-            canonical(&signed).unwrap(),
+            canonical(&signed),
             r#"{"capabilities":{"pushNotifications":true,"streaming":true},"description":"","name":"bob","skills":[{"description":"é\n\"x\"","id":"a","name":"a","tags":[]}],"version":"1"}"#
         );
-        assert!(canonical(&json!({"n": 1.5})).is_err());
+        // A fractional number has its RFC 8785 form, and a card holding one signs.
+        assert_eq!(
+            canonical(&json!({"bid": 99.5, "n": 1e30})),
+            r#"{"bid":99.5,"n":1e+30}"#
+        );
+        let signer = ed25519("k-ed");
+        let mut priced = card();
+        priced["price"] = json!(99.5);
+        let signed = signer.sign(&priced).expect("signed");
+        let trust = TrustStore::from_jwks(&json!({"keys": [signer.public_jwk()]})).unwrap();
+        assert_eq!(trust.verify(&signed).as_deref(), Ok("k-ed"));
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod a2a_agent;
 mod allocator;
 mod demo;
 mod hooks;
+mod mcp_bridge;
 mod policy_manager;
 mod serve;
 mod templates;
@@ -91,6 +92,9 @@ enum Command {
         #[command(subcommand)]
         command: TemplatesCommand,
     },
+    /// An MCP server on standard input and output that bridges to a running server's
+    /// `/mcp`, for MCP hosts that launch local servers (Claude Desktop).
+    Mcp(mcp_bridge::McpArgs),
     /// Run hooks outside a server.
     Hooks {
         #[command(subcommand)]
@@ -280,6 +284,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Templates {
             command: TemplatesCommand::Check { dir, deny },
         } => templates::check(&dir, deny.is_some(), &mut out, &mut io::stderr().lock()),
+        Command::Mcp(args) => {
+            // Standard output is the bridge's channel, written from its runtime's threads.
+            drop(out);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let bridged = runtime.block_on(mcp_bridge::run(args));
+            runtime.shutdown_timeout(RUNTIME_EXIT_GRACE);
+            bridged?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Hooks {
             command:
                 HooksCommand::Call {

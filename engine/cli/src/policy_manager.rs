@@ -272,7 +272,12 @@ pub fn serve_templates(
             }
             let watcher = watch_dir(&live)?;
             list(out, &dir.display(), &live)?;
-            let writes = admin_token.map_or(Writes::Disabled, Writes::AdminToken);
+            // One administrator: with an identity that names one (an admin token in it, or
+            // an admin claim of JWTs), that identity decides every write as every read.
+            let writes = match (&identity, admin_token) {
+                (Some(identity), _) if identity.has_admin() => Writes::Identity(identity.clone()),
+                (_, token) => token.map_or(Writes::Disabled, Writes::AdminToken),
+            };
             let (routes, rollouts) = policy_state(&live, writes, closing_rx);
             Ok(ServeTemplates {
                 live,

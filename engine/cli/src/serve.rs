@@ -34,6 +34,26 @@ pub struct ServeArgs {
     /// Without it the server runs in open development mode (`X-Agent-Id` names the caller).
     #[arg(long, value_name = "FILE")]
     agents: Option<PathBuf>,
+    /// The JWKS of an identity provider (a file, or its `jwks_uri`, http or https): a bearer
+    /// JWT signed by one of its keys (RS256, PS256, ES256, EdDSA) names an agent, beside or
+    /// instead of the agents file's tokens. The keys are read again when a token names an
+    /// unknown `kid` (at most once a minute) and every 10 minutes. Needs --auth-issuer and
+    /// --auth-audience (docs/security.md).
+    #[arg(long, value_name = "FILE|URL", requires_all = ["auth_issuer", "auth_audience"])]
+    auth_jwks: Option<String>,
+    /// The `iss` every JWT must carry (the provider's issuer URL).
+    #[arg(long, value_name = "ISS", requires = "auth_jwks")]
+    auth_issuer: Option<String>,
+    /// The audience a JWT's `aud` must be, or contain.
+    #[arg(long, value_name = "AUD", requires = "auth_jwks")]
+    auth_audience: Option<String>,
+    /// The JWT claim whose value is the agent id.
+    #[arg(long, value_name = "CLAIM", default_value = "sub")]
+    auth_agent_claim: String,
+    /// A JWT whose claim NAME is VALUE (or an array containing VALUE) is the administrator's,
+    /// e.g. `role=admin`: it reads everything and changes templates, as the admin token.
+    #[arg(long, value_name = "NAME=VALUE", requires = "auth_jwks", value_parser = parse_claim)]
+    auth_admin_claim: Option<(String, String)>,
     /// Where conversations live: `sqlite:PATH` (one file, survives restarts), `redis://HOST:PORT`
     /// (shared by several `colloquy serve` nodes) or `memory` (lost at exit)
     /// [default: sqlite:DATA_DIR/colloquy.db].
@@ -104,6 +124,77 @@ pub struct ServeArgs {
     /// not verify is ignored (the agent is spoken to in v0.3). `jku` is never fetched.
     #[arg(long, value_name = "FILE")]
     a2a_trust_store: Option<PathBuf>,
+    /// Serve no MCP endpoint (`/mcp`, for LLM agents through MCP clients).
+    #[arg(long)]
+    no_mcp: bool,
+    /// `Host` values `/mcp` accepts (a name, or `name:port`), comma-separated: the defence
+    /// against DNS rebinding. Behind a real host name, name it [default: localhost,
+    /// 127.0.0.1 and ::1, or the --listen address when it is neither loopback nor 0.0.0.0].
+    #[arg(
+        long,
+        value_name = "HOSTS",
+        value_delimiter = ',',
+        conflicts_with = "no_mcp"
+    )]
+    mcp_allowed_hosts: Option<Vec<String>>,
+    /// Browser `Origin`s `/mcp` accepts (`scheme://host[:port|:*]`), comma-separated; a
+    /// request from any other origin is refused (one without an `Origin`, not from a
+    /// browser, passes) [default: `http://` and each allowed host, on any port].
+    #[arg(
+        long,
+        value_name = "ORIGINS",
+        value_delimiter = ',',
+        conflicts_with = "no_mcp"
+    )]
+    mcp_allowed_origins: Option<Vec<String>>,
+}
+
+impl ServeArgs {
+    /// The MCP endpoint's settings: none under --no-mcp, else the flags over the defaults
+    /// of --listen.
+    fn mcp(&self) -> Option<colloquy_server::mcp::McpSettings> {
+        if self.no_mcp {
+            return None;
+        }
+        let mut settings = match &self.mcp_allowed_hosts {
+            Some(hosts) => colloquy_server::mcp::McpSettings::for_hosts(hosts.clone()),
+            None => colloquy_server::mcp::McpSettings::for_listen(self.listen),
+        };
+        if let Some(origins) = &self.mcp_allowed_origins {
+            settings.allowed_origins = origins.clone();
+        }
+        Some(settings)
+    }
+}
+
+/// `NAME=VALUE` of --auth-admin-claim.
+fn parse_claim(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() && !value.is_empty() => {
+            Ok((name.to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("`{text}` is not NAME=VALUE, e.g. role=admin")),
+    }
+}
+
+/// The JWT verifier the --auth-* flags describe, its keys read once (a start fails when
+/// they cannot be).
+async fn jwt_auth(args: &ServeArgs) -> anyhow::Result<Option<Arc<colloquy_server::auth::JwtAuth>>> {
+    use colloquy_server::auth::{JwtAuth, jwks, jwt};
+    let (Some(spec), Some(issuer), Some(audience)) =
+        (&args.auth_jwks, &args.auth_issuer, &args.auth_audience)
+    else {
+        return Ok(None);
+    };
+    let keys = jwks::JwksCache::load(jwks::JwksSource::parse(spec)).await?;
+    let expect = jwt::Expectations {
+        issuer: issuer.clone(),
+        audience: audience.clone(),
+        agent_claim: args.auth_agent_claim.clone(),
+        admin_claim: args.auth_admin_claim.clone(),
+        leeway_s: jwt::LEEWAY_S,
+    };
+    Ok(Some(Arc::new(JwtAuth::new(expect, Arc::new(keys)))))
 }
 
 /// An inbox TTL: a duration, not zero (which would read as "no limit" but drop every
@@ -216,6 +307,8 @@ impl From<Rollout> for colloquy_policy::live::RolloutMode {
 
 /// Runs the service until Ctrl-C, then lets requests in flight finish.
 pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mcp = args.mcp();
+    let jwt = jwt_auth(&args).await?;
     let agents = args.agents.as_deref().map(AgentsFile::read).transpose()?;
     let admin_token = one_admin_token(
         crate::policy_manager::admin_token(args.admin_token),
@@ -226,7 +319,19 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             file.admin_token.clone_from(&admin_token);
             Identity::from_checked(file, &path.display().to_string())?
         }
+        // JWTs alone: the admin token, if any, is the one static credential.
+        _ if jwt.is_some() => Identity::from_checked(
+            AgentsFile {
+                admin_token: admin_token.clone(),
+                agents: Vec::new(),
+            },
+            "--admin-token",
+        )?,
         _ => Identity::Open,
+    };
+    let identity = match &jwt {
+        Some(jwt) => identity.with_jwt(jwt.clone()),
+        None => identity,
     };
     let reads = policy_reads(&identity, args.public_templates);
     let (spec, store_description) = store_spec(args.store, &args.data_dir);
@@ -287,8 +392,17 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         },
         out,
     )?;
+    if let Some(jwt) = &jwt {
+        writeln!(
+            out,
+            "JWTs of {} (keys from {})",
+            jwt.issuer(),
+            jwt.jwks().source()
+        )?;
+    }
     match &args.agents {
         Some(path) => writeln!(out, "agents from {}", path.display())?,
+        None if jwt.is_some() => {}
         None => tracing::warn!(
             "no --agents file: open development mode, any caller may act as any agent by \
              naming it in the X-Agent-Id header"
@@ -317,6 +431,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         commit_observer: Some(templates.rollouts.clone()),
         templates: Some(templates.live.clone()),
         routes: Some(templates.routes.clone()),
+        mcp,
         hooks: Some(hooks),
         a2a: colloquy_server::a2a::Settings {
             template: args.a2a_template.clone(),
@@ -368,6 +483,62 @@ mod tests {
             policy_reads(&Identity::Open, false),
             Reads::Public
         ));
+    }
+
+    #[derive(clap::Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn parse(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
+        use clap::Parser as _;
+        Serve::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()))
+            .map(|serve| serve.args)
+    }
+
+    #[test]
+    fn the_jwt_flags_parse_and_go_together() {
+        let args = parse(&[
+            "--auth-jwks",
+            "https://idp.example/jwks",
+            "--auth-issuer",
+            "https://idp.example",
+            "--auth-audience",
+            "colloquy",
+            "--auth-admin-claim",
+            "role=admin",
+        ])
+        .expect("parses");
+        assert_eq!(args.auth_jwks.as_deref(), Some("https://idp.example/jwks"));
+        assert_eq!(args.auth_issuer.as_deref(), Some("https://idp.example"));
+        assert_eq!(args.auth_audience.as_deref(), Some("colloquy"));
+        assert_eq!(args.auth_agent_claim, "sub", "the default");
+        assert_eq!(
+            args.auth_admin_claim,
+            Some(("role".to_owned(), "admin".to_owned()))
+        );
+        let args = parse(&[
+            "--auth-jwks=keys.json",
+            "--auth-issuer=i",
+            "--auth-audience=a",
+            "--auth-agent-claim=agent_id",
+        ])
+        .expect("parses");
+        assert_eq!(args.auth_agent_claim, "agent_id");
+        // The issuer and audience are required with a JWKS, and a JWKS with them.
+        assert!(parse(&["--auth-jwks", "keys.json"]).is_err());
+        assert!(parse(&["--auth-jwks=k", "--auth-issuer=i"]).is_err());
+        assert!(parse(&["--auth-issuer", "i"]).is_err());
+        assert!(parse(&["--auth-admin-claim", "role=admin"]).is_err());
+        let error = parse(&[
+            "--auth-jwks=k",
+            "--auth-issuer=i",
+            "--auth-audience=a",
+            "--auth-admin-claim=admin",
+        ])
+        .expect_err("no value");
+        assert!(error.to_string().contains("NAME=VALUE"), "{error}");
     }
 
     #[test]

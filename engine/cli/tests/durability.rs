@@ -1234,6 +1234,141 @@ async fn the_admin_token_of_the_agents_file_or_the_flag_is_one_administrator() {
     .expect("test timed out");
 }
 
+/// A JWT of the test's identity provider, signed with `key` under `kid`.
+fn signed_jwt(
+    key: &ring::signature::Ed25519KeyPair,
+    kid: &str,
+    claims: &serde_json::Value,
+) -> String {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let header = json!({"alg": "EdDSA", "kid": kid, "typ": "JWT"});
+    let input = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    format!("{input}.{}", b64(key.sign(input.as_bytes()).as_ref()))
+}
+
+/// `colloquy serve --auth-jwks FILE --auth-issuer … --auth-audience … --auth-admin-claim …`
+/// without an agents file: JWTs name agents and the administrator (who writes templates), a
+/// bad one is 401 naming its check and counted, a key added to the file is read without a
+/// restart, and a JWKS that cannot be read stops the start.
+#[tokio::test]
+async fn a_real_server_signs_agents_in_with_jwts() {
+    use ring::signature::{Ed25519KeyPair, KeyPair as _};
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("jwt");
+        let templates = templates(&dir);
+        let key = |_: ()| {
+            let pkcs8 = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new())
+                .expect("a key");
+            Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("the key")
+        };
+        let (first, second) = (key(()), key(()));
+        let jwk = |kid: &str, key: &Ed25519KeyPair| {
+            use base64::Engine as _;
+            json!({"kty": "OKP", "crv": "Ed25519", "kid": kid,
+                   "x": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.public_key().as_ref())})
+        };
+        let jwks = dir.join("jwks.json");
+        std::fs::write(&jwks, json!({"keys": [jwk("k1", &first)]}).to_string()).expect("jwks");
+        let jwks_arg = jwks.to_str().expect("utf-8 path");
+        let server = Server::start_with(
+            &dir,
+            &templates,
+            "memory",
+            "jwt",
+            &[
+                "--auth-jwks",
+                jwks_arg,
+                "--auth-issuer",
+                "https://idp.test",
+                "--auth-audience",
+                "colloquy",
+                "--auth-admin-claim",
+                "groups=colloquy-admins",
+            ],
+        );
+        let now = now_ms() / 1000;
+        let claims = |sub: &str, exp: u64| {
+            json!({"iss": "https://idp.test", "aud": "colloquy", "sub": sub, "exp": exp})
+        };
+        let alice = signed_jwt(&first, "k1", &claims("alice", now + 300));
+        let mut admin_claims = claims("ops", now + 300);
+        admin_claims["groups"] = json!(["staff", "colloquy-admins"]);
+        let admin = signed_jwt(&first, "k1", &admin_claims);
+        let http = reqwest::Client::new();
+        let list = |token: Option<String>| {
+            let request = http.get(format!("{}/v1/conversations", server.url));
+            match token {
+                Some(token) => request.bearer_auth(token),
+                None => request,
+            }
+            .send()
+        };
+        assert_eq!(list(None).await.expect("sent").status(), 401);
+        assert_eq!(list(Some(alice.clone())).await.expect("sent").status(), 200);
+        let expired = list(Some(signed_jwt(&first, "k1", &claims("alice", now - 3600))))
+            .await
+            .expect("sent");
+        assert_eq!(expired.status(), 401);
+        let body: serde_json::Value = expired.json().await.expect("a JSON body");
+        let message = body["error"]["message"].as_str().expect("a message");
+        assert!(message.contains("`expired` check"), "{message}");
+        let metrics = http
+            .get(format!("{}/metrics", server.url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        assert!(
+            metrics.contains("colloquy_auth_failures_total{check=\"expired\"} 1"),
+            "{metrics}"
+        );
+        let upload = std::fs::read_to_string(templates.join("fipa-request.yaml"))
+            .expect("template")
+            .replace("name: fipa-request", "name: fipa-request-copy");
+        let put = |token: &str| {
+            http.put(format!("{}/v1/templates/fipa-request-copy", server.url))
+                .bearer_auth(token)
+                .body(upload.clone())
+                .send()
+        };
+        assert_eq!(put(&alice).await.expect("sent").status(), 403, "an agent");
+        let written = put(&admin).await.expect("sent");
+        assert_eq!(written.status(), 201, "{}", written.text().await.unwrap_or_default());
+        // A key added to the file is read when a token names it.
+        std::fs::write(
+            &jwks,
+            json!({"keys": [jwk("k1", &first), jwk("k2", &second)]}).to_string(),
+        )
+        .expect("jwks");
+        let rotated = signed_jwt(&second, "k2", &claims("bob", now + 300));
+        assert_eq!(list(Some(rotated)).await.expect("sent").status(), 200);
+        drop(server);
+
+        let refused = Command::new(env!("CARGO_BIN_EXE_colloquy"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory"])
+            .arg("--templates")
+            .arg(&templates)
+            .args(["--auth-jwks", "/nonexistent/jwks.json"])
+            .args(["--auth-issuer", "https://idp.test", "--auth-audience", "colloquy"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run colloquy serve");
+        assert!(!refused.status.success(), "an unreadable JWKS stops the start");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("cannot read the JWKS"), "{stderr}");
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// An engine node over its own connection to `prefix` in `url`'s Redis, with the built-in
 /// templates; it does not follow the other nodes' commits, so what it has cached stays as it
 /// was until it reloads.

@@ -28,6 +28,7 @@ use crate::store::{Commit, ConversationStore, StoreError};
 use crate::wakeups::{Listener, Wakeups};
 
 mod commitments;
+mod moves;
 mod scheduler;
 mod work;
 
@@ -370,42 +371,6 @@ impl Engine {
         }
         let messages = self.messages(conversation).await?;
         Ok(Sight::of(conversation, viewer).view(conversation.view(messages)))
-    }
-
-    /// The performatives `agent` may send next as the participant of its thread in the
-    /// conversation: those of its state's transitions from the participant, in template
-    /// order, each once (a transition's `when` guard is not evaluated). Empty when the
-    /// conversation has ended or `agent` has no thread in it. What a bridge that answers
-    /// for a remote agent (A2A) picks its reply from.
-    pub async fn replies_open_to(
-        &self,
-        conversation_id: &str,
-        agent: &str,
-    ) -> Result<Vec<Arc<str>>, EngineError> {
-        let slot = self.loaded_slot(conversation_id).await?;
-        let guard = slot.lock().await;
-        let conversation = guard
-            .as_ref()
-            .ok_or_else(|| EngineError::UnknownConversation(conversation_id.to_owned()))?;
-        let Some(thread) = conversation.thread_index(agent) else {
-            return Ok(Vec::new());
-        };
-        if conversation.is_completed() {
-            return Ok(Vec::new());
-        }
-        let machine = &conversation.template.machine;
-        let state = machine.state(conversation.threads[thread].state);
-        let mut open: Vec<Arc<str>> = Vec::new();
-        for transition in &state.transitions {
-            if transition.from == colloquy_protocol::template::Role::Participant
-                && !open
-                    .iter()
-                    .any(|known| **known == *transition.performative.name())
-            {
-                open.push(Arc::from(transition.performative.name()));
-            }
-        }
-        Ok(open)
     }
 
     /// The conversation's events after `after_seq` that `viewer` may see (`None`: all of

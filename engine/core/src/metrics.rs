@@ -94,6 +94,8 @@ pub struct Metrics {
     webhooks: Counter<&'static str>,
     /// (method, result) of calls to A2A agents.
     a2a_calls: Counter<(&'static str, &'static str)>,
+    /// Requests refused 401, by the check their credential failed (`expired`, `issuer`, …).
+    auth_failures: Counter<&'static str>,
 }
 
 /// `colloquy_hook_duration_seconds`, a histogram by event and result.
@@ -167,6 +169,12 @@ impl Metrics {
     /// Counts what one call (`message/send` or `tasks/get`) to an A2A agent came to.
     pub fn a2a_call(&self, method: &'static str, result: A2aCallResult) {
         bump(&self.a2a_calls, (method, result.label()));
+    }
+
+    /// Counts a request refused 401 because its credential failed `check` (a fixed label
+    /// of the server's, never anything the caller sent).
+    pub fn auth_failure(&self, check: &'static str) {
+        bump(&self.auth_failures, check);
     }
 
     fn count(&self, template: &Arc<str>, tallies: impl IntoIterator<Item = Tally>) {
@@ -269,6 +277,14 @@ impl Metrics {
                     ("result", (*result).to_owned()),
                 ]
             },
+        );
+        family(
+            &mut out,
+            "colloquy_auth_failures_total",
+            "Requests refused 401, by the check their credential failed.",
+            "counter",
+            &self.auth_failures,
+            |check| vec![("check", (*check).to_owned())],
         );
         let _ = writeln!(
             out,

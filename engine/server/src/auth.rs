@@ -21,9 +21,18 @@
 //! ```
 //!
 //! Tokens are kept as SHA-256 digests, so a lookup's timing says nothing about a stored token.
+//!
+//! Beside the agents file, or instead of it, bearer JWTs from an identity provider
+//! (`colloquy serve --auth-jwks … --auth-issuer … --auth-audience …`): a static token is
+//! looked up first, anything else is verified as a JWT ([`JwtAuth`]; [`jwt`] verifies,
+//! [`jwks`] keeps the provider's keys fresh).
 
-use std::collections::{HashMap, HashSet};
+pub mod jwks;
+pub mod jwt;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::FromRequestParts;
 use axum::http::header;
@@ -202,7 +211,84 @@ pub enum Identity {
         a2a: HashMap<AgentId, colloquy_a2a::Endpoint>,
         /// Agents without an inbox.
         inboxless: HashSet<AgentId>,
+        /// Bearer JWTs of an identity provider, tried when a token is none of the above.
+        jwt: Option<Arc<JwtAuth>>,
     },
+}
+
+/// Most agents known only through JWTs that `GET /v1/agents` lists for the administrator:
+/// those that called this node since it started, up to this many (the identity provider,
+/// not this server, knows them all).
+pub const MAX_LISTED_JWT_AGENTS: usize = 10_000;
+
+/// Bearer JWTs: the provider's keys and what a token must say.
+#[derive(Debug)]
+pub struct JwtAuth {
+    expect: jwt::Expectations,
+    jwks: Arc<jwks::JwksCache>,
+    /// Agents that presented a good JWT here (for the administrator's agent list).
+    seen: Mutex<BTreeSet<AgentId>>,
+}
+
+impl JwtAuth {
+    /// Tokens signed by a key of `jwks`, checked against `expect`.
+    pub fn new(expect: jwt::Expectations, jwks: Arc<jwks::JwksCache>) -> JwtAuth {
+        JwtAuth {
+            expect,
+            jwks,
+            seen: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The issuer tokens must come from.
+    pub fn issuer(&self) -> &str {
+        &self.expect.issuer
+    }
+
+    /// Whether some token can name the administrator (`--auth-admin-claim`).
+    pub fn names_an_admin(&self) -> bool {
+        self.expect.admin_claim.is_some()
+    }
+
+    /// The key cache.
+    pub fn jwks(&self) -> &Arc<jwks::JwksCache> {
+        &self.jwks
+    }
+
+    /// The caller `token` names, now.
+    pub fn verify(&self, token: &str) -> Result<Caller, jwt::JwtError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        let caller = jwt::verify(token, &self.jwks.keys(), &self.expect, now)?;
+        if let Caller::Agent(agent) = &caller {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.len() < MAX_LISTED_JWT_AGENTS && !seen.contains(agent) {
+                seen.insert(agent.clone());
+            }
+        }
+        Ok(caller)
+    }
+
+    /// Before `token` is verified: when it names a kid the keys lack, reads them again
+    /// (rate-limited, [`jwks::UNKNOWN_KID_REFRESH`]), so a rotated key is found.
+    pub async fn prepare(&self, token: &str) {
+        if let Some(kid) = jwt::kid_of(token) {
+            self.jwks.know(&kid).await;
+        }
+    }
+
+    /// Agents that presented a good JWT here since start.
+    pub fn seen(&self) -> Vec<AgentId> {
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.iter().cloned().collect()
+    }
 }
 
 impl Identity {
@@ -337,7 +423,90 @@ impl Identity {
             webhooks,
             a2a,
             inboxless,
+            jwt: None,
         })
+    }
+
+    /// This identity, also accepting the bearer JWTs `jwt` verifies. In open mode, JWTs
+    /// alone: `X-Agent-Id` then names nobody.
+    pub fn with_jwt(self, auth: Arc<JwtAuth>) -> Identity {
+        match self {
+            Identity::Open => Identity::Tokens {
+                callers: HashMap::new(),
+                webhooks: HashMap::new(),
+                a2a: HashMap::new(),
+                inboxless: HashSet::new(),
+                jwt: Some(auth),
+            },
+            Identity::Tokens {
+                callers,
+                webhooks,
+                a2a,
+                inboxless,
+                ..
+            } => Identity::Tokens {
+                callers,
+                webhooks,
+                a2a,
+                inboxless,
+                jwt: Some(auth),
+            },
+        }
+    }
+
+    /// The JWT verifier, when JWTs are accepted.
+    pub fn jwt(&self) -> Option<&Arc<JwtAuth>> {
+        match self {
+            Identity::Open => None,
+            Identity::Tokens { jwt, .. } => jwt.as_ref(),
+        }
+    }
+
+    /// Whether any credential names the administrator: an admin token, or a JWT claim.
+    pub fn has_admin(&self) -> bool {
+        match self {
+            Identity::Open => false,
+            Identity::Tokens { callers, jwt, .. } => {
+                callers.values().any(|caller| *caller == Caller::Admin)
+                    || jwt.as_ref().is_some_and(|jwt| jwt.names_an_admin())
+            }
+        }
+    }
+
+    /// The `check` label of `colloquy_auth_failures_total` for a request refused 401:
+    /// `missing`, `unknown_token`, `agent_header`, or the JWT check that failed.
+    pub fn failed_check(&self, headers: &axum::http::HeaderMap) -> &'static str {
+        let token = match (self, bearer_token(headers)) {
+            (Identity::Open, _) => return "agent_header",
+            (_, Err(_)) => return "malformed",
+            (_, Ok(None)) => return "missing",
+            (_, Ok(Some(token))) => token,
+        };
+        match self.jwt() {
+            Some(jwt) if !self.is_static(token) => match jwt.verify(token) {
+                Err(error) => error.check.label(),
+                Ok(_) => "other",
+            },
+            _ => "unknown_token",
+        }
+    }
+
+    /// Whether `token` is one of the agents file's.
+    fn is_static(&self, token: &str) -> bool {
+        match self {
+            Identity::Open => false,
+            Identity::Tokens { callers, .. } => callers.contains_key(&digest(token)),
+        }
+    }
+
+    /// Before the request is identified: lets a JWT naming a kid the keys lack refresh them
+    /// ([`JwtAuth::prepare`]); nothing for any other credential.
+    pub async fn prepare(&self, headers: &axum::http::HeaderMap) {
+        if let (Some(jwt), Ok(Some(token))) = (self.jwt(), bearer_token(headers))
+            && !self.is_static(token)
+        {
+            jwt.prepare(token).await;
+        }
     }
 
     /// Agents whose messages are not kept in an inbox (`inbox: false`).
@@ -356,10 +525,12 @@ impl Identity {
         }
     }
 
-    /// Whether `agent` is one of the agents file's (in open mode, anyone is).
+    /// Whether `agent` is one of the agents file's (in open mode, anyone is; with JWTs,
+    /// any agent id may be, as the identity provider says who exists).
     pub fn knows(&self, agent: &str) -> bool {
         match self {
             Identity::Open => true,
+            Identity::Tokens { jwt: Some(_), .. } => valid_agent_id(agent) && agent != ENGINE_PARTY,
             Identity::Tokens { callers, a2a, .. } => {
                 a2a.contains_key(agent)
                     || callers
@@ -369,17 +540,21 @@ impl Identity {
         }
     }
 
-    /// Every agent of the agents file, by id (none in open mode, where anyone is one).
+    /// Every agent of the agents file, by id (none in open mode, where anyone is one), and
+    /// with JWTs those that called this node since it started ([`MAX_LISTED_JWT_AGENTS`]).
     pub fn agents(&self) -> Vec<AgentId> {
         match self {
             Identity::Open => Vec::new(),
-            Identity::Tokens { callers, a2a, .. } => {
+            Identity::Tokens {
+                callers, a2a, jwt, ..
+            } => {
                 let mut agents: Vec<AgentId> = (callers.values())
                     .filter_map(|caller| match caller {
                         Caller::Agent(id) => Some(id.clone()),
                         Caller::Admin => None,
                     })
                     .chain(a2a.keys().cloned())
+                    .chain(jwt.iter().flat_map(|jwt| jwt.seen()))
                     .collect();
                 agents.sort();
                 agents.dedup();
@@ -428,14 +603,19 @@ impl Identity {
                 }
                 Ok(Caller::Agent(AgentId::from(agent)))
             }
-            Identity::Tokens { callers, .. } => {
+            Identity::Tokens { callers, jwt, .. } => {
                 let token = bearer_token(headers)?.ok_or_else(|| {
                     ApiError::Unauthenticated("missing `Authorization: Bearer` token".into())
                 })?;
-                callers
-                    .get(&digest(token))
-                    .cloned()
-                    .ok_or_else(|| ApiError::Unauthenticated("unknown bearer token".into()))
+                if let Some(caller) = callers.get(&digest(token)) {
+                    return Ok(caller.clone());
+                }
+                match jwt {
+                    Some(jwt) => jwt
+                        .verify(token)
+                        .map_err(|error| ApiError::Unauthenticated(error.to_string())),
+                    None => Err(ApiError::Unauthenticated("unknown bearer token".into())),
+                }
             }
         }
     }
@@ -471,6 +651,32 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Result<Option<&str>, Api
 /// Agent ids follow the conversation id alphabet, so they are safe in paths and logs.
 pub fn valid_agent_id(id: &str) -> bool {
     colloquy_core::ids::is_id(id)
+}
+
+/// Middleware over every route: lets a JWT whose kid the keys lack refresh them before
+/// any handler identifies the caller ([`Identity::prepare`]), and counts each request
+/// refused 401 in `colloquy_auth_failures_total` by the check its credential failed.
+pub async fn gate(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let identity = state.identity();
+    identity.prepare(request.headers()).await;
+    // Only the credential is kept for the count, and only where there are credentials.
+    let mut credential = axum::http::HeaderMap::new();
+    if matches!(identity, Identity::Tokens { .. }) {
+        for value in request.headers().get_all(header::AUTHORIZATION) {
+            credential.append(header::AUTHORIZATION, value.clone());
+        }
+    }
+    let response = next.run(request).await;
+    if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+        state
+            .metrics()
+            .auth_failure(identity.failed_check(&credential));
+    }
+    response
 }
 
 impl FromRequestParts<AppState> for Caller {

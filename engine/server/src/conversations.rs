@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use colloquy_protocol::api::ConversationPage;
-use colloquy_protocol::conversation::{ConversationStatus, ConversationView, Outcome, SendReceipt};
+use colloquy_protocol::conversation::{
+    ConversationStatus, ConversationView, OpenMove, Outcome, SendReceipt,
+};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use serde::Deserialize;
 use tracing::Instrument as _;
@@ -128,6 +130,24 @@ pub async fn show(
 ) -> Result<JsonResponse<ConversationView>, ApiError> {
     let view = state.engine().view(&id, caller.viewer()).await?;
     Ok(JsonResponse(view))
+}
+
+/// `GET /v1/conversations/{id}/moves` → 200: what the caller may send now, and to whom.
+pub async fn moves(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams(id): PathParams<String>,
+) -> Result<JsonResponse<MovesView>, ApiError> {
+    let agent = caller.agent()?;
+    let moves = state.engine().moves_open_to(&id, agent).await?;
+    Ok(JsonResponse(MovesView { moves }))
+}
+
+/// The answer of `GET /v1/conversations/{id}/moves`.
+#[derive(Debug, serde::Serialize)]
+pub struct MovesView {
+    /// The moves, in template order.
+    pub moves: Vec<OpenMove>,
 }
 
 /// Query of `GET /v1/conversations`.

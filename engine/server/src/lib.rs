@@ -6,7 +6,8 @@
 //! - [`error`]: [`ApiError`], the one error type, mapping failures to status codes.
 //! - [`extract`]: JSON bodies and query strings whose failures say where they are wrong.
 //! - [`json`]: JSON response bodies, serialized into one right-sized buffer.
-//! - [`auth`]: who the caller is (bearer tokens from an agents file, or open mode).
+//! - [`auth`]: who the caller is (bearer tokens from an agents file, JWTs of an identity
+//!   provider verified against its JWKS, or open mode).
 //! - [`conversations`]: start, send, read and list conversations.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
 //!   long-poll inbox.
@@ -43,6 +44,7 @@ pub mod extract;
 pub mod inspect;
 pub mod json;
 pub mod listen;
+pub mod mcp;
 pub mod ops;
 pub mod policy;
 pub mod rollout;
@@ -185,7 +187,11 @@ pub struct Route {
     pub handler: MethodRouter<AppState>,
 }
 
-fn route(method: &'static str, path: &'static str, handler: MethodRouter<AppState>) -> Route {
+pub(crate) fn route(
+    method: &'static str,
+    path: &'static str,
+    handler: MethodRouter<AppState>,
+) -> Route {
     Route {
         method,
         path,
@@ -206,6 +212,11 @@ pub fn routes() -> Vec<Route> {
             post(conversations::send),
         ),
         route("get", "/v1/conversations/{id}/events", get(streams::events)),
+        route(
+            "get",
+            "/v1/conversations/{id}/moves",
+            get(conversations::moves),
+        ),
         route("get", "/v1/agents", get(agents::list)),
         route("get", "/v1/agents/{id}/inbox", get(streams::inbox)),
         route("get", "/v1/agents/{id}/inbox/poll", get(streams::poll)),

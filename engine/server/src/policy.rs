@@ -102,8 +102,13 @@ pub(crate) enum ReadNeeds {
 /// Who may upload and delete templates.
 #[derive(Clone, Debug)]
 pub enum Writes {
-    /// Callers presenting this bearer token.
+    /// Callers presenting this bearer token (the standalone policy manager, and a server
+    /// in open development mode given `--admin-token`).
     AdminToken(String),
+    /// Callers this identity names the administrator: the agents file's admin token, or a
+    /// JWT with the admin claim (`--auth-admin-claim`). The one notion of admin of a server
+    /// with an identity: the same caller reads everything and changes templates.
+    Identity(Arc<super::Identity>),
     /// Nobody: no admin token was configured.
     Disabled,
     /// Nobody here: this engine mirrors the policy manager at this URL; write there.
@@ -485,6 +490,13 @@ pub(crate) fn authorize(state: &PolicyState, headers: &HeaderMap) -> Result<(), 
         Writes::Follower(url) => Err(ApiError::Forbidden(format!(
             "this engine follows the policy manager at {url}; change templates there"
         ))),
+        Writes::Identity(identity) => match identity.identify_headers(headers)? {
+            super::Caller::Admin => Ok(()),
+            super::Caller::Agent(agent) => Err(ApiError::Forbidden(format!(
+                "`{agent}` is an agent: changing templates needs the administrator (the admin \
+                 token, or a JWT with the admin claim)"
+            ))),
+        },
         Writes::AdminToken(token) => match super::auth::bearer_token(headers)? {
             None => Err(ApiError::Unauthenticated(
                 "changing templates needs `Authorization: Bearer <admin token>`".into(),

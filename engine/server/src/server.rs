@@ -52,6 +52,8 @@ pub struct ServiceOptions {
     /// Told of every acknowledged commit of the templates it watches: the rollouts' shadow
     /// twins and canary tallies ([`crate::rollout::Rollouts`]).
     pub commit_observer: Option<Arc<dyn colloquy_core::metrics::CommitObserver>>,
+    /// The MCP endpoint (`/mcp`) and which hosts and origins it takes; none without.
+    pub mcp: Option<crate::mcp::McpSettings>,
 }
 
 impl Default for ServiceOptions {
@@ -68,6 +70,7 @@ impl Default for ServiceOptions {
             hooks: None,
             a2a: crate::a2a::Settings::default(),
             commit_observer: None,
+            mcp: None,
         }
     }
 }
@@ -199,13 +202,42 @@ pub fn launch(
     .with_a2a(options.a2a);
     // Push notifications set before a restart go on from their cursors.
     background.push(tokio::spawn(crate::a2a::push::resume(state.clone())));
-    let mut app = router(state);
+    let mut app = router(state.clone());
     if let Some(routes) = options.routes {
         // The fallback goes to the routes registered before it, so again after the merge:
         // a wrong method on a merged route is a JSON 405 too.
         app = app
             .merge(routes)
             .method_not_allowed_fallback(super::ops::method_not_allowed);
+    }
+    if let Some(settings) = options.mcp {
+        // The MCP tools call the API as it stands here, without `/mcp` itself.
+        let streams_end = tokio_util::sync::CancellationToken::new();
+        let mut closing = closing_rx.clone();
+        let cancel = streams_end.clone();
+        background.push(tokio::spawn(async move {
+            let _ = closing.wait_for(|closing| *closing).await;
+            cancel.cancel();
+        }));
+        let mcp = crate::mcp::router(app.clone(), &state, settings, streams_end);
+        app = app
+            .merge(mcp)
+            .method_not_allowed_fallback(super::ops::method_not_allowed);
+    }
+    // With credentials to check, every route (the merged ones included) identifies callers
+    // after the gate; open mode has none to count or refresh, and skips its cost.
+    if matches!(state.identity(), Identity::Tokens { .. }) {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::gate,
+        ));
+    }
+    if let Some(jwt) = state.identity().jwt() {
+        background.push(
+            jwt.jwks()
+                .clone()
+                .spawn_periodic_refresh(crate::auth::jwks::REFRESH_PERIOD),
+        );
     }
     let mut shutdown = closing_rx;
     let server = listen::spawn(listener, app, async move {

@@ -30,6 +30,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "CommitmentView": models.CommitmentView,
     "Violation": models.Violation,
     "ConversationView": models.ConversationView,
+    "MovesView": models.MovesView,
+    "OpenMove": models.OpenMove,
     "SendReceipt": models.SendReceipt,
     "ConversationSummary": models.ConversationSummary,
     "ConversationPage": models.ConversationPage,

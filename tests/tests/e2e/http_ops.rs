@@ -70,6 +70,25 @@ fn the_openapi_document_lists_exactly_the_routes_of_the_router() {
     assert_eq!(documented(), served);
 }
 
+/// `/mcp` and its protected resource metadata are left out of the document on purpose: MCP
+/// is JSON-RPC over one endpoint, described by the MCP specification (and tested by its
+/// conformance suite, `tests/mcp`), not by HTTP operations an OpenAPI document could list.
+#[test]
+fn the_mcp_routes_are_exempt_from_the_openapi_document() {
+    let documented = documented();
+    let mut mcp = api::mcp::routes()
+        .into_iter()
+        .map(|route| route.path)
+        .collect::<Vec<_>>();
+    mcp.push(api::mcp::PATH);
+    for path in mcp {
+        assert!(
+            documented.iter().all(|(_, documented)| documented != path),
+            "{path} is documented"
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_documented_route_is_served() {
     let server = Server::start().await;

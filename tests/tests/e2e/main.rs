@@ -12,6 +12,7 @@ mod custom_protocol;
 mod docs;
 mod hooks;
 mod http_auth;
+mod http_jwt;
 mod http_ops;
 mod http_protocols;
 mod http_status;

@@ -118,12 +118,25 @@ pub(super) fn card_of(
         })
         .collect();
     let tokens = matches!(identity, Identity::Tokens { .. });
-    let bearer = || {
+    let issuer = identity.jwt().map(|jwt| jwt.issuer().to_owned());
+    // Static tokens and JWTs are both bearer tokens; with JWTs the OpenID Connect issuer
+    // is named beside, for clients that obtain their token there.
+    let schemes = || {
         let mut schemes = Map::new();
-        schemes.insert(
-            "bearer".to_owned(),
-            json!({"type": "http", "scheme": "bearer"}),
-        );
+        let mut bearer = json!({"type": "http", "scheme": "bearer"});
+        if issuer.is_some() {
+            bearer["bearerFormat"] = json!("JWT");
+        }
+        schemes.insert("bearer".to_owned(), bearer);
+        if let Some(issuer) = &issuer {
+            schemes.insert(
+                "oidc".to_owned(),
+                json!({
+                    "type": "openIdConnect",
+                    "openIdConnectUrl": openid_configuration_url(issuer),
+                }),
+            );
+        }
         schemes
     };
     let url = format!("http://{host}/a2a/{agent}");
@@ -160,13 +173,27 @@ pub(super) fn card_of(
         default_input_modes: vec!["application/json".to_owned(), "text/plain".to_owned()],
         default_output_modes: vec!["application/json".to_owned(), "text/plain".to_owned()],
         skills,
-        security_schemes: tokens.then(bearer),
+        security_schemes: tokens.then(schemes),
+        // Alternatives: any one of the schemes will do.
         security: tokens.then(|| {
-            let mut needed = Map::new();
-            needed.insert("bearer".to_owned(), json!([]));
-            vec![needed]
+            schemes()
+                .keys()
+                .map(|name| {
+                    let mut needed = Map::new();
+                    needed.insert(name.clone(), json!([]));
+                    needed
+                })
+                .collect()
         }),
     })
+}
+
+/// The OpenID Connect discovery document of `issuer` (OpenID Connect Discovery 1.0, §4).
+pub fn openid_configuration_url(issuer: &str) -> String {
+    format!(
+        "{}/.well-known/openid-configuration",
+        issuer.trim_end_matches('/')
+    )
 }
 
 /// The performative an initiator opens a conversation of `template` with: the first its

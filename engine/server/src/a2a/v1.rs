@@ -484,12 +484,26 @@ pub fn agent_card(card: &AgentCard) -> Value {
     );
     if let Some(schemes) = &card.security_schemes {
         let schemes: Map<String, Value> = schemes
-            .keys()
-            .map(|name| {
-                let scheme = json!({"httpAuthSecurityScheme": {
-                    "scheme": "bearer",
-                    "description": "A Colloquy agent token (the agents file's `token`)",
-                }});
+            .iter()
+            .map(|(name, scheme)| {
+                let scheme = match scheme.get("openIdConnectUrl") {
+                    Some(url) => json!({"openIdConnectSecurityScheme": {
+                        "openIdConnectUrl": url,
+                        "description": "A JWT of this OpenID Connect issuer, as a bearer token",
+                    }}),
+                    None if scheme.get("bearerFormat").is_some() => {
+                        json!({"httpAuthSecurityScheme": {
+                            "scheme": "bearer",
+                            "bearerFormat": "JWT",
+                            "description": "A JWT of the server's identity provider, or a \
+                                            Colloquy agent token (the agents file's `token`)",
+                        }})
+                    }
+                    None => json!({"httpAuthSecurityScheme": {
+                        "scheme": "bearer",
+                        "description": "A Colloquy agent token (the agents file's `token`)",
+                    }}),
+                };
                 (name.clone(), scheme)
             })
             .collect();

@@ -74,6 +74,8 @@ from .models import (
     InboxItem,
     InboxPage,
     Message,
+    MovesView,
+    OpenMove,
     Outcome,
     Readiness,
     SendMessage,
@@ -87,6 +89,7 @@ from .models import (
 )
 from .streams import EventStream, InboxStream
 from .sync import SyncAgent, SyncClient, SyncIncoming
+from .tokens import TokenProvider
 
 __all__ = [
     "Agent",
@@ -118,7 +121,9 @@ __all__ = [
     "Incoming",
     "Message",
     "MethodNotAllowed",
+    "MovesView",
     "NotFound",
+    "OpenMove",
     "Outcome",
     "PayloadTooLarge",
     "PendingAnswer",
@@ -137,6 +142,7 @@ __all__ = [
     "TemplateSummary",
     "ThreadTransition",
     "ThreadView",
+    "TokenProvider",
     "TransportError",
     "Unauthenticated",
     "Unprocessable",

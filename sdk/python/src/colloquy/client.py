@@ -24,6 +24,8 @@ from .models import (
     InboxAcked,
     InboxPage,
     Message,
+    MovesView,
+    OpenMove,
     Readiness,
     SendMessage,
     SendReceipt,
@@ -31,6 +33,7 @@ from .models import (
     TemplateList,
 )
 from .streams import EventStream, InboxStream
+from .tokens import ProvidedToken, TokenProvider
 from .transport import AsyncioTransport
 
 #: The header naming the caller when the server runs without an agents file.
@@ -58,7 +61,11 @@ class Client:
     """An agent's client: ``Client("http://127.0.0.1:7700", "alice", "alice-token")``.
 
     Without a token it names itself with ``X-Agent-Id``, which only a server in open
-    development mode accepts. ``http_client`` lets the caller bring its own
+    development mode accepts. ``token`` may also be a token provider (a callable taking
+    the reason, ``"first"``, ``"near_expiry"`` or ``"refused"``, answering a token or an
+    awaitable of one): it is asked when the client has no token yet, when the JWT it has
+    is near its ``exp``, and when the server refuses it with 401, after which the request
+    is sent once more (:mod:`colloquy.tokens`). ``http_client`` lets the caller bring its own
     ``httpx.AsyncClient`` (proxies, TLS, transports); the SDK then leaves closing it to the
     caller. Use it as ``async with Client(...) as alice:`` or call :meth:`aclose`.
     """
@@ -67,7 +74,7 @@ class Client:
         self,
         base_url: str,
         agent_id: str,
-        token: Optional[str] = None,
+        token: Optional[str | TokenProvider] = None,
         http_client: Optional[httpx.AsyncClient] = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
@@ -75,7 +82,10 @@ class Client:
         self.base_url = base_url.rstrip("/")
         self.agent_id = agent_id
         self.timeout = timeout
-        self._token = token
+        self._token: Optional[str] = token if isinstance(token, str) or token is None else None
+        self._provided: Optional[ProvidedToken] = (
+            ProvidedToken(token) if callable(token) else None
+        )
         self._owns_http = http_client is None
         self.http = http_client or httpx.AsyncClient(
             timeout=timeout,
@@ -99,7 +109,15 @@ class Client:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _auth_headers(self) -> dict[str, str]:
+    async def _auth_headers(self, refused: Optional[dict[str, str]] = None) -> dict[str, str]:
+        """The credential headers; ``refused``, the headers of a request the server just
+        refused with 401 (a token provider is then asked for a new token)."""
+        if self._provided is not None:
+            refused_token = None
+            if refused is not None:
+                refused_token = refused.get("authorization", "").removeprefix("Bearer ")
+            token = await self._provided.get(refused_token)
+            return {"authorization": f"Bearer {token}"}
         if self._token is not None:
             return {"authorization": f"Bearer {self._token}"}
         return {AGENT_HEADER: self.agent_id}
@@ -141,26 +159,34 @@ class Client:
         content: Any = None,
         timeout: Optional[float] = None,
     ) -> httpx.Response:
-        headers = self._auth_headers()
         if body is not None:
             content = body.model_dump_json(exclude_none=True, by_alias=True)
-            headers["content-type"] = "application/json"
         if params is not None:
             params = {key: value for key, value in params.items() if value is not None}
-        try:
-            response = await self.http.request(
-                method,
-                self.base_url + path,
-                headers=headers,
-                json=json,
-                content=content,
-                params=params,
-                timeout=timeout if timeout is not None else self.timeout,
-            )
-        except httpx.TransportError as error:
-            raise TransportError(f"{method} {path}: {error!r}") from error
-        await raise_for_answer(response)
-        return response
+        refused: Optional[dict[str, str]] = None
+        while True:
+            headers = await self._auth_headers(refused)
+            if body is not None:
+                headers["content-type"] = "application/json"
+            try:
+                response = await self.http.request(
+                    method,
+                    self.base_url + path,
+                    headers=headers,
+                    json=json,
+                    content=content,
+                    params=params,
+                    timeout=timeout if timeout is not None else self.timeout,
+                )
+            except httpx.TransportError as error:
+                raise TransportError(f"{method} {path}: {error!r}") from error
+            # Refused with a provider's token: once more with a new one.
+            if response.status_code == 401 and self._provided is not None and refused is None:
+                await response.aread()
+                refused = headers
+                continue
+            await raise_for_answer(response)
+            return response
 
     async def _call(self, model: type[_Model], method: str, path: str, **kwargs: Any) -> _Model:
         response = await self._send(method, path, **kwargs)
@@ -230,6 +256,12 @@ class Client:
         """``GET /v1/conversations/{id}``: the conversation as this agent may see it."""
         path = f"/v1/conversations/{self._segment(conversation_id)}"
         return await self._call(ConversationView, "GET", path)
+
+    async def moves(self, conversation_id: str) -> list[OpenMove]:
+        """``GET /v1/conversations/{id}/moves``: what this agent may send now, to whom, and
+        the guard each must satisfy, in template order."""
+        path = f"/v1/conversations/{self._segment(conversation_id)}/moves"
+        return (await self._call(MovesView, "GET", path)).moves
 
     async def conversations(
         self,

@@ -124,6 +124,21 @@ class ThreadView(_Answer):
     deadline: Optional[int] = None
 
 
+class OpenMove(_Answer):
+    """A move open to the reader: a performative it may send now, to whom, and the guard
+    (``when``, the template's CEL condition) it must satisfy, if any."""
+
+    performative: str
+    to: list[str]
+    when: Optional[str] = None
+
+
+class MovesView(_Answer):
+    """``GET /v1/conversations/{id}/moves``."""
+
+    moves: list[OpenMove]
+
+
 class ThreadTransition(_Answer):
     """A thread moved (a send receipt's ``transitions``, an event's)."""
 

@@ -89,16 +89,25 @@ class _Reader:
             self._pending.extend(self._parser.push(chunk))
 
     async def _connect(self) -> None:
-        headers = self._client._auth_headers()
-        headers["accept"] = "text/event-stream"
-        headers["last-event-id"] = str(self.last_id)
-        request = self._client.http.build_request(
-            "GET",
-            self._client.base_url + self._path,
-            headers=headers,
-            timeout=httpx.Timeout(self._client.timeout, read=STREAM_READ_TIMEOUT),
-        )
-        response = await self._client.http.send(request, stream=True)
+        refused = None
+        while True:
+            headers = await self._client._auth_headers(refused)
+            headers["accept"] = "text/event-stream"
+            headers["last-event-id"] = str(self.last_id)
+            request = self._client.http.build_request(
+                "GET",
+                self._client.base_url + self._path,
+                headers=headers,
+                timeout=httpx.Timeout(self._client.timeout, read=STREAM_READ_TIMEOUT),
+            )
+            response = await self._client.http.send(request, stream=True)
+            # Refused with a provider's token: once more with a new one.
+            if response.status_code == 401 and self._client._provided is not None and refused is None:
+                await response.aread()
+                await response.aclose()
+                refused = headers
+                continue
+            break
         if not response.is_success:
             body = await response.aread()
             await response.aclose()

@@ -17,6 +17,7 @@ import httpx
 from .agent import DEFAULT_GRACE, Agent, Incoming
 from .client import DEFAULT_TIMEOUT, Client
 from .models import SendReceipt
+from .tokens import TokenProvider
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -62,7 +63,7 @@ class SyncClient:
         self,
         base_url: str,
         agent_id: str,
-        token: Optional[str] = None,
+        token: Optional[str | TokenProvider] = None,
         http_client: Optional[httpx.AsyncClient] = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
