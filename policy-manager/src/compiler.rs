@@ -33,7 +33,6 @@ use std::sync::Arc;
 
 use colloquy_protocol::template::{Template, template_json_schema};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use self::diagnostic::closest;
 pub use self::diagnostic::{Diagnostic, Diagnostics};
@@ -371,17 +370,11 @@ impl TemplateCompiler {
 
 /// `sha256:` and the first [`REVISION_HEX_DIGITS`] hex digits of the SHA-256 of the YAML
 /// followed by the hook module's SHA-256 (so rebuilding a hook makes a new revision, which
-/// new conversations pick up while running ones keep theirs).
+/// new conversations pick up while running ones keep theirs). The whole digest is
+/// [`colloquy_trust::chain::revision_digest`]'s, which audit records carry.
 fn revision(source: &str, hook_module_sha256: Option<&str>) -> Arc<str> {
-    let mut hasher = Sha256::new();
-    hasher.update(source.as_bytes());
-    if let Some(module) = hook_module_sha256 {
-        hasher.update(b"\0hook-module:");
-        hasher.update(module.as_bytes());
-    }
-    let digest = hasher.finalize();
-    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-    Arc::from(format!("sha256:{}", &hex[..REVISION_HEX_DIGITS]))
+    let digest = colloquy_trust::chain::revision_digest(source, hook_module_sha256);
+    Arc::from(format!("sha256:{}", &digest[..REVISION_HEX_DIGITS]))
 }
 
 /// A serde_norway error as a diagnostic: its position, and the path and message it carries

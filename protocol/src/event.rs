@@ -18,6 +18,11 @@ pub struct ConversationEvent {
     pub seq: u64,
     /// When it happened (Unix milliseconds, engine clock).
     pub at: u64,
+    /// The chain hash of the event before (lowercase hex; 64 zeros before the first), so a
+    /// removed, reordered or altered event breaks the chain (`colloquy_trust::chain`).
+    /// `None` on events recorded before chains existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<Arc<str>>,
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
@@ -225,6 +230,7 @@ mod wire_tests {
         let event = ConversationEvent {
             seq: 3,
             at: 9,
+            prev: None,
             kind: EventKind::MessageRefused(Box::new(refusal())),
         };
         assert_eq!(
@@ -256,6 +262,7 @@ mod wire_tests {
             ConversationEvent {
                 seq: 4,
                 at: 10,
+                prev: None,
                 kind: EventKind::ViolationRecorded(Box::new(Violation {
                     kind: ViolationKind::LateMessage,
                     agent: Some("initech".into()),
@@ -267,16 +274,19 @@ mod wire_tests {
             ConversationEvent {
                 seq: 5,
                 at: 12,
+                prev: None,
                 kind: EventKind::RetryScheduled { at: 13, attempt: 1 },
             },
             ConversationEvent {
                 seq: 6,
                 at: 14,
+                prev: None,
                 kind: EventKind::MessageRefused(Box::new(refusal())),
             },
             ConversationEvent {
                 seq: 7,
                 at: 15,
+                prev: None,
                 kind: EventKind::MessageRefused(Box::new(Refusal {
                     message_id: None,
                     to: Vec::new(),

@@ -267,6 +267,49 @@ export interface AgentList {
   agents: AgentInfo[];
 }
 
+/** The template revision an audited conversation ran (from the server's revision archive). */
+export interface AuditTemplate {
+  name: string;
+  revision: string;
+  sha256?: string;
+  source?: string;
+  hook_sha256?: string;
+}
+
+/** The hash chain over an audit record's events. */
+export interface AuditChain {
+  length: number;
+  head: string;
+  chained_from?: number;
+}
+
+/** The engine's signature over an audit record: a detached JWS by key `kid`. */
+export interface AuditSignature {
+  kid: string;
+  jws: string;
+}
+
+/**
+ * `GET /v1/conversations/{id}/audit`: a conversation's audit record as its reader may have
+ * it; events it may not see are `{seq, prev, redacted}`. Verify it offline with
+ * `colloquy audit verify` (docs/security.md).
+ */
+export interface AuditRecord {
+  format: string;
+  conversation_id: string;
+  reader?: string;
+  template: AuditTemplate;
+  events: Record<string, unknown>[];
+  chain: AuditChain;
+  issued_at: number;
+  engine_signature?: AuditSignature;
+}
+
+/** `GET /v1/audit/keys`: the engine's audit key as a JWKS. */
+export interface Jwks {
+  keys: Record<string, unknown>[];
+}
+
 // -- wire types outside the OpenAPI components --------------------------------------------
 
 /** A loaded template and its revision (a content hash). */
@@ -472,6 +515,7 @@ export declare class Client {
   send(conversationId: string, performative: string, content?: Json, options?: SendOptions): Promise<SendReceipt>;
   conversation(conversationId: string, options?: Abortable): Promise<ConversationView>;
   moves(conversationId: string, options?: Abortable): Promise<OpenMove[]>;
+  audit(conversationId: string, options?: Abortable): Promise<AuditRecord>;
   conversations(options?: ListOptions): Promise<ConversationPage>;
   allConversations(options?: Omit<ListOptions, "cursor" | "limit" | "order">): AsyncGenerator<ConversationSummary>;
   commitments(options?: { role?: "debtor" | "creditor"; state?: string } & Abortable): Promise<CommitmentView[]>;

@@ -203,6 +203,17 @@ impl Client {
         Ok(answer.moves)
     }
 
+    /// `GET /v1/conversations/{id}/audit`: the conversation's audit record as this agent may
+    /// have it (the events it may not see as their digests). Check it with
+    /// [`crate::trust::record::verify`] and the engine's key (`GET /v1/audit/keys`), offline.
+    pub async fn audit(
+        &self,
+        conversation_id: &str,
+    ) -> Result<crate::trust::record::AuditRecord, SdkError> {
+        let path = format!("/v1/conversations/{}/audit", segment(conversation_id));
+        self.call(self.http_request(Method::GET, &path)).await
+    }
+
     /// `GET /v1/conversations`: a page of the conversations this agent may read.
     pub async fn conversations(
         &self,

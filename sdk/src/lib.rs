@@ -43,3 +43,5 @@ pub use stream::{EventStream, InboxStream};
 pub use token::{TokenProvider, TokenRequest};
 
 pub use colloquy_protocol as protocol;
+/// Audit records and their offline verification, JWS keys (`colloquy-trust`).
+pub use colloquy_trust as trust;

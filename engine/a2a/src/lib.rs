@@ -19,7 +19,7 @@
 //! its calls out. No HTTP server framework: nothing of `colloquy-server`.
 
 pub mod endpoint;
-pub mod jcs;
+pub use colloquy_trust::jcs;
 pub mod outward;
 pub mod signing;
 pub mod timestamp;

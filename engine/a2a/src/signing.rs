@@ -13,14 +13,12 @@
 //!   a JWKS file (`OKP`/`Ed25519` and `EC`/`P-256` keys); [`TrustStore::verify`] accepts a
 //!   card when one of its signatures is by a trusted key and holds. A `jku` in a header is
 //!   never fetched: only the configured keys count.
+//!
+//! The JWS machinery is `colloquy_trust::jws`'s, which also signs audit records and messages.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use ring::rand::SystemRandom;
-use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey};
+use colloquy_trust::jws::{KeySet, Signature, Signer};
 use serde_json::{Value, json};
 
 /// The card as RFC 8785 canonicalizes it ([`crate::jcs`]), `signatures` left out.
@@ -33,32 +31,20 @@ pub fn canonical(card: &Value) -> String {
 }
 
 /// A private key that signs cards.
+#[derive(Debug)]
 pub struct CardSigner {
-    key: SigningKey,
-    kid: String,
-}
-
-enum SigningKey {
-    Ed25519(Ed25519KeyPair),
-    P256(EcdsaKeyPair),
-}
-
-impl std::fmt::Debug for CardSigner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CardSigner")
-            .field("alg", &self.alg())
-            .field("kid", &self.kid)
-            .finish_non_exhaustive()
-    }
+    signer: Signer,
 }
 
 impl CardSigner {
     /// The key in `path` (PKCS#8, PEM or DER; Ed25519 or P-256), named `kid`.
     pub fn from_file(path: &Path, kid: &str) -> Result<CardSigner, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|error| format!("the card key {}: {error}", path.display()))?;
-        CardSigner::from_pkcs8(&pkcs8_der(&bytes)?, kid)
-            .map_err(|why| format!("the card key {}: {why}", path.display()))
+        if kid.is_empty() {
+            return Err("a key id (--a2a-card-key-id) is required".to_owned());
+        }
+        Signer::from_file(path, kid)
+            .map(|signer| CardSigner { signer })
+            .map_err(|why| format!("the card {why}"))
     }
 
     /// A key from its PKCS#8 DER bytes.
@@ -66,155 +52,51 @@ impl CardSigner {
         if kid.is_empty() {
             return Err("a key id (--a2a-card-key-id) is required".to_owned());
         }
-        let key = if let Ok(pair) = Ed25519KeyPair::from_pkcs8_maybe_unchecked(der) {
-            SigningKey::Ed25519(pair)
-        } else {
-            let pair = EcdsaKeyPair::from_pkcs8(
-                &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
-                der,
-                &SystemRandom::new(),
-            )
-            .map_err(|_| "not a PKCS#8 Ed25519 or P-256 private key".to_owned())?;
-            SigningKey::P256(pair)
-        };
-        Ok(CardSigner {
-            key,
-            kid: kid.to_owned(),
-        })
-    }
-
-    fn alg(&self) -> &'static str {
-        match self.key {
-            SigningKey::Ed25519(_) => "EdDSA",
-            SigningKey::P256(_) => "ES256",
-        }
+        Signer::from_pkcs8(der, kid).map(|signer| CardSigner { signer })
     }
 
     /// The public key as a JWK, for the operator to hand to those who verify.
     pub fn public_jwk(&self) -> Value {
-        match &self.key {
-            SigningKey::Ed25519(pair) => json!({
-                "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "kid": self.kid,
-                "x": URL_SAFE_NO_PAD.encode(pair.public_key().as_ref()),
-            }),
-            SigningKey::P256(pair) => {
-                // Uncompressed point: 0x04 || x || y.
-                let point = pair.public_key().as_ref();
-                json!({
-                    "kty": "EC", "crv": "P-256", "alg": "ES256", "kid": self.kid,
-                    "x": URL_SAFE_NO_PAD.encode(&point[1..33]),
-                    "y": URL_SAFE_NO_PAD.encode(&point[33..65]),
-                })
-            }
-        }
+        self.signer.public_jwk()
     }
 
     /// `card` with its signature in `signatures`.
     pub fn sign(&self, card: &Value) -> Result<Value, String> {
-        let header = json!({"alg": self.alg(), "kid": self.kid, "typ": "JOSE"});
-        let protected = URL_SAFE_NO_PAD.encode(header.to_string());
-        let payload = URL_SAFE_NO_PAD.encode(canonical(card));
-        let input = format!("{protected}.{payload}");
-        let signature = match &self.key {
-            SigningKey::Ed25519(pair) => pair.sign(input.as_bytes()).as_ref().to_vec(),
-            SigningKey::P256(pair) => pair
-                .sign(&SystemRandom::new(), input.as_bytes())
-                .map_err(|_| "the card could not be signed".to_owned())?
-                .as_ref()
-                .to_vec(),
-        };
+        let Signature {
+            protected,
+            signature,
+        } = self
+            .signer
+            .sign(canonical(card).as_bytes(), "JOSE")
+            .map_err(|_| "the card could not be signed".to_owned())?;
         let mut signed = card.clone();
         if let Some(fields) = signed.as_object_mut() {
             fields.insert(
                 "signatures".to_owned(),
-                json!([{"protected": protected, "signature": URL_SAFE_NO_PAD.encode(signature)}]),
+                json!([{"protected": protected, "signature": signature}]),
             );
         }
         Ok(signed)
     }
 }
 
-/// PKCS#8 DER from a PEM (`-----BEGIN PRIVATE KEY-----`) or DER file.
-fn pkcs8_der(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return Ok(bytes.to_vec());
-    };
-    if !text.contains("-----BEGIN") {
-        return Ok(bytes.to_vec());
-    }
-    let body: String = text
-        .lines()
-        .filter(|line| !line.starts_with("-----"))
-        .map(str::trim)
-        .collect();
-    STANDARD
-        .decode(body)
-        .map_err(|error| format!("not PEM: {error}"))
-}
-
 /// Public keys trusted to sign remote agents' cards, by key id.
 #[derive(Debug, Default)]
 pub struct TrustStore {
-    keys: HashMap<String, TrustedKey>,
-}
-
-#[derive(Debug)]
-struct TrustedKey {
-    alg: &'static str,
-    /// The raw public key: 32 bytes (Ed25519) or an uncompressed P-256 point.
-    public: Vec<u8>,
+    keys: KeySet,
 }
 
 impl TrustStore {
     /// The keys of a JWKS document (`{"keys": [JWK, …]}`); every key needs a `kid`.
     pub fn from_jwks(jwks: &Value) -> Result<TrustStore, String> {
-        let keys = jwks
-            .get("keys")
-            .and_then(Value::as_array)
-            .ok_or_else(|| "a JWKS document has a `keys` list".to_owned())?;
-        let mut store = TrustStore::default();
-        for (index, key) in keys.iter().enumerate() {
-            let field = |name: &str| key.get(name).and_then(Value::as_str);
-            let bytes = |name: &str| -> Result<Vec<u8>, String> {
-                let text = field(name).ok_or_else(|| format!("keys[{index}].{name}: required"))?;
-                URL_SAFE_NO_PAD
-                    .decode(text)
-                    .map_err(|error| format!("keys[{index}].{name}: {error}"))
-            };
-            let kid = field("kid").ok_or_else(|| format!("keys[{index}].kid: required"))?;
-            let trusted = match (field("kty"), field("crv")) {
-                (Some("OKP"), Some("Ed25519")) => TrustedKey {
-                    alg: "EdDSA",
-                    public: bytes("x")?,
-                },
-                (Some("EC"), Some("P-256")) => {
-                    let mut point = vec![4];
-                    point.extend(bytes("x")?);
-                    point.extend(bytes("y")?);
-                    TrustedKey {
-                        alg: "ES256",
-                        public: point,
-                    }
-                }
-                _ => {
-                    return Err(format!(
-                        "keys[{index}]: an OKP/Ed25519 or EC/P-256 key is expected"
-                    ));
-                }
-            };
-            store.keys.insert(kid.to_owned(), trusted);
-        }
-        Ok(store)
+        KeySet::from_jwks(jwks).map(|keys| TrustStore { keys })
     }
 
     /// The keys of a JWKS file.
     pub fn from_file(path: &Path) -> Result<TrustStore, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| format!("the trust store {}: {error}", path.display()))?;
-        let jwks: Value = serde_json::from_str(&text)
-            .map_err(|error| format!("the trust store {}: {error}", path.display()))?;
-        TrustStore::from_jwks(&jwks)
-            .map_err(|why| format!("the trust store {}: {why}", path.display()))
+        KeySet::from_file(path)
+            .map(|keys| TrustStore { keys })
+            .map_err(|why| why.replacen("the key set", "the trust store", 1))
     }
 
     /// The key id of a trusted key whose signature on `card` holds. `Err` says why none
@@ -225,55 +107,23 @@ impl TrustStore {
             .and_then(Value::as_array)
             .filter(|signatures| !signatures.is_empty())
             .ok_or_else(|| "the card is not signed".to_owned())?;
-        let payload = URL_SAFE_NO_PAD.encode(canonical(card));
+        let payload = canonical(card);
         let mut why = String::new();
         for signed in signatures {
-            let (Some(protected), Some(value)) = (
+            let (Some(protected), Some(signature)) = (
                 signed.get("protected").and_then(Value::as_str),
                 signed.get("signature").and_then(Value::as_str),
             ) else {
                 why = "a signature lacks `protected` or `signature`".to_owned();
                 continue;
             };
-            let header: Value = match URL_SAFE_NO_PAD
-                .decode(protected)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            {
-                Some(header) => header,
-                None => {
-                    why = "a signature's protected header is not base64url JSON".to_owned();
-                    continue;
-                }
+            let signature = Signature {
+                protected: protected.to_owned(),
+                signature: signature.to_owned(),
             };
-            let kid = header
-                .get("kid")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let alg = header
-                .get("alg")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let Some(key) = self.keys.get(kid) else {
-                why = format!("no trusted key `{kid}`");
-                continue;
-            };
-            if key.alg != alg {
-                why = format!("key `{kid}` is {}, the signature says {alg}", key.alg);
-                continue;
-            }
-            let Ok(value) = URL_SAFE_NO_PAD.decode(value) else {
-                why = "a signature is not base64url".to_owned();
-                continue;
-            };
-            let algorithm: &dyn signature::VerificationAlgorithm = match key.alg {
-                "EdDSA" => &signature::ED25519,
-                _ => &signature::ECDSA_P256_SHA256_FIXED,
-            };
-            let input = format!("{protected}.{payload}");
-            match UnparsedPublicKey::new(algorithm, &key.public).verify(input.as_bytes(), &value) {
-                Ok(()) => return Ok(kid.to_owned()),
-                Err(_) => why = format!("the signature by `{kid}` does not hold"),
+            match self.keys.verify(&signature, payload.as_bytes()) {
+                Ok(kid) => return Ok(kid),
+                Err(reason) => why = reason.replace("no known key", "no trusted key"),
             }
         }
         Err(why)
@@ -285,17 +135,13 @@ mod tests {
     use super::*;
 
     fn ed25519(kid: &str) -> CardSigner {
-        let der = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).expect("a key");
-        CardSigner::from_pkcs8(der.as_ref(), kid).expect("a signer")
+        let der = Signer::generate_ed25519().expect("a key");
+        CardSigner::from_pkcs8(&der, kid).expect("a signer")
     }
 
     fn p256(kid: &str) -> CardSigner {
-        let der = EcdsaKeyPair::generate_pkcs8(
-            &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
-            &SystemRandom::new(),
-        )
-        .expect("a key");
-        CardSigner::from_pkcs8(der.as_ref(), kid).expect("a signer")
+        let der = Signer::generate_p256().expect("a key");
+        CardSigner::from_pkcs8(&der, kid).expect("a signer")
     }
 
     fn card() -> Value {
@@ -330,7 +176,7 @@ mod tests {
         for signer in [ed25519("k-ed"), p256("k-ec")] {
             let signed = signer.sign(&card()).expect("signed");
             let trust = TrustStore::from_jwks(&json!({"keys": [signer.public_jwk()]})).unwrap();
-            assert_eq!(trust.verify(&signed).as_deref(), Ok(signer.kid.as_str()));
+            assert_eq!(trust.verify(&signed).as_deref(), Ok(signer.signer.kid()));
 
             let mut altered = signed.clone();
             altered["name"] = json!("mallory");
@@ -347,16 +193,10 @@ mod tests {
     }
 
     #[test]
-    fn keys_come_from_pem_and_bad_ones_say_why() {
-        let der = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).expect("a key");
-        let pem = format!(
-            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
-            STANDARD.encode(der.as_ref())
-        );
-        let der_again = pkcs8_der(pem.as_bytes()).expect("PEM");
-        assert!(CardSigner::from_pkcs8(&der_again, "k").is_ok());
-        assert!(CardSigner::from_pkcs8(b"nonsense", "k").is_err());
-        assert!(CardSigner::from_pkcs8(&der_again, "").is_err());
-        assert!(TrustStore::from_jwks(&json!({"keys": [{"kty": "RSA", "kid": "r"}]})).is_err());
+    fn a_card_key_needs_an_id() {
+        let der = Signer::generate_ed25519().expect("a key");
+        assert!(CardSigner::from_pkcs8(&der, "k").is_ok());
+        let why = CardSigner::from_pkcs8(&der, "").unwrap_err();
+        assert!(why.contains("--a2a-card-key-id"), "{why}");
     }
 }

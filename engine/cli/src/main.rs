@@ -23,6 +23,7 @@
 
 mod a2a_agent;
 mod allocator;
+mod audit;
 mod demo;
 mod hooks;
 mod mcp_bridge;
@@ -95,6 +96,11 @@ enum Command {
     /// An MCP server on standard input and output that bridges to a running server's
     /// `/mcp`, for MCP hosts that launch local servers (Claude Desktop).
     Mcp(mcp_bridge::McpArgs),
+    /// Audit records: verify one offline, fetch one, make the key a server signs them with.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
     /// Run hooks outside a server.
     Hooks {
         #[command(subcommand)]
@@ -284,6 +290,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Templates {
             command: TemplatesCommand::Check { dir, deny },
         } => templates::check(&dir, deny.is_some(), &mut out, &mut io::stderr().lock()),
+        Command::Audit { command } => audit::run(command, &mut out),
         Command::Mcp(args) => {
             // Standard output is the bridge's channel, written from its runtime's threads.
             drop(out);

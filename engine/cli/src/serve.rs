@@ -124,6 +124,20 @@ pub struct ServeArgs {
     /// not verify is ignored (the agent is spoken to in v0.3). `jku` is never fetched.
     #[arg(long, value_name = "FILE")]
     a2a_trust_store: Option<PathBuf>,
+    /// Sign audit records (`GET /v1/conversations/{id}/audit`) with this PKCS#8 private key,
+    /// Ed25519 or P-256, PEM or DER (`colloquy audit keygen` makes one): the engine's
+    /// signature over a record's chain head and time. Its public key is served at
+    /// `/v1/audit/keys` for `colloquy audit verify --jwks`.
+    #[arg(long, value_name = "FILE")]
+    audit_key: Option<PathBuf>,
+    /// The key id (`kid`) audit signatures name [default: `colloquy-audit`].
+    #[arg(
+        long,
+        value_name = "KID",
+        requires = "audit_key",
+        default_value = "colloquy-audit"
+    )]
+    audit_key_id: String,
     /// Serve no MCP endpoint (`/mcp`, for LLM agents through MCP clients).
     #[arg(long)]
     no_mcp: bool,
@@ -425,8 +439,18 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let audit_key = match &args.audit_key {
+        Some(path) => {
+            let signer = colloquy_trust::jws::Signer::from_file(path, &args.audit_key_id)
+                .map_err(|why| anyhow::anyhow!("--audit-key: {why}"))?;
+            tracing::info!(jwk = %signer.public_jwk(), "audit records are signed; verify with this key");
+            Some(std::sync::Arc::new(signer))
+        }
+        None => None,
+    };
     let options = ServiceOptions {
         identity,
+        audit_key,
         store: Some(store),
         commit_observer: Some(templates.rollouts.clone()),
         templates: Some(templates.live.clone()),

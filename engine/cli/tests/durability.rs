@@ -33,6 +33,10 @@ use colloquy_store::{RedisStore, SqliteStore};
 use serde_json::json;
 use tokio::time::{sleep, timeout};
 
+/// Audit records: signed, verified offline, altered logs caught, logs from before chains.
+#[path = "durability/audit.rs"]
+mod audit;
+
 /// Longest any one test may run.
 const TEST_TIMEOUT: Duration = Duration::from_secs(180);
 /// Longest wait for a server to print its address, or for an expected state.

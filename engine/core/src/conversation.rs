@@ -62,6 +62,8 @@ pub struct Conversation {
     pub completed_at: Option<u64>,
     /// Number of events applied; the store's optimistic-concurrency version.
     pub version: u64,
+    /// Where the log's hash chain stands: the next event's `prev`.
+    pub chain: crate::chain::ChainTail,
     /// Where the rules that fire are recorded, when the engine keeps a rule log (template
     /// tests and the explorer measure coverage with it); `None` in a server.
     pub rule_log: Option<Arc<crate::rules::RuleLog>>,
@@ -143,6 +145,7 @@ impl Conversation {
             refusals: 0,
             completed_at: None,
             version: 0,
+            chain: crate::chain::ChainTail::Empty,
             rule_log: None,
         }
     }
@@ -158,6 +161,7 @@ impl Conversation {
         };
         let mut conversation = Conversation::new(template, started.clone());
         conversation.version = first.seq;
+        conversation.chain.follow(first);
         for event in rest {
             conversation.apply(event);
         }
@@ -237,6 +241,7 @@ impl Conversation {
     /// trusted.
     pub fn apply(&mut self, event: &ConversationEvent) {
         self.version = event.seq;
+        self.chain.follow(event);
         match &event.kind {
             EventKind::Started(_) => {}
             EventKind::MessageAccepted {

@@ -27,6 +27,7 @@ use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
 use crate::wakeups::{Listener, Wakeups};
 
+mod audit;
 mod commitments;
 mod moves;
 mod scheduler;

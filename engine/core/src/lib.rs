@@ -38,6 +38,7 @@
 //! `colloquy-a2a`, `colloquy-server`, the `colloquy` binary) implement its traits or call
 //! its API, and the compiler keeps it so.
 
+pub mod chain;
 pub mod clock;
 pub mod cluster;
 pub mod conversation;

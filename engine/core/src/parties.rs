@@ -123,6 +123,7 @@ mod tests {
         ConversationEvent {
             seq: 2,
             at: 11,
+            prev: None,
             kind: EventKind::Escalated {
                 to: Arc::from(to),
                 reason: "over the limit".into(),

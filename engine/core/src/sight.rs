@@ -246,6 +246,7 @@ mod tests {
         let event = |kind| ConversationEvent {
             seq: 1,
             at: 1,
+            prev: None,
             kind,
         };
         let call = p1

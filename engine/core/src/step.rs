@@ -58,11 +58,12 @@ impl<'a> Step<'a> {
         step
     }
 
-    /// Records an event and applies it.
+    /// Records an event, chained to the one before it, and applies it.
     pub fn emit(&mut self, kind: EventKind) {
         let event = ConversationEvent {
             seq: self.conversation.version + 1,
             at: self.now,
+            prev: Some(self.conversation.chain.head()),
             kind,
         };
         self.conversation.apply(&event);

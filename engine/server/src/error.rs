@@ -56,6 +56,9 @@ pub enum ApiError {
     /// The body did not arrive in time.
     #[error("the request body did not arrive within {0} s")]
     BodyTimeout(u64),
+    /// The server failed outside the engine (its audit key could not sign).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl ApiError {
@@ -81,6 +84,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -96,6 +100,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::TooLarge(_) => "body_too_large",
             ApiError::BodyTimeout(_) => "body_timeout",
+            ApiError::Internal(_) => "internal",
         }
     }
 

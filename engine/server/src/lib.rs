@@ -9,6 +9,8 @@
 //! - [`auth`]: who the caller is (bearer tokens from an agents file, JWTs of an identity
 //!   provider verified against its JWKS, or open mode).
 //! - [`conversations`]: start, send, read and list conversations.
+//! - [`audit`]: a conversation's audit record, signed with the engine's audit key, and
+//!   that key's public half.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
 //!   long-poll inbox.
 //! - [`a2a`]: the A2A endpoints (`/a2a/{agent}`): Colloquy agents served to A2A clients,
@@ -34,6 +36,7 @@
 pub mod a2a;
 pub mod acks;
 pub mod agents;
+pub mod audit;
 pub mod auth;
 pub mod commitments;
 pub mod conversations;
@@ -71,6 +74,7 @@ use colloquy_core::metrics::Metrics;
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
+#[derive(Clone)]
 struct Shared {
     engine: Arc<Engine>,
     identity: Identity,
@@ -81,6 +85,8 @@ struct Shared {
     a2a: crate::a2a::Settings,
     /// The push notification followers running here.
     push_followers: Arc<crate::a2a::push::Followers>,
+    /// The engine's key that signs audit records (`--audit-key`), if any.
+    audit_key: Option<Arc<colloquy_trust::jws::Signer>>,
 }
 
 impl AppState {
@@ -98,20 +104,27 @@ impl AppState {
             closing,
             a2a: crate::a2a::Settings::default(),
             push_followers: Arc::default(),
+            audit_key: None,
         }))
     }
 
     /// The same state, serving A2A clients as `settings` say (`colloquy serve --a2a-*`).
     pub fn with_a2a(self, settings: crate::a2a::Settings) -> AppState {
-        let shared = &self.0;
-        AppState(Arc::new(Shared {
-            engine: shared.engine.clone(),
-            identity: shared.identity.clone(),
-            metrics: shared.metrics.clone(),
-            closing: shared.closing.clone(),
-            a2a: settings,
-            push_followers: shared.push_followers.clone(),
-        }))
+        let mut shared = (*self.0).clone();
+        shared.a2a = settings;
+        AppState(Arc::new(shared))
+    }
+
+    /// The same state, signing audit records with `key` (`colloquy serve --audit-key`).
+    pub fn with_audit_key(self, key: Option<Arc<colloquy_trust::jws::Signer>>) -> AppState {
+        let mut shared = (*self.0).clone();
+        shared.audit_key = key;
+        AppState(Arc::new(shared))
+    }
+
+    /// The key that signs audit records, if any.
+    pub fn audit_key(&self) -> Option<&colloquy_trust::jws::Signer> {
+        self.0.audit_key.as_deref()
     }
 
     /// The template an A2A task starts when its message names none.
@@ -217,6 +230,8 @@ pub fn routes() -> Vec<Route> {
             "/v1/conversations/{id}/moves",
             get(conversations::moves),
         ),
+        route("get", "/v1/conversations/{id}/audit", get(audit::record)),
+        route("get", "/v1/audit/keys", get(audit::keys)),
         route("get", "/v1/agents", get(agents::list)),
         route("get", "/v1/agents/{id}/inbox", get(streams::inbox)),
         route("get", "/v1/agents/{id}/inbox/poll", get(streams::poll)),

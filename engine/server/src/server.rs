@@ -54,6 +54,8 @@ pub struct ServiceOptions {
     pub commit_observer: Option<Arc<dyn colloquy_core::metrics::CommitObserver>>,
     /// The MCP endpoint (`/mcp`) and which hosts and origins it takes; none without.
     pub mcp: Option<crate::mcp::McpSettings>,
+    /// The engine's key that signs audit records (`--audit-key`); unsigned records without.
+    pub audit_key: Option<Arc<colloquy_trust::jws::Signer>>,
 }
 
 impl Default for ServiceOptions {
@@ -71,6 +73,7 @@ impl Default for ServiceOptions {
             a2a: crate::a2a::Settings::default(),
             commit_observer: None,
             mcp: None,
+            audit_key: None,
         }
     }
 }
@@ -199,7 +202,8 @@ pub fn launch(
         metrics.clone(),
         closing_rx.clone(),
     )
-    .with_a2a(options.a2a);
+    .with_a2a(options.a2a)
+    .with_audit_key(options.audit_key);
     // Push notifications set before a restart go on from their cursors.
     background.push(tokio::spawn(crate::a2a::push::resume(state.clone())));
     let mut app = router(state.clone());

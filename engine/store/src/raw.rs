@@ -191,3 +191,82 @@ pub fn sqlite_push_cursor(db: &Path, agent: &str) -> Option<u64> {
         .ok()
         .and_then(|through| u64::try_from(through).ok())
 }
+
+/// Rewrites the stored log of conversation `id` in the SQLite store at `db`, behind the back
+/// of a server that is not running: `edit` gets every event as JSON, in order. For the tests
+/// that make a log look as an older engine wrote it, or as someone altered it.
+pub fn sqlite_rewrite_log(db: &Path, id: &str, edit: impl Fn(&mut serde_json::Value)) {
+    let connection = rusqlite::Connection::open(db).expect("open the SQLite store");
+    let rows: Vec<(i64, String)> = {
+        let mut select = connection
+            .prepare("SELECT last_seq, body FROM events WHERE conversation_id = ?1")
+            .expect("select events");
+        select
+            .query_map([id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("read events")
+            .map(|row| row.expect("an events row"))
+            .collect()
+    };
+    for (last_seq, body) in rows {
+        let body = edited(&body, &edit);
+        connection
+            .execute(
+                "UPDATE events SET body = ?3 WHERE conversation_id = ?1 AND last_seq = ?2",
+                rusqlite::params![id, last_seq, body],
+            )
+            .expect("rewrite events");
+    }
+}
+
+/// [`sqlite_rewrite_log`] for the Redis store at `url` with key prefix `prefix`: the log
+/// stream is written again, entry by entry under the same ids.
+pub async fn redis_rewrite_log(
+    url: &str,
+    prefix: &str,
+    id: &str,
+    edit: impl Fn(&mut serde_json::Value),
+) {
+    let client = ::redis::Client::open(url).expect("redis url");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let key = format!("{prefix}:log:{id}");
+    let entries: ::redis::streams::StreamRangeReply = ::redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut connection)
+        .await
+        .expect("read the log");
+    let () = ::redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut connection)
+        .await
+        .expect("drop the log");
+    for entry in entries.ids {
+        let mut add = ::redis::cmd("XADD");
+        add.arg(&key).arg(&entry.id);
+        for (field, value) in &entry.map {
+            let text: String = ::redis::from_redis_value_ref(value).expect("a log field");
+            add.arg(field).arg(match field.as_str() {
+                "b" | "e" => edited(&text, &edit),
+                _ => text,
+            });
+        }
+        let _: String = add
+            .query_async(&mut connection)
+            .await
+            .expect("write the log");
+    }
+}
+
+/// A stored batch of events (a JSON array) or one event, with `edit` applied to each.
+fn edited(text: &str, edit: &impl Fn(&mut serde_json::Value)) -> String {
+    let mut value: serde_json::Value = serde_json::from_str(text).expect("stored events are JSON");
+    match &mut value {
+        serde_json::Value::Array(events) => events.iter_mut().for_each(edit),
+        event => edit(event),
+    }
+    value.to_string()
+}

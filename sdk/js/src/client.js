@@ -170,6 +170,15 @@ export class Client {
   }
 
   /**
+   * `GET /v1/conversations/{id}/audit`: the conversation's audit record as this agent may
+   * have it (the events it may not see as their digests); keep it, and check it offline with
+   * `colloquy audit verify` (docs/security.md).
+   */
+  async audit(conversationId, { signal } = {}) {
+    return this.callApi("GET", `/v1/conversations/${this._segment(conversationId)}/audit`, { signal });
+  }
+
+  /**
    * `GET /v1/conversations`: one page of the conversations this agent may read (`outcome`:
    * only those that ended with it; `order`: `asc` or `desc`).
    */

@@ -44,6 +44,26 @@ describe("the built-in protocols between JavaScript agents", { skip: NO_SERVER }
     assert.deepEqual(view.commitments.map((c) => c.state), [CommitmentState.FULFILLED]);
   });
 
+  test("a party fetches the audit record of its conversation", BOUNDED, async () => {
+    const alice = clientOf(server);
+    const bob = agentOf(server, (agent) =>
+      agent.on("request", { template: "fipa-request" }, async (msg) => {
+        await msg.agree();
+        await msg.inform({ done: true });
+      }),
+    );
+    serving.start(bob);
+    const answer = await alice.request(bob.client.agentId, { action: "book-room" });
+    const record = await alice.audit(answer.conversationId);
+    assert.equal(record.format, "colloquy.audit/1");
+    assert.equal(record.reader, alice.agentId);
+    assert.equal(record.template.name, "fipa-request");
+    assert.deepEqual(record.events.map((event) => event.seq), record.events.map((_, i) => i + 1));
+    assert.equal(record.chain.length, record.events.length);
+    assert.equal(record.events[0].prev, "0".repeat(64));
+    assert.equal(new Set(record.events.map((event) => event.prev)).size, record.events.length);
+  });
+
   test("a refusal is a final answer", BOUNDED, async () => {
     const alice = clientOf(server);
     const bob = agentOf(server, (agent) => agent.on("request", (msg) => msg.refuse({ reason: "fully booked" })));

@@ -43,6 +43,11 @@ MODELS: dict[str, type[BaseModel]] = {
     "Readiness": models.Readiness,
     "AgentInfo": models.AgentInfo,
     "AgentList": models.AgentList,
+    "AuditRecord": models.AuditRecord,
+    "AuditTemplate": models.AuditTemplate,
+    "AuditChain": models.AuditChain,
+    "AuditSignature": models.AuditSignature,
+    "Jwks": models.Jwks,
 }
 
 

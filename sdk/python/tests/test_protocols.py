@@ -212,3 +212,26 @@ def test_blocking_agents_talk_without_an_event_loop(server):
             runner.join(30)
         assert not runner.is_alive()
     assert [t.name for t in threading.enumerate() if t.name == "sync-bob"] == []
+
+
+async def test_a_party_fetches_the_audit_record_of_its_conversation(agents, serving):
+    alice, bob_client = agents(), agents()
+    bob = Agent(bob_client)
+
+    @bob.on("request", template="fipa-request")
+    async def book(msg: Incoming) -> None:
+        await msg.agree()
+        await msg.inform({"done": True})
+
+    serving(bob)
+    answer = await alice.request(bob_client.agent_id, {"action": "book-room"})
+    record = await bob_client.audit(answer.conversation_id)
+    assert record.format == "colloquy.audit/1"
+    assert record.reader == bob_client.agent_id
+    assert record.template.name == "fipa-request"
+    events = record.events
+    assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
+    assert record.chain.length == len(events) and record.chain.chained_from == 1
+    # Each event carries the hash the chain had before it; the first, the empty chain's.
+    assert events[0]["prev"] == "0" * 64
+    assert len({event["prev"] for event in events}) == len(events)

@@ -5,6 +5,7 @@
 
 mod a2a;
 mod a2a_server;
+mod audit;
 mod binaries;
 mod commitments;
 mod contract_net;

@@ -15,6 +15,7 @@ fn event(seq: u64, at: u64, kind: EventKind) -> ConversationEvent {
     ConversationEvent {
         seq,
         at: T0 + at,
+        prev: None,
         kind,
     }
 }

@@ -17,6 +17,7 @@ pub fn started(id: &str) -> ConversationEvent {
     ConversationEvent {
         seq: 1,
         at: 10,
+        prev: None,
         kind: EventKind::Started(Arc::new(Started {
             id: Arc::from(id),
             template: Arc::from("fipa-request"),
@@ -49,6 +50,7 @@ pub fn accepted(seq: u64, id: &str) -> ConversationEvent {
     ConversationEvent {
         seq,
         at: 11,
+        prev: None,
         kind: EventKind::MessageAccepted {
             message: message(id),
             transitions: Vec::new(),
@@ -62,6 +64,7 @@ pub fn refused(seq: u64, id: &str) -> ConversationEvent {
     ConversationEvent {
         seq,
         at: 12,
+        prev: None,
         kind: EventKind::MessageRefused(Box::new(Refusal {
             message_id: Some(Arc::from(id)),
             sender: Arc::from("bob"),
@@ -186,6 +189,7 @@ pub async fn assert_a_message_to_several_reaches_each(store: &dyn ConversationSt
     let accepted = |seq, message: &Arc<Message>| ConversationEvent {
         seq,
         at: 11,
+        prev: None,
         kind: EventKind::MessageAccepted {
             message: message.clone(),
             transitions: Vec::new(),

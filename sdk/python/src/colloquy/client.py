@@ -15,6 +15,7 @@ from . import ask
 from .errors import DecodeError, TransportError, raise_for_answer
 from .models import (
     AgentList,
+    AuditRecord,
     CommitmentList,
     CommitmentView,
     ConversationPage,
@@ -262,6 +263,14 @@ class Client:
         the guard each must satisfy, in template order."""
         path = f"/v1/conversations/{self._segment(conversation_id)}/moves"
         return (await self._call(MovesView, "GET", path)).moves
+
+    async def audit(self, conversation_id: str) -> AuditRecord:
+        """``GET /v1/conversations/{id}/audit``: the conversation's audit record as this agent
+        may have it (the events it may not see as their digests). Keep it
+        (``record.model_dump_json(exclude_none=True)``) and check it offline with ``colloquy
+        audit verify`` (docs/security.md)."""
+        path = f"/v1/conversations/{self._segment(conversation_id)}/audit"
+        return await self._call(AuditRecord, "GET", path)
 
     async def conversations(
         self,

@@ -139,6 +139,54 @@ class MovesView(_Answer):
     moves: list[OpenMove]
 
 
+class AuditTemplate(_Answer):
+    """The template revision an audited conversation ran: its whole SHA-256, YAML source and
+    hook module hash when the server's revision archive holds it."""
+
+    name: str
+    revision: str
+    sha256: Optional[str] = None
+    source: Optional[str] = None
+    hook_sha256: Optional[str] = None
+
+
+class AuditChain(_Answer):
+    """The hash chain over an audit record's events: its length, its head (the last event's
+    chain hash) and the first event that carries ``prev``."""
+
+    length: int
+    head: str
+    chained_from: Optional[int] = None
+
+
+class AuditSignature(_Answer):
+    """The engine's signature over an audit record: a detached JWS by key ``kid``."""
+
+    kid: str
+    jws: str
+
+
+class AuditRecord(_Answer):
+    """``GET /v1/conversations/{id}/audit``: the record of a conversation as its reader may
+    have it; the events it may not see are their digests (``{"seq", "prev", "redacted"}``).
+    Check it offline with ``colloquy audit verify`` (docs/security.md)."""
+
+    format: str
+    conversation_id: str
+    reader: Optional[str] = None
+    template: AuditTemplate
+    events: list[dict[str, Any]]
+    chain: AuditChain
+    issued_at: int
+    engine_signature: Optional[AuditSignature] = None
+
+
+class Jwks(_Answer):
+    """``GET /v1/audit/keys``: the engine's audit key as a JWKS."""
+
+    keys: list[dict[str, Any]]
+
+
 class ThreadTransition(_Answer):
     """A thread moved (a send receipt's ``transitions``, an event's)."""
 

@@ -93,6 +93,7 @@ class SyncClient:
     send = _blocking(Client.send)
     conversation = _blocking(Client.conversation)
     conversations = _blocking(Client.conversations)
+    audit = _blocking(Client.audit)
     commitments = _blocking(Client.commitments)
     release_commitment = _blocking(Client.release_commitment)
     cancel_commitment = _blocking(Client.cancel_commitment)
