@@ -27,6 +27,8 @@ pub struct CompiledTemplate {
     pub source: Template,
     /// Out-of-protocol policy.
     pub enforcement: Enforcement,
+    /// Whether parties must sign their messages.
+    pub signatures: colloquy_protocol::template::Signatures,
     /// Minimum participants.
     pub min_participants: u32,
     /// Maximum participants, if capped.

@@ -35,9 +35,28 @@ pub struct SendMessage {
     /// Latest time (Unix milliseconds) by which the sender wants a reply (FIPA `reply-by`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_by: Option<u64>,
+    /// The sender's signature: a detached compact JWS (`protected..signature`) over
+    /// [`SendMessage::signed_fields`] in RFC 8785 form (`colloquy_trust::message`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 impl SendMessage {
+    /// What a sender signs: the conversation, the message id, itself, and the message as it
+    /// sends it (`to` as sent, before routing). Every key is there; absent values are null.
+    pub fn signed_fields(&self, conversation_id: &str, sender: &str) -> Value {
+        serde_json::json!({
+            "conversation_id": conversation_id,
+            "message_id": self.message_id,
+            "sender": sender,
+            "performative": self.performative,
+            "to": self.to,
+            "content": self.content,
+            "in_reply_to": self.in_reply_to,
+            "reply_by": self.reply_by,
+        })
+    }
+
     /// A message with this performative and content and every other field left default.
     pub fn new(performative: &str, content: Value) -> SendMessage {
         SendMessage {
@@ -98,6 +117,38 @@ pub struct Message {
     pub reply_by: Option<u64>,
     /// When the engine accepted it (Unix milliseconds).
     pub sent_at: u64,
+    /// The sender's signature, when it signed, with what it signed that the record does not
+    /// otherwise keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Arc<MessageSignature>>,
+}
+
+/// A message's signature as the engine recorded it, after checking it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageSignature {
+    /// The detached compact JWS the sender gave.
+    pub jws: String,
+    /// The receivers as the sender named them (before routing; empty: the default ones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to: Vec<String>,
+}
+
+impl Message {
+    /// The fields its sender signed ([`SendMessage::signed_fields`]), rebuilt from the
+    /// record, when it carries a signature.
+    pub fn signed_fields(&self, conversation_id: &str) -> Option<Value> {
+        let signature = self.signature.as_ref()?;
+        let sent = SendMessage {
+            message_id: Some(self.id.to_string()),
+            performative: self.performative.name().to_owned(),
+            to: signature.to.clone(),
+            content: self.content.value(),
+            in_reply_to: self.in_reply_to.as_deref().map(str::to_owned),
+            reply_by: self.reply_by,
+            signature: None,
+        };
+        Some(sent.signed_fields(conversation_id, &self.sender))
+    }
 }
 
 /// The sender name of messages the engine sends on a conversation's behalf: automatic

@@ -65,6 +65,9 @@ pub struct Spec {
     /// What happens to a message the state machine does not allow.
     #[serde(default)]
     pub enforcement: Enforcement,
+    /// Whether each message of a party must carry its sender's signature.
+    #[serde(default)]
+    pub signatures: Signatures,
     /// Performatives beyond the 22 FIPA acts that this protocol uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intents: Vec<String>,
@@ -166,6 +169,20 @@ pub enum Enforcement {
     Report,
     /// Refuse it (HTTP 409); nothing is stored.
     Enforce,
+}
+
+/// Whether parties sign their messages: a detached JWS (ES256 or EdDSA) by a key of the
+/// sender's over the RFC 8785 form of what it sends (`docs/security.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Signatures {
+    /// A signature is checked when a message carries one; none is asked for.
+    #[default]
+    Optional,
+    /// Every message of a party carries its sender's signature, with a client-chosen
+    /// conversation id and message id; one without is refused (422 `bad_signature`). A party
+    /// that cannot sign (a remote A2A agent) cannot take part.
+    Required,
 }
 
 /// A JSON Schema (draft 2020-12 unless `$schema` says otherwise).

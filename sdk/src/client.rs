@@ -22,6 +22,8 @@ pub const AGENT_HEADER: &str = "x-agent-id";
 #[derive(Clone, Debug)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
+    /// The agent's private key, when its messages are signed ([`Client::signing_with`]).
+    signer: Option<Arc<colloquy_trust::jws::Signer>>,
 }
 
 #[derive(Debug)]
@@ -85,7 +87,36 @@ impl Client {
                 token,
                 provider,
             }),
+            signer: None,
         })
+    }
+
+    /// This client, signing every message it sends (and the opening message of every
+    /// conversation it starts) with `key`, whose public half the server has for this agent
+    /// (`signing_keys` in the agents file). A message without an id, or a start without a
+    /// conversation id, gets a fresh UUIDv7 one: the signature covers both.
+    pub fn signing_with(mut self, key: colloquy_trust::jws::Signer) -> Client {
+        self.signer = Some(Arc::new(key));
+        self
+    }
+
+    /// `message` as this client sends it in `conversation_id`: signed, with an id, when the
+    /// client has a key; as it is otherwise.
+    fn signed(
+        &self,
+        conversation_id: &str,
+        message: &SendMessage,
+    ) -> Result<Option<SendMessage>, SdkError> {
+        let Some(signer) = &self.signer else {
+            return Ok(None);
+        };
+        let mut signed = message.clone();
+        signed
+            .message_id
+            .get_or_insert_with(|| uuid::Uuid::now_v7().to_string());
+        colloquy_trust::message::sign(signer, conversation_id, &self.inner.agent, &mut signed)
+            .map_err(SdkError::Signing)?;
+        Ok(Some(signed))
     }
 
     /// A client for `agent` at `url` whose bearer token comes from `provider`, asked when
@@ -167,6 +198,17 @@ impl Client {
 
     /// `POST /v1/conversations`: starts a conversation with this agent as the initiator.
     pub async fn start(&self, request: &StartConversation) -> Result<ConversationView, SdkError> {
+        let mut signed = None;
+        if let (Some(_), Some(message)) = (&self.signer, &request.message) {
+            let mut start = request.clone();
+            let id = start
+                .conversation_id
+                .get_or_insert_with(|| uuid::Uuid::now_v7().to_string())
+                .clone();
+            start.message = self.signed(&id, message)?;
+            signed = Some(start);
+        }
+        let request = signed.as_ref().unwrap_or(request);
         self.call(
             self.http_request(Method::POST, "/v1/conversations")
                 .json(request),
@@ -181,6 +223,8 @@ impl Client {
         message: &SendMessage,
     ) -> Result<SendReceipt, SdkError> {
         let path = format!("/v1/conversations/{}/messages", segment(conversation_id));
+        let signed = self.signed(conversation_id, message)?;
+        let message = signed.as_ref().unwrap_or(message);
         self.call(self.http_request(Method::POST, &path).json(message))
             .await
     }

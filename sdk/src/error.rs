@@ -34,6 +34,9 @@ pub enum SdkError {
     /// A handler failed.
     #[error("handler: {0}")]
     Handler(String),
+    /// A message could not be signed with the client's key.
+    #[error("signing: {0}")]
+    Signing(String),
 }
 
 impl SdkError {

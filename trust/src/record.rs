@@ -11,6 +11,9 @@
 //! engine's signature the record still proves itself consistent, and every signed message in
 //! it proves its sender.
 
+use std::collections::BTreeMap;
+
+use colloquy_protocol::message::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -41,6 +44,10 @@ pub struct AuditRecord {
     pub chain: ChainSummary,
     /// When the record was made (Unix milliseconds, engine clock).
     pub issued_at: u64,
+    /// The public keys (a JWKS each) the engine checked signed messages against, by
+    /// sender: those of the senders of the signed messages the record shows.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signer_keys: BTreeMap<String, Value>,
     /// The engine's signature, when the server has an audit key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_signature: Option<EngineSignature>,
@@ -102,6 +109,7 @@ pub fn signed_payload(record: &AuditRecord) -> String {
         "chain_head": record.chain.head,
         "chained_from": record.chain.chained_from,
         "issued_at": record.issued_at,
+        "signer_keys": record.signer_keys,
     }))
 }
 
@@ -192,6 +200,9 @@ pub struct Verified {
     pub engine_signature_unchecked: bool,
     /// The template source was there and matches the revision.
     pub template_checked: bool,
+    /// How many messages carried their sender's signature, each checked against the
+    /// sender's keys in the record.
+    pub signed_messages: usize,
 }
 
 /// Why a record does not verify: which event (if one) and which check.
@@ -245,6 +256,7 @@ pub fn verify(record: &AuditRecord, keys: &KeySet) -> Result<Verified, Broken> {
         ));
     }
     check_start(record)?;
+    let signed_messages = check_signatures(record)?;
     let template_checked = check_template(&record.template)?;
     let (engine_key, engine_signature_unchecked) = match &record.engine_signature {
         None => (None, false),
@@ -268,7 +280,49 @@ pub fn verify(record: &AuditRecord, keys: &KeySet) -> Result<Verified, Broken> {
         engine_key,
         engine_signature_unchecked,
         template_checked,
+        signed_messages,
     })
+}
+
+/// Every signed message the record shows in full holds under its sender's keys in
+/// `signer_keys`: how many there are.
+fn check_signatures(record: &AuditRecord) -> Result<usize, Broken> {
+    let mut signed = 0;
+    for event in &record.events {
+        let Some(message) = event
+            .get("message")
+            .filter(|m| m.get("signature").is_some())
+        else {
+            continue;
+        };
+        let seq = event.get("seq").and_then(Value::as_u64);
+        let broken = |why: String| Broken {
+            seq,
+            check: "message signature",
+            why,
+        };
+        let message: Message = serde_json::from_value(message.clone())
+            .map_err(|error| broken(format!("not a message: {error}")))?;
+        let (Some(fields), Some(signature)) = (
+            message.signed_fields(&record.conversation_id),
+            &message.signature,
+        ) else {
+            continue;
+        };
+        let keys = record
+            .signer_keys
+            .get(&*message.sender)
+            .ok_or_else(|| broken(format!("the record holds no keys of `{}`", message.sender)))
+            .and_then(|jwks| KeySet::from_jwks(jwks).map_err(broken))?;
+        crate::message::verify(&keys, &fields, &signature.jws).map_err(|why| {
+            broken(format!(
+                "`{}`'s message {}: {why}",
+                message.sender, message.id
+            ))
+        })?;
+        signed += 1;
+    }
+    Ok(signed)
 }
 
 /// The first event, when the reader sees it, names the record's conversation and revision.
@@ -358,6 +412,7 @@ mod tests {
             chain: chain_of(&events).unwrap(),
             events,
             issued_at: 5,
+            signer_keys: BTreeMap::new(),
             engine_signature: None,
         };
         if let Some(signer) = signer {

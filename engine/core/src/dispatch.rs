@@ -229,6 +229,7 @@ pub fn apply_effects(step: &mut Step<'_>, effects: Effects, message: Option<&Mes
             in_reply_to: message.map(|m| m.id.clone()),
             reply_by: None,
             sent_at: now,
+            signature: None,
         };
         step.emit_message(Arc::new(reply), Vec::new());
     }
@@ -282,6 +283,7 @@ pub fn apply_effects(step: &mut Step<'_>, effects: Effects, message: Option<&Mes
                 in_reply_to: None,
                 reply_by: None,
                 sent_at: now,
+                signature: None,
             };
             step.emit_message(Arc::new(notice), Vec::new());
         }

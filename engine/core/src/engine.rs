@@ -56,6 +56,14 @@ pub trait TemplateSource: Send + Sync + 'static {
     fn revision(&self, name: &str, revision: &str) -> Option<Arc<CompiledTemplate>>;
     /// The names new conversations can start, sorted.
     fn names(&self) -> Vec<Arc<str>>;
+    /// Every revision a new conversation of `name` may start on now (the active one, and a
+    /// candidate a ramp gives starts to), without counting as a start as [`latest`] may: for
+    /// checks made before a start (can its parties take part?).
+    ///
+    /// [`latest`]: TemplateSource::latest
+    fn starting(&self, name: &str) -> Vec<Arc<CompiledTemplate>> {
+        self.latest(name).into_iter().collect()
+    }
 }
 
 impl TemplateSource for Catalog {
@@ -450,6 +458,12 @@ impl Engine {
     /// The revision of template `name` new conversations start with now.
     pub fn latest_template(&self, name: &str) -> Option<Arc<CompiledTemplate>> {
         self.templates.latest(name)
+    }
+
+    /// Every revision a new conversation of `name` may start on now
+    /// ([`TemplateSource::starting`]); looking does not count as a start.
+    pub fn starting_templates(&self, name: &str) -> Vec<Arc<CompiledTemplate>> {
+        self.templates.starting(name)
     }
 
     /// The templates new conversations can start now, sorted.

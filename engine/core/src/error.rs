@@ -118,6 +118,10 @@ pub enum EngineError {
         /// The template's limit.
         limit: u32,
     },
+    /// The message's signature is missing where its template requires one, or does not hold
+    /// (unknown key, altered message).
+    #[error("bad signature: {0}")]
+    BadSignature(String),
     /// A routing rule, a declarative rule or a hook refused the message.
     #[error("refused by {rule}: {reason}")]
     Rejected {
@@ -186,6 +190,7 @@ impl EngineError {
             | EngineError::SchemaViolation { .. }
             | EngineError::Invalid { .. }
             | EngineError::MessageIdTaken { .. }
+            | EngineError::BadSignature(_)
             | EngineError::Rejected { .. }
             | EngineError::RuleTooCostly(_)
             | EngineError::HookFailed { .. } => ErrorKind::Unprocessable,
@@ -224,6 +229,7 @@ impl EngineError {
             EngineError::HookFailed { .. } => "hook_failed",
             EngineError::CommitmentClosed(..) => "commitment_closed",
             EngineError::MessageIdTaken { .. } => "message_id_taken",
+            EngineError::BadSignature(_) => "bad_signature",
             EngineError::Store(StoreError::Unavailable(_)) => "store_unavailable",
             EngineError::HooksBusy(_) => "hooks_busy",
             EngineError::Store(_) | EngineError::HookNeedsPool => "internal",
@@ -238,6 +244,7 @@ impl EngineError {
             EngineError::Invalid { pointer, .. } => pointer.as_deref(),
             EngineError::ContextTooLarge { .. } => Some("/context"),
             EngineError::MessageIdTaken { .. } => Some("/message_id"),
+            EngineError::BadSignature(_) => Some("/signature"),
             _ => None,
         }
     }

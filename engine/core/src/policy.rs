@@ -22,4 +22,17 @@ impl TemplateSource for LiveCatalog {
     fn names(&self) -> Vec<Arc<str>> {
         self.snapshot().catalog.names()
     }
+
+    fn starting(&self, name: &str) -> Vec<Arc<CompiledTemplate>> {
+        let snapshot = self.snapshot();
+        let ramped = (snapshot.candidates.get(name))
+            .filter(|candidate| candidate.ramp_percent() > 0)
+            .map(|candidate| candidate.template.clone());
+        snapshot
+            .catalog
+            .latest(name)
+            .into_iter()
+            .chain(ramped)
+            .collect()
+    }
 }

@@ -653,6 +653,7 @@ mod tests {
             in_reply_to: None,
             reply_by: None,
             sent_at: 0,
+            signature: None,
         }
     }
 

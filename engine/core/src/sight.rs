@@ -216,6 +216,7 @@ mod tests {
             in_reply_to: None,
             reply_by: None,
             sent_at: 1,
+            signature: None,
         }
     }
 

@@ -661,6 +661,7 @@ async fn drive(sandbox: &Sandbox, template: &CompiledTemplate, sequence: &Sequen
                 to: Vec::new(),
                 content: content.clone(),
                 in_reply_to: None,
+                signature: None,
                 reply_by: None,
             }),
     };
@@ -686,6 +687,7 @@ async fn drive(sandbox: &Sandbox, template: &CompiledTemplate, sequence: &Sequen
                         to: to.clone(),
                         content: content.clone(),
                         in_reply_to: None,
+                        signature: None,
                         reply_by: reply_by.map(|ms| sandbox.now().saturating_add(ms)),
                     },
                 )

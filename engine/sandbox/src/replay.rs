@@ -394,6 +394,7 @@ impl Twin {
             to: refusal.to.iter().map(|to| to.to_string()).collect(),
             content: Value::Null,
             in_reply_to: None,
+            signature: None,
             reply_by: None,
         };
         if self
@@ -522,6 +523,7 @@ fn resend(message: &Message, parties: &[&str]) -> SendMessage {
             .collect(),
         content: message.content.value(),
         in_reply_to: message.in_reply_to.as_ref().map(|id| id.to_string()),
+        signature: None,
         reply_by: message.reply_by,
     }
 }

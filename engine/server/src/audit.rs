@@ -21,6 +21,11 @@ pub async fn record(
     PathParams(id): PathParams<String>,
 ) -> Result<JsonResponse<AuditRecord>, ApiError> {
     let mut record = state.engine().audit_record(&id, caller.viewer()).await?;
+    for sender in signed_senders(&record) {
+        if let Some(keys) = state.identity().signing_keys(&sender) {
+            record.signer_keys.insert(sender, keys.jwks.clone());
+        }
+    }
     if let Some(key) = state.audit_key() {
         let signature = key
             .sign(signed_payload(&record).as_bytes(), SIGNATURE_TYPE)
@@ -31,6 +36,16 @@ pub async fn record(
         });
     }
     Ok(JsonResponse(record))
+}
+
+/// The senders of the signed messages the record shows in full.
+fn signed_senders(record: &AuditRecord) -> std::collections::BTreeSet<String> {
+    (record.events.iter())
+        .filter_map(|event| event.get("message"))
+        .filter(|message| message.get("signature").is_some())
+        .filter_map(|message| message.get("sender").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `GET /v1/audit/keys` → 200 with the engine's audit key as a JWKS (`{"keys": []}` when

@@ -109,6 +109,10 @@ pub struct AgentEntry {
     /// a durable store would keep growing.
     #[serde(default = "keeps_an_inbox")]
     pub inbox: bool,
+    /// The public keys its messages are signed with: a JWKS (`{keys: [JWK, …]}`, Ed25519
+    /// or P-256 keys with a `kid`), for templates with `signatures:` (docs/security.md).
+    #[serde(default)]
+    pub signing_keys: Option<serde_json::Value>,
 }
 
 fn keeps_an_inbox() -> bool {
@@ -198,6 +202,10 @@ fn digest(token: &str) -> Digest32 {
 
 /// How callers are identified.
 #[derive(Clone, Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per server, made at start and shared: its size costs nothing"
+)]
 pub enum Identity {
     /// Development mode: `X-Agent-Id` names the caller, nobody is checked.
     Open,
@@ -211,9 +219,22 @@ pub enum Identity {
         a2a: HashMap<AgentId, colloquy_a2a::Endpoint>,
         /// Agents without an inbox.
         inboxless: HashSet<AgentId>,
+        /// Agent → the public keys (as given, and parsed) its signed messages are checked
+        /// against.
+        signing_keys: HashMap<AgentId, SigningKeys>,
         /// Bearer JWTs of an identity provider, tried when a token is none of the above.
         jwt: Option<Arc<JwtAuth>>,
     },
+}
+
+/// An agent's public signing keys: the JWKS as the agents file gives it (audit records
+/// carry it) and the keys it holds.
+#[derive(Clone, Debug)]
+pub struct SigningKeys {
+    /// The JWKS document.
+    pub jwks: serde_json::Value,
+    /// Its keys.
+    pub keys: colloquy_trust::jws::KeySet,
 }
 
 /// Most agents known only through JWTs that `GET /v1/agents` lists for the administrator:
@@ -316,6 +337,7 @@ impl Identity {
         let mut webhooks = HashMap::new();
         let mut a2a = HashMap::new();
         let mut inboxless = HashSet::new();
+        let mut signing_keys = HashMap::new();
         if let Some(token) = &file.admin_token {
             if token.is_empty() {
                 return Err("admin_token is empty".into());
@@ -347,6 +369,11 @@ impl Identity {
                 ));
             }
             let id = AgentId::from(agent.id.as_str());
+            if let Some(jwks) = agent.signing_keys {
+                let keys = colloquy_trust::jws::KeySet::from_jwks(&jwks)
+                    .map_err(|why| format!("agents[{index}].signing_keys: {why}"))?;
+                signing_keys.insert(id.clone(), SigningKeys { jwks, keys });
+            }
             if let Some(token) = &agent.token
                 && callers
                     .insert(digest(token), Caller::Agent(id.clone()))
@@ -423,6 +450,7 @@ impl Identity {
             webhooks,
             a2a,
             inboxless,
+            signing_keys,
             jwt: None,
         })
     }
@@ -436,6 +464,7 @@ impl Identity {
                 webhooks: HashMap::new(),
                 a2a: HashMap::new(),
                 inboxless: HashSet::new(),
+                signing_keys: HashMap::new(),
                 jwt: Some(auth),
             },
             Identity::Tokens {
@@ -443,14 +472,32 @@ impl Identity {
                 webhooks,
                 a2a,
                 inboxless,
+                signing_keys,
                 ..
             } => Identity::Tokens {
                 callers,
                 webhooks,
                 a2a,
                 inboxless,
+                signing_keys,
                 jwt: Some(auth),
             },
+        }
+    }
+
+    /// `agent`'s public signing keys, if the agents file gives it any.
+    pub fn signing_keys(&self, agent: &str) -> Option<&SigningKeys> {
+        match self {
+            Identity::Open => None,
+            Identity::Tokens { signing_keys, .. } => signing_keys.get(agent),
+        }
+    }
+
+    /// Whether `agent` is a remote A2A agent (which cannot sign Colloquy messages).
+    pub fn is_a2a(&self, agent: &str) -> bool {
+        match self {
+            Identity::Open => false,
+            Identity::Tokens { a2a, .. } => a2a.contains_key(agent),
         }
     }
 

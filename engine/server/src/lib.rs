@@ -9,6 +9,7 @@
 //! - [`auth`]: who the caller is (bearer tokens from an agents file, JWTs of an identity
 //!   provider verified against its JWKS, or open mode).
 //! - [`conversations`]: start, send, read and list conversations.
+//! - [`signatures`]: signed messages checked against their senders' keys.
 //! - [`audit`]: a conversation's audit record, signed with the engine's audit key, and
 //!   that key's public half.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
@@ -52,6 +53,7 @@ pub mod ops;
 pub mod policy;
 pub mod rollout;
 pub mod server;
+pub mod signatures;
 pub mod streams;
 
 #[cfg(test)]

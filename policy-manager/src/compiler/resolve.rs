@@ -153,6 +153,7 @@ pub(super) fn resolve(
             revision: Arc::from(""),
             source_path: origin.map(Path::to_path_buf),
             enforcement: spec.enforcement,
+            signatures: spec.signatures,
             min_participants: spec.roles.participants.min,
             max_participants: spec.roles.participants.max,
             intents,

@@ -1,6 +1,8 @@
-//! Audit records through the Rust SDK: a party fetches its conversation's record with
-//! `Client::audit` and verifies it, offline, with the engine's key from `/v1/audit/keys`.
-//! (The real binary, other readers, altered logs and upgrades: engine/cli/tests/durability.)
+//! Audit records and signed messages through the Rust SDK: a party fetches its
+//! conversation's record with `Client::audit` and verifies it, offline, with the engine's key
+//! from `/v1/audit/keys`; messages signed with `Client::signing_with` are checked at the door
+//! (missing, unknown key, altered: 422 `bad_signature`) and again in the record. (The real
+//! binary, other readers, altered logs and upgrades: engine/cli/tests/durability.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +10,10 @@ use std::time::Duration;
 use colloquy_protocol::SendMessage;
 use colloquy_sdk::trust::jws::{KeySet, Signer};
 use colloquy_sdk::trust::record::verify;
+use colloquy_server::Identity;
 use colloquy_server::ServiceOptions;
-use colloquy_tests::http::{Server, bounded, identity};
+use colloquy_tests::compile;
+use colloquy_tests::http::{Server, bounded, call, identity, raw};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -64,4 +68,176 @@ async fn a_party_verifies_its_record_with_the_engines_key() {
     altered.issued_at += 1;
     let broken = verify(&altered, &keys).expect_err("altered");
     assert_eq!(broken.check, "engine signature");
+}
+
+/// fipa-request under another name, requiring signatures.
+fn signed_request_template() -> colloquy_policy::CompiledTemplate {
+    let source = std::fs::read_to_string(colloquy_tests::templates_dir().join("fipa-request.yaml"))
+        .expect("fipa-request.yaml");
+    let source = source
+        .replacen("name: fipa-request", "name: signed-request", 1)
+        .replacen(
+            "  enforcement:",
+            "  signatures: required\n  enforcement:",
+            1,
+        );
+    assert!(
+        source.contains("signatures: required"),
+        "the template has `enforcement:`"
+    );
+    compile(&source)
+}
+
+/// alice and bob, each with a signing key in the agents file; carol with none; `remote`, a
+/// remote A2A agent (never reached: nothing is sent to it).
+fn signing_agents(alice: &Signer, bob: &Signer) -> Identity {
+    let jwks = |signer: &Signer| json!({"keys": [signer.public_jwk()]});
+    let yaml = format!(
+        "admin_token: admin-token\nagents:\n  - {{id: alice, token: alice-token, signing_keys: {}}}\n  \
+         - {{id: bob, token: bob-token, signing_keys: {}}}\n  - {{id: carol, token: carol-token}}\n  \
+         - {{id: remote, a2a: \"http://127.0.0.1:9/a2a\"}}\n",
+        jwks(alice),
+        jwks(bob)
+    );
+    Identity::from_yaml(&yaml, "signing agents").unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn signer(kid: &str) -> Signer {
+    Signer::from_pkcs8(&Signer::generate_ed25519().expect("a key"), kid).expect("a signer")
+}
+
+#[tokio::test]
+async fn signed_messages_are_checked_at_the_door_and_in_the_record() {
+    let (alice_key, bob_key) = (signer("alice-1"), signer("bob-1"));
+    let bob_public = bob_key.public_jwk();
+    let server = Server::with(
+        signing_agents(&alice_key, &bob_key),
+        vec![signed_request_template()],
+    )
+    .await;
+    let alice = server.client("alice").await.signing_with(alice_key);
+    let bob_unsigned = server.client("bob").await;
+    let bob = server.client("bob").await.signing_with(bob_key);
+
+    // The opening message, signed over the conversation id the SDK chose.
+    let view = bounded(alice.start(&colloquy_protocol::StartConversation {
+        template: "signed-request".to_owned(),
+        participants: vec!["bob".to_owned()],
+        message: Some(SendMessage::new("request", json!({"amount": 99.5}))),
+        ..Default::default()
+    }))
+    .await
+    .expect("a signed start");
+    let id = view.id.clone();
+
+    // Unsigned, on a template that requires signatures: refused, nothing recorded.
+    let refused = bounded(bob_unsigned.send(&id, &SendMessage::new("agree", json!({}))))
+        .await
+        .expect_err("unsigned");
+    assert_eq!(
+        (refused.status(), refused.code()),
+        (Some(422), Some("bad_signature"))
+    );
+    assert!(refused.to_string().contains("missing"), "{refused}");
+
+    // Signed by a key that is not bob's: unknown key.
+    let mut forged = SendMessage::new("agree", json!({})).with_id("forged-1");
+    colloquy_sdk::trust::message::sign(&signer("bob-1"), &id, "bob", &mut forged).expect("signed");
+    let forged_with_other_key = {
+        let mut message = forged.clone();
+        message.signature = Some(
+            colloquy_sdk::trust::message::sign_fields(
+                &signer("mallory-1"),
+                &message.signed_fields(&id, "bob"),
+            )
+            .expect("signed"),
+        );
+        message
+    };
+    for (message, why) in [
+        (&forged_with_other_key, "unknown key"),
+        (&forged, "altered"),
+    ] {
+        let (status, body) = call(
+            raw()
+                .post(format!("{}/v1/conversations/{id}/messages", server.url))
+                .bearer_auth("bob-token")
+                .json(message),
+        )
+        .await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["error"]["code"], "bad_signature", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains(why),
+            "{body}"
+        );
+    }
+    // Signed by bob's key: accepted.
+    bounded(bob.send(&id, &SendMessage::new("agree", json!({}))))
+        .await
+        .expect("a signed agree");
+    bounded(bob.send(&id, &SendMessage::new("inform", json!({"done": true}))))
+        .await
+        .expect("a signed inform");
+
+    // carol has no keys: her signature cannot be checked, so it is refused.
+    let (status, body) = call(
+        raw()
+            .post(format!("{}/v1/conversations", server.url))
+            .bearer_auth("carol-token")
+            .json(
+                &json!({"conversation_id": "carol-1", "template": "fipa-request",
+                "participants": ["bob"],
+                "message": {"performative": "request", "message_id": "m-1",
+                            "signature": forged.signature}}),
+            ),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no signing keys"),
+        "{body}"
+    );
+
+    // A remote A2A agent cannot sign: it cannot take part where signatures are required.
+    let (status, body) = call(
+        raw()
+            .post(format!("{}/v1/conversations", server.url))
+            .bearer_auth("carol-token")
+            .json(&json!({"template": "signed-request", "participants": ["remote"]})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("remote A2A agent"),
+        "{body}"
+    );
+
+    // The record carries each signature and the keys the engine checked them against.
+    let record = bounded(alice.audit(&id)).await.expect("alice's record");
+    let verified = verify(&record, &KeySet::default()).unwrap_or_else(|broken| panic!("{broken}"));
+    assert_eq!(verified.signed_messages, 3, "request, agree, inform");
+    assert_eq!(record.signer_keys["bob"]["keys"][0], bob_public);
+    // A signed message altered in the record is caught, by event.
+    let mut altered = record.clone();
+    let agree = altered
+        .events
+        .iter_mut()
+        .find(|event| event["message"]["performative"] == "agree")
+        .expect("the agree");
+    agree["message"]["content"] = json!({"terms": "net 90"});
+    let broken = verify(&altered, &KeySet::default()).expect_err("altered");
+    assert!(
+        matches!(broken.check, "chain" | "message signature"),
+        "{broken}"
+    );
 }

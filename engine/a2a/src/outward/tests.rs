@@ -245,6 +245,7 @@ fn a_message_becomes_a_message_send_in_its_conversations_context() {
             in_reply_to: None,
             reply_by: Some(5),
             sent_at: 1,
+            signature: None,
         },
     };
     assert_eq!(

@@ -36,6 +36,7 @@ fn message(
         in_reply_to: None,
         reply_by: None,
         sent_at: T0,
+        signature: None,
     })
 }
 

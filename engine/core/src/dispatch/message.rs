@@ -7,8 +7,12 @@ use colloquy_policy::CompiledTemplate;
 use colloquy_policy::compiled::{LatePolicy, State, StateId, Transition};
 use colloquy_protocol::conversation::ViolationKind;
 use colloquy_protocol::event::ThreadTransition;
-use colloquy_protocol::message::{AgentId, Content, ENGINE_PARTY, Message, SendMessage};
-use colloquy_protocol::template::{Enforcement, HookEvent, LateAction, ReplyBySpec, Role};
+use colloquy_protocol::message::{
+    AgentId, Content, ENGINE_PARTY, Message, MessageSignature, SendMessage,
+};
+use colloquy_protocol::template::{
+    Enforcement, HookEvent, LateAction, ReplyBySpec, Role, Signatures,
+};
 use serde_json::json;
 use smallvec::SmallVec;
 
@@ -140,6 +144,7 @@ fn draft(
             format!("`in_reply_to`: no message `{answered}` in this conversation"),
         ));
     }
+    let signature = signature(template, request)?;
     if let Some(schema) = template.content_schemas.get(&performative) {
         validate(schema, &request.content, "/content")?;
     }
@@ -157,6 +162,7 @@ fn draft(
         in_reply_to: request.in_reply_to.as_deref().map(Arc::from),
         reply_by: request.reply_by,
         sent_at: now,
+        signature,
     };
     Ok(Draft {
         role,
@@ -164,6 +170,30 @@ fn draft(
         message,
         receivers,
     })
+}
+
+/// The signature to record with the message: the one it carries (which the server checked
+/// against the sender's keys before the engine saw it), with the receivers as sent. A
+/// template with `signatures: required` refuses a message without one. A signed message
+/// names its id, which the signature covers.
+fn signature(
+    template: &CompiledTemplate,
+    request: &SendMessage,
+) -> Result<Option<Arc<MessageSignature>>, EngineError> {
+    match (&request.signature, template.signatures) {
+        (None, Signatures::Required) => Err(EngineError::BadSignature(format!(
+            "missing: template `{}` requires every message to carry its sender's signature",
+            template.name
+        ))),
+        (None, Signatures::Optional) => Ok(None),
+        (Some(_), _) if request.message_id.is_none() => Err(EngineError::BadSignature(
+            "a signed message names its `message_id`, which the signature covers".to_owned(),
+        )),
+        (Some(jws), _) => Ok(Some(Arc::new(MessageSignature {
+            jws: jws.clone(),
+            to: request.to.clone(),
+        }))),
+    }
 }
 
 /// Step 2: how each thread the message concerns takes it ([`fit`]).
@@ -604,6 +634,7 @@ pub(super) fn answer_late(
             in_reply_to: Some(message.id.clone()),
             reply_by: None,
             sent_at: step.now,
+            signature: None,
         };
         step.emit_message(Arc::new(answer), Vec::new());
     }

@@ -78,7 +78,8 @@ pub fn is_recorded(error: &EngineError) -> bool {
         | EngineError::MessageLimit { .. }
         | EngineError::Rejected { .. }
         | EngineError::RuleTooCostly(_)
-        | EngineError::HookFailed { .. } => true,
+        | EngineError::HookFailed { .. }
+        | EngineError::BadSignature(_) => true,
         EngineError::UnknownTemplate(_)
         | EngineError::RevisionGone { .. }
         | EngineError::UnknownConversation(_)

@@ -41,6 +41,7 @@ impl Engine {
             chain: fold_chain(&events),
             events,
             issued_at: self.clock.now_ms(),
+            signer_keys: Default::default(),
             engine_signature: None,
         })
     }

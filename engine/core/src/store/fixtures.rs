@@ -42,6 +42,7 @@ pub fn message(id: &str) -> Arc<Message> {
         in_reply_to: None,
         reply_by: None,
         sent_at: 11,
+        signature: None,
     })
 }
 

@@ -226,6 +226,7 @@ impl CaseRun<'_> {
             to: message.to.clone(),
             content: message.content.clone(),
             in_reply_to: message.in_reply_to.clone(),
+            signature: None,
             reply_by: message.reply_by.map(|reply_by| match reply_by {
                 ReplyBy::After(after) => self.sandbox.now().saturating_add(after.ms),
                 ReplyBy::At(at) => at,

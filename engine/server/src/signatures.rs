@@ -1,0 +1,73 @@
+//! Signed messages at the door: a message that carries a signature (`signature`, a detached
+//! JWS over what its sender signed, `colloquy_trust::message`) is checked against the
+//! sender's keys from the agents file before the engine sees it, so the engine records only
+//! signatures that hold. Whether a template *requires* signatures is the engine's check (it
+//! also refuses unsigned messages that reach it through A2A). See docs/security.md.
+
+use colloquy_core::EngineError;
+use colloquy_protocol::message::{SendMessage, StartConversation};
+use colloquy_protocol::template::Signatures;
+
+use super::AppState;
+
+/// `message`'s signature, when it has one, holds under `sender`'s keys for conversation
+/// `conversation_id`: else 422 `bad_signature` saying why (no keys registered, unknown key,
+/// altered).
+pub fn check(
+    state: &AppState,
+    sender: &str,
+    conversation_id: &str,
+    message: &SendMessage,
+) -> Result<(), EngineError> {
+    let Some(jws) = &message.signature else {
+        return Ok(());
+    };
+    let keys = state.identity().signing_keys(sender).ok_or_else(|| {
+        EngineError::BadSignature(format!(
+            "unknown key: no signing keys are registered for `{sender}` (`signing_keys` in the \
+             agents file)"
+        ))
+    })?;
+    let fields = message.signed_fields(conversation_id, sender);
+    colloquy_trust::message::verify(&keys.keys, &fields, jws)
+        .map(drop)
+        .map_err(EngineError::BadSignature)
+}
+
+/// A start's opening message signed as any message is (over the conversation id the client
+/// chose: a signed opening message needs one), and no remote A2A agent among the
+/// participants of a template that requires signatures: it could not sign its replies.
+pub fn check_start(
+    state: &AppState,
+    initiator: &str,
+    request: &StartConversation,
+) -> Result<(), EngineError> {
+    if let Some(message) = &request.message {
+        match &request.conversation_id {
+            Some(id) => check(state, initiator, id, message)?,
+            None if message.signature.is_some() => {
+                return Err(EngineError::BadSignature(
+                    "a signed opening message needs the conversation_id it signed, chosen by \
+                     the client"
+                        .to_owned(),
+                ));
+            }
+            None => {}
+        }
+    }
+    let Some(remote) = (request.participants.iter()).find(|p| state.identity().is_a2a(p)) else {
+        return Ok(());
+    };
+    // Every revision the start may land on (a ramped candidate's too), looked at without
+    // counting as a start.
+    let requires = (state.engine().starting_templates(&request.template).iter())
+        .any(|template| template.signatures == Signatures::Required);
+    if requires {
+        return Err(EngineError::BadSignature(format!(
+            "participant `{remote}` is a remote A2A agent, which cannot sign its messages, and \
+             template `{}` requires signatures",
+            request.template
+        )));
+    }
+    Ok(())
+}
