@@ -30,6 +30,8 @@
 //! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
 //! - [`retries`]: how pushes to other services (webhooks, A2A agents) are retried.
+//! - [`trace_origins`]: the trace each conversation started in, for links and pushes when
+//!   traces are exported.
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
 //!
 //! # Dependencies
@@ -60,6 +62,7 @@ pub mod rules;
 pub mod sight;
 pub mod step;
 pub mod store;
+pub mod trace_origins;
 pub mod wakeups;
 
 pub use clock::{Clock, ManualClock, SystemClock};
