@@ -35,10 +35,11 @@
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
 //!
 //! # Dependencies
-//! The core depends on the protocol and the policy compiler only. It names no wasm runtime,
-//! no database, no HTTP framework: the crates above it (`colloquy-hooks`, `colloquy-store`,
-//! `colloquy-a2a`, `colloquy-server`, the `colloquy` binary) implement its traits or call
-//! its API, and the compiler keeps it so.
+//! The core depends on the protocol and the policy compiler only (and on the OpenTelemetry
+//! API with its `tracing` bridge, for the span contexts of `trace_origins`; not the SDK).
+//! It names no wasm runtime, no database, no HTTP framework: the crates above it
+//! (`colloquy-hooks`, `colloquy-store`, `colloquy-a2a`, `colloquy-server`, the `colloquy`
+//! binary) implement its traits or call its API, and the compiler keeps it so.
 
 pub mod clock;
 pub mod cluster;
