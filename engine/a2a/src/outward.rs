@@ -51,7 +51,13 @@ use colloquy_protocol::a2a::{
 use colloquy_protocol::api::InboxItem;
 use colloquy_protocol::conversation::ConversationStatus;
 use colloquy_protocol::message::{AgentId, SendMessage};
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::TraceContextExt as _;
+use opentelemetry_http::HeaderInjector;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use serde_json::{Map, Value, json};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::Endpoint;
 use colloquy_core::engine::Engine;
@@ -752,8 +758,46 @@ async fn call_any<P: serde::Serialize>(
     )))
 }
 
-/// One attempt of a call. The endpoint's timeout covers a stream too: one that outlasts
-/// it breaks, and its task is polled from then on.
+/// The span one bridged message's calls and its reply run in (when traces are exported): a
+/// child of the span its conversation started in, when this engine remembers it, so the
+/// remote agent's side of the call joins the conversation's trace.
+pub(crate) fn bridge_span(peer: &Peer, item: &InboxItem) -> tracing::Span {
+    if !colloquy_core::trace_origins::exporting() {
+        return tracing::Span::none();
+    }
+    let span = tracing::debug_span!(
+        "a2a bridge",
+        colloquy.conversation.id = %item.conversation_id,
+        colloquy.agent = %peer.agent,
+    );
+    if let Some(origin) = peer.engine.trace_origins().origin(&item.conversation_id) {
+        let parent = opentelemetry::Context::new().with_remote_span_context(origin);
+        let _ = span.set_parent(parent);
+    }
+    span
+}
+
+/// The client span of one A2A call (JSON-RPC over HTTP), named by its method as the RPC
+/// semantic conventions name spans.
+fn call_span(url: &str, method: &str) -> tracing::Span {
+    if !colloquy_core::trace_origins::exporting() {
+        return tracing::Span::none();
+    }
+    let target = reqwest::Url::parse(url).ok();
+    tracing::debug_span!(
+        "a2a call",
+        otel.name = method,
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "jsonrpc",
+        rpc.method = method,
+        server.address = target.as_ref().and_then(|url| url.host_str()),
+        server.port = target.as_ref().and_then(|url| url.port_or_known_default()),
+        http.response.status_code = tracing::field::Empty,
+    )
+}
+
+/// One attempt of a call, in its client span, which the remote learns of (`traceparent`).
 async fn call_once(
     client: &reqwest::Client,
     endpoint: &Endpoint,
@@ -762,8 +806,35 @@ async fn call_once(
     request: &Value,
     method: &str,
 ) -> Result<Received, CallError> {
+    let span = call_span(url, method);
+    let answer = call_traced(client, endpoint, url, dialect, request, method, &span)
+        .instrument(span.clone())
+        .await;
+    if answer.is_err() {
+        span.record("otel.status_code", "error");
+    }
+    answer
+}
+
+/// One attempt of a call. The endpoint's timeout covers a stream too: one that outlasts
+/// it breaks, and its task is polled from then on.
+async fn call_traced(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    url: &str,
+    dialect: &Dialect,
+    request: &Value,
+    method: &str,
+    span: &tracing::Span,
+) -> Result<Received, CallError> {
     let streamed = method == "SendStreamingMessage";
     let mut post = client.post(url).timeout(endpoint.timeout).json(request);
+    if !span.is_disabled() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let context = span.context();
+        TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(&mut headers));
+        post = post.headers(headers);
+    }
     if dialect.is_v1() {
         post = post.header(crate::VERSION_HEADER, dialect::V1_VERSION);
     }
@@ -776,8 +847,14 @@ async fn call_once(
     let response = post
         .send()
         .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|error| failed(error, endpoint))?;
+        .and_then(reqwest::Response::error_for_status);
+    if let Some(status) = match &response {
+        Ok(response) => Some(response.status()),
+        Err(error) => error.status(),
+    } {
+        span.record("http.response.status_code", status.as_u16());
+    }
+    let response = response.map_err(|error| failed(error, endpoint))?;
     let is_stream = response
         .headers()
         .get(reqwest::header::CONTENT_TYPE)

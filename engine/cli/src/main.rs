@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use colloquy_server::trace_export;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc: markedly faster than the system allocator for the many small, short-lived
@@ -238,12 +239,62 @@ fn main() -> ExitCode {
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let export = match &cli.command {
+        Command::Serve(args) => args.trace_export(),
+        _ => None,
+    };
+    let traces = match start_logging(filter, export) {
+        Ok(traces) => traces,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = finish(run(cli));
+    // The last spans, from the shutdown itself, go out once the server has stopped.
+    if let Some(traces) = traces
+        && let Err(error) = traces.shutdown()
+    {
+        eprintln!("warning: the last traces were not exported: {error}");
+    }
+    code
+}
+
+/// Logs to stderr through `filter`; with `export`, spans also go to an OpenTelemetry
+/// collector, through a layer of their own (the log filter does not limit them). Without,
+/// the subscriber is the log formatter alone, and spans nobody logs cost nothing.
+fn start_logging(
+    filter: EnvFilter,
+    export: Option<trace_export::TraceExport>,
+) -> Result<Option<trace_export::ExportHandle>, trace_export::TraceExportError> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let Some(export) = export else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(io::stderr)
+            .with_ansi(io::stderr().is_terminal())
+            .init();
+        return Ok(None);
+    };
+    let (traces, handle) = export.install()?;
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal())
+        .with_filter(filter);
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
         .init();
-    match run(cli) {
+    tracing::info!(endpoint = %export.endpoint, protocol = %export.protocol, sample = export.sample_ratio, "exporting traces");
+    Ok(Some(handle))
+}
+
+/// The exit code of a command's result, its error reported.
+fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
+    match result {
         Ok(code) => code,
         // A closed pipe (`colloquy templates schema | head`) is the reader's choice, not a
         // failure worth reporting.

@@ -15,6 +15,7 @@ use colloquy_hooks::{HookRuntime, HookRuntimeConfig};
 use colloquy_server::auth::AgentsFile;
 use colloquy_server::policy::Reads;
 use colloquy_server::rollout::ShadowSettings;
+use colloquy_server::trace_export;
 use colloquy_server::{self as api, Identity, ServiceOptions};
 use tokio::net::TcpListener;
 
@@ -161,9 +162,35 @@ pub struct ServeArgs {
         conflicts_with = "no_mcp"
     )]
     mcp_allowed_origins: Option<Vec<String>>,
+    /// Export traces (OpenTelemetry, OTLP over HTTP) to this collector: its base URL, e.g.
+    /// `http://localhost:4318`, to which `/v1/traces` is added, or its full traces URL. Off
+    /// by default, and then traces cost nothing (docs/observability.md).
+    #[arg(long, value_name = "URL", value_parser = trace_export::traces_url)]
+    otlp_endpoint: Option<String>,
+    /// How exported spans are encoded: `http/protobuf` or `http/json`.
+    #[arg(
+        long,
+        value_name = "PROTOCOL",
+        default_value = "http/protobuf",
+        requires = "otlp_endpoint"
+    )]
+    otlp_protocol: trace_export::OtlpProtocol,
+    /// The share of new traces exported, from 0 to 1. A request that carries a W3C
+    /// `traceparent` follows its caller's sampling decision instead.
+    #[arg(long, value_name = "RATIO", default_value = "1", requires = "otlp_endpoint", value_parser = trace_export::parse_sample_ratio)]
+    trace_sample: f64,
 }
 
 impl ServeArgs {
+    /// How traces are exported, when --otlp-endpoint asks for it.
+    pub fn trace_export(&self) -> Option<trace_export::TraceExport> {
+        Some(trace_export::TraceExport {
+            endpoint: self.otlp_endpoint.clone()?,
+            protocol: self.otlp_protocol,
+            sample_ratio: self.trace_sample,
+        })
+    }
+
     /// The MCP endpoint's settings: none under --no-mcp, else the flags over the defaults
     /// of --listen.
     fn mcp(&self) -> Option<colloquy_server::mcp::McpSettings> {

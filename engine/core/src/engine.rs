@@ -13,6 +13,7 @@ use colloquy_protocol::conversation::{ConversationView, SendReceipt};
 use colloquy_protocol::event::{ConversationEvent, EventKind};
 use colloquy_protocol::message::{AgentId, Message, SendMessage, StartConversation};
 use tokio::sync::{Mutex, broadcast};
+use tracing::Instrument as _;
 
 use crate::clock::Clock;
 use crate::conversation::Conversation;
@@ -25,6 +26,7 @@ use crate::parties::{self, PartyIndex};
 use crate::sight::Sight;
 use crate::step::Step;
 use crate::store::{Commit, ConversationStore, StoreError};
+use crate::trace_origins;
 use crate::wakeups::{Listener, Wakeups};
 
 mod audit;
@@ -131,6 +133,8 @@ pub struct Engine {
     /// Given to every conversation, to record the rules that fire (see
     /// [`Engine::with_rule_log`]).
     rule_log: Option<Arc<crate::rules::RuleLog>>,
+    /// The trace each recent conversation started in, while traces are exported.
+    trace_origins: crate::trace_origins::TraceOrigins,
 }
 
 /// Published after every commit the store accepted: which conversation moved to which
@@ -171,7 +175,13 @@ impl Engine {
             inbox_wakeups: Wakeups::default(),
             conversation_wakeups: Wakeups::default(),
             rule_log: None,
+            trace_origins: crate::trace_origins::TraceOrigins::default(),
         }
+    }
+
+    /// The trace each recent conversation started in (empty unless traces are exported).
+    pub fn trace_origins(&self) -> &crate::trace_origins::TraceOrigins {
+        &self.trace_origins
     }
 
     /// Records every rule that fires in this engine's conversations in `log`, for coverage
@@ -232,6 +242,14 @@ impl Engine {
                 vacant.insert(slot);
             }
         }
+        // The engine step of a trace: the hook calls and the store commit are its children.
+        let step_span = tracing::debug_span!(
+            "engine step",
+            colloquy.step = "start",
+            colloquy.conversation.id = %id,
+            colloquy.template = %template.name,
+            colloquy.template.revision = %template.revision,
+        );
         let result = async {
             let started = Arc::new(started);
             let opening = request.message.zip(opening_id);
@@ -262,13 +280,24 @@ impl Engine {
                 on_pool = true;
             };
             let (messages, commit) = stepped?;
+            // Remembered before the commit wakes the pushes of the opening message, which
+            // are children of it; forgotten again if the commit fails.
+            let remembered = crate::trace_origins::exporting()
+                && self
+                    .trace_origins
+                    .remember(&id, trace_origins::context_of(&tracing::Span::current()));
             // Through `Engine::commit`, so streams hear of the opening message's delivery.
-            self.commit(commit).await.map_err(|error| match error {
+            let committed = self.commit(commit).await;
+            if committed.is_err() && remembered {
+                self.trace_origins.forget(&id);
+            }
+            committed.map_err(|error| match error {
                 StoreError::Duplicate(id) => EngineError::DuplicateConversation(id.to_string()),
                 other => EngineError::Store(other),
             })?;
             Ok((conversation, messages))
         }
+        .instrument(step_span)
         .await;
         match result {
             Ok((conversation, messages)) => {
@@ -332,8 +361,22 @@ impl Engine {
         let refused = |conversation: &Conversation, error: &EngineError| {
             dispatch::refusal(conversation, sender, &message, error)
         };
+        // The template is recorded once the conversation is loaded (`run_step`).
+        let step_span = tracing::debug_span!(
+            "engine step",
+            colloquy.step = "message",
+            colloquy.conversation.id = %conversation_id,
+            colloquy.template = tracing::field::Empty,
+            colloquy.template.revision = tracing::field::Empty,
+        );
+        if crate::trace_origins::exporting()
+            && let Some(origin) = self.trace_origins.origin(conversation_id)
+        {
+            trace_origins::link(&step_span, origin);
+        }
         let (mut summary, (sight, handled)) = self
             .with_conversation(conversation_id, threads_of, refused, work)
+            .instrument(step_span)
             .await?;
         let (duplicate, parts) = match handled {
             Handled::Fresh(parts) => (false, parts),

@@ -30,13 +30,16 @@
 //! - [`log_safe`]: outside text (request ids, hook log lines) as it may appear in a log line.
 //! - [`metrics`]: counters read from accepted commits, in Prometheus text format.
 //! - [`retries`]: how pushes to other services (webhooks, A2A agents) are retried.
+//! - [`trace_origins`]: the trace each conversation started in, for links and pushes when
+//!   traces are exported.
 //! - [`policy`]: following a policy manager's live catalog (embedded or remote).
 //!
 //! # Dependencies
-//! The core depends on the protocol and the policy compiler only. It names no wasm runtime,
-//! no database, no HTTP framework: the crates above it (`colloquy-hooks`, `colloquy-store`,
-//! `colloquy-a2a`, `colloquy-server`, the `colloquy` binary) implement its traits or call
-//! its API, and the compiler keeps it so.
+//! The core depends on the protocol and the policy compiler only (and on the OpenTelemetry
+//! API with its `tracing` bridge, for the span contexts of `trace_origins`; not the SDK).
+//! It names no wasm runtime, no database, no HTTP framework: the crates above it
+//! (`colloquy-hooks`, `colloquy-store`, `colloquy-a2a`, `colloquy-server`, the `colloquy`
+//! binary) implement its traits or call its API, and the compiler keeps it so.
 
 pub mod chain;
 pub mod clock;
@@ -61,6 +64,7 @@ pub mod rules;
 pub mod sight;
 pub mod step;
 pub mod store;
+pub mod trace_origins;
 pub mod wakeups;
 
 pub use clock::{Clock, ManualClock, SystemClock};

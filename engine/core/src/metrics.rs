@@ -21,6 +21,7 @@ use colloquy_protocol::message::AgentId;
 use colloquy_protocol::performative::{FipaAct, Performative};
 use dashmap::DashMap;
 use smallvec::SmallVec;
+use tracing::Instrument as _;
 
 use crate::keyed::Hasher;
 use crate::store::{
@@ -454,7 +455,13 @@ impl ConversationStore for MeteredStore {
                     commit.events.clone(),
                 )
             });
-        self.inner.commit(commit).await?;
+        let span = tracing::debug_span!(
+            "store commit",
+            colloquy.conversation.id = %commit.conversation_id,
+            colloquy.template = %template,
+            colloquy.events = commit.events.len(),
+        );
+        self.inner.commit(commit).instrument(span).await?;
         self.metrics.count(&template, tallies);
         if let Some((observer, id, events)) = observed {
             observer.committed(&template, &id, events);

@@ -30,6 +30,7 @@
 //! - `core`: ABI v1's shape check and calling convention; `component`: the world check and
 //!   the component call.
 //! - `cache`: AOT files; `budget` and `ticker`: how long a call may run, and the epoch ticker.
+//! - `producers`: the source language a module's toolchain recorded, for trace spans.
 //! - `output`: reading the answer; [`operators`]: wasm operators per call, for benchmarks.
 //! - `reload_check`: [`hook_check`], a live catalog's check of each new revision's module.
 //!
@@ -49,6 +50,7 @@ mod host;
 mod module;
 pub mod operators;
 mod output;
+mod producers;
 mod reload_check;
 mod ticker;
 
@@ -509,8 +511,24 @@ impl HookRuntime {
         event: HookEvent,
         input: &HookInput<'_>,
     ) -> Result<HookOutput, HookFailure> {
+        // A span per call, for exported traces (disabled, and free, otherwise).
+        let span = tracing::debug_span!(
+            "hook call",
+            colloquy.conversation.id = %input.conversation.id,
+            colloquy.template = %template.name,
+            colloquy.template.revision = %template.revision,
+            colloquy.hook.event = event_name(event),
+            colloquy.hook.module_kind = tracing::field::Empty,
+            colloquy.hook.language = tracing::field::Empty,
+            colloquy.hook.outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let _entered = span.enter();
         let started = Instant::now();
         let result = self.call_untraced(site, template, event, input, started);
+        if !span.is_disabled() {
+            self.describe_call(&span, template, &result);
+        }
         if result == Err(HookFailure::NeedsPool) {
             tracing::debug!(template = %template.name, "hook moved to the hook pool");
             return result;
@@ -591,6 +609,36 @@ impl HookRuntime {
             started,
             site,
         )
+    }
+
+    /// Records on a hook call's span what ran and how it ended: the module's kind and source
+    /// language (when its `producers` section names one), and the outcome (`ok`, `failed`,
+    /// or `needs_pool` for a call handed on to the hook pool, where it runs again).
+    fn describe_call(
+        &self,
+        span: &tracing::Span,
+        template: &CompiledTemplate,
+        result: &Result<HookOutput, HookFailure>,
+    ) {
+        if let Some(Ok(module)) =
+            (template.hook_module.as_ref()).and_then(|m| self.loaded(&m.sha256))
+        {
+            span.record("colloquy.hook.module_kind", module.form().name());
+            if let Some(language) = module.language() {
+                span.record("colloquy.hook.language", language);
+            }
+        }
+        let outcome = match result {
+            Ok(_) => "ok",
+            Err(HookFailure::NeedsPool) => "needs_pool",
+            Err(_) => "failed",
+        };
+        span.record("colloquy.hook.outcome", outcome);
+        if let Err(failure) = result
+            && *failure != HookFailure::NeedsPool
+        {
+            span.record("otel.status_code", "error");
+        }
     }
 
     /// The loaded module of a template, loading it on first use.

@@ -106,6 +106,8 @@ pub struct LoadedModule {
     /// Calls in a row stopped at the slice while their thread was starved.
     starved_overruns: AtomicU32,
     form: Form,
+    /// The source language its `producers` section names, for trace spans.
+    language: Option<String>,
     /// Which of `start`, `message`, `timeout` it exports.
     events: [bool; 3],
     /// Instances waiting for the next call.
@@ -186,6 +188,7 @@ impl LoadedModule {
             inline_overruns: AtomicU32::new(0),
             starved_overruns: AtomicU32::new(0),
             form,
+            language: super::producers::source_language(&source.bytes),
             events,
             idle: Mutex::new(Vec::new()),
             clock: linkers.clock.clone(),
@@ -220,6 +223,11 @@ impl LoadedModule {
         if self.starved_overruns.load(Ordering::Relaxed) != 0 {
             self.starved_overruns.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// The language the module was written in, when its toolchain recorded it.
+    pub fn language(&self) -> Option<&str> {
+        self.language.as_deref()
     }
 
     /// Core module or component.

@@ -32,6 +32,7 @@ use colloquy_protocol::api::InboxItem;
 use colloquy_protocol::message::AgentId;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use colloquy_a2a::{Endpoint, Lanes, Peer};
 use colloquy_core::engine::Engine;
@@ -224,7 +225,9 @@ async fn worker(
                 after = entry.seq;
                 let item = labeller.item(&engine, entry).await;
                 match &mut pusher {
-                    Pusher::Webhook(url) => push(&client, &metrics, &agent, url, &item).await,
+                    Pusher::Webhook(url) => {
+                        push(&engine, &client, &metrics, &agent, url, &item).await
+                    }
                     Pusher::A2a(lanes) => {
                         if let Some(through) = lanes.start(item).await {
                             record(&engine, &agent, through, true).await;
@@ -272,8 +275,26 @@ async fn record(engine: &Engine, agent: &str, seq: u64, acknowledge: bool) {
     }
 }
 
+/// Records how a webhook POST ended on its span.
+fn record_status(span: &tracing::Span, result: &reqwest::Result<reqwest::Response>) {
+    if span.is_disabled() {
+        return;
+    }
+    let status = match result {
+        Ok(response) => Some(response.status()),
+        Err(error) => error.status(),
+    };
+    if let Some(status) = status {
+        span.record("http.response.status_code", status.as_u16());
+    }
+    if result.is_err() {
+        span.record("otel.status_code", "error");
+    }
+}
+
 /// POSTs one item, retrying with exponential backoff.
 async fn push(
+    engine: &Engine,
     client: &reqwest::Client,
     metrics: &Metrics,
     agent: &str,
@@ -282,14 +303,23 @@ async fn push(
 ) {
     let mut backoff = FIRST_BACKOFF;
     for attempt in 1..=ATTEMPTS {
-        let result = client
+        let span = crate::request_spans::webhook_span(engine, agent, &item.conversation_id, url);
+        let mut post = client
             .post(url)
             .timeout(WEBHOOK_TIMEOUT)
             .header(AGENT_HEADER, agent)
-            .json(item)
+            .json(item);
+        if !span.is_disabled() {
+            let mut headers = reqwest::header::HeaderMap::new();
+            crate::request_spans::inject(&span, &mut headers);
+            post = post.headers(headers);
+        }
+        let result = post
             .send()
+            .instrument(span.clone())
             .await
             .and_then(reqwest::Response::error_for_status);
+        record_status(&span, &result);
         match result {
             Ok(_) => {
                 metrics.webhook(WebhookResult::Delivered);

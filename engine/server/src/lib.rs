@@ -29,6 +29,9 @@
 //!   heads, graceful shutdown).
 //! - [`inspect`]: the web inspector's page and assets at `/inspect` (`docs/inspector.md`).
 //! - [`echo`]: the JSON echo server the HTTP benchmark measures as its baseline.
+//! - [`trace_export`]: exporting traces over OTLP/HTTP (`--otlp-endpoint`).
+//! - [`request_spans`]: server spans per request and webhook client spans, with W3C trace
+//!   context read and sent (only while traces are exported).
 //!
 //! # Dependencies
 //! The core (the engine and its traits), the hook runtime, the store backends (to open the
@@ -51,10 +54,12 @@ pub mod listen;
 pub mod mcp;
 pub mod ops;
 pub mod policy;
+pub mod request_spans;
 pub mod rollout;
 pub mod server;
 pub mod signatures;
 pub mod streams;
+pub mod trace_export;
 
 #[cfg(test)]
 mod policy_reload_tests;

@@ -236,6 +236,13 @@ pub fn launch(
             crate::auth::gate,
         ));
     }
+    // Outermost, so a request refused at the gate is traced too; through `Router::layer`,
+    // so the matched route is known. Not there at all unless traces are exported.
+    if colloquy_core::trace_origins::exporting() {
+        app = app.layer(axum::middleware::from_fn(
+            crate::request_spans::trace_request,
+        ));
+    }
     if let Some(jwt) = state.identity().jwt() {
         background.push(
             jwt.jwks()

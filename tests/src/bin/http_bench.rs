@@ -81,6 +81,62 @@ struct Options {
     /// Also measure colloquy with a candidate of `fipa-request` in shadow, one server per
     /// sample share.
     shadows: Vec<f64>,
+    /// Also measure these variants of colloquy (another binary, more flags), one server each.
+    variants: Vec<Variant>,
+}
+
+/// A variant of the colloquy server `--variant` measures beside the plain one: another build
+/// (the one before a change, say) and/or more `serve` flags.
+struct Variant {
+    /// Its name in the report.
+    name: String,
+    /// Its binary (`None`: the same as the plain server's).
+    colloquy: Option<PathBuf>,
+    /// Flags added to `serve`'s; `{sink}` stands for the URL of [`serve_sink`]'s receiver.
+    args: Vec<String>,
+}
+
+/// `--variant NAME=[PATH][:ARGS]`: ARGS comma-separated.
+fn variant(spec: &str) -> anyhow::Result<Variant> {
+    let (name, rest) = spec
+        .split_once('=')
+        .context("--variant NAME=[PATH][:ARGS]")?;
+    let (path, args) = rest.split_once(':').unwrap_or((rest, ""));
+    Ok(Variant {
+        name: name.to_owned(),
+        colloquy: (!path.is_empty()).then(|| PathBuf::from(path)),
+        args: args
+            .split(',')
+            .filter(|arg| !arg.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
+}
+
+/// The placeholder of `--variant`'s flags for the discarding OTLP receiver's URL.
+const SINK: &str = "{sink}";
+
+/// An HTTP receiver on a loopback port of this process that reads and discards every
+/// request's body and answers 200 with none: the collector of a variant that exports
+/// traces (`--otlp-endpoint {sink}`), costing the servers nothing of their own CPU.
+async fn serve_sink() -> anyhow::Result<SocketAddr> {
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
+                let _ = request.into_body().collect().await;
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::new())))
+            });
+            tokio::spawn(
+                http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+            );
+        }
+    });
+    Ok(addr)
 }
 
 impl Options {
@@ -190,6 +246,11 @@ Options:
   --shadow [LIST]      also measure colloquy with a candidate of fipa-request staged in
                        shadow (the same protocol, a new revision, so every twin runs to the
                        end), one server per sample share in LIST (default: 1.0,0.1)
+  --variant NAME=[PATH][:ARGS]
+                       also measure a variant of colloquy: the binary at PATH (e.g. the build
+                       before a change) and/or with more `serve` flags ARGS, comma-separated,
+                       where {sink} is the URL of an OTLP/HTTP receiver in this process that
+                       discards what it gets (e.g. traced=:--otlp-endpoint,{sink}); repeatable
   --retention SECONDS  run colloquy with --retention SECONDSs and warm up past it
   --seconds N          measure for N seconds (default 8)
   --colloquy PATH      the colloquy binary (default: beside this one)
@@ -211,6 +272,7 @@ fn options() -> anyhow::Result<Option<Options>> {
         hooks: Vec::new(),
         retention_s: None,
         shadows: Vec::new(),
+        variants: Vec::new(),
     };
     let mut args = std::env::args().skip(1).peekable();
     while let Some(arg) = args.next() {
@@ -236,6 +298,9 @@ fn options() -> anyhow::Result<Option<Options>> {
                     options.shadows.push(sample);
                 }
             }
+            "--variant" => options.variants.push(variant(
+                &args.next().context("--variant NAME=[PATH][:ARGS]")?,
+            )?),
             "--colloquy" => options.colloquy = args.next().context("--colloquy PATH")?.into(),
             "--echo" => options.echo = args.next().context("--echo PATH")?.into(),
             "--retention" => {
@@ -683,9 +748,43 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&scratch)?;
     let result = bench(&options, &runtime, &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
-    let (echo, colloquy, hooked, shadows, common_rate) = result?;
+    let (echo, colloquy, hooked, shadows, common_rate, variants) = result?;
     report(&options, &echo, &colloquy, &hooked, common_rate)?;
-    report_shadows(&colloquy, &shadows, common_rate)
+    report_shadows(&colloquy, &shadows, common_rate)?;
+    report_variants(&colloquy, &variants)
+}
+
+/// Each `--variant` against the plain colloquy server of the same run.
+fn report_variants(colloquy: &Measured, variants: &[(String, Measured)]) -> anyhow::Result<()> {
+    if variants.is_empty() {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "variants, against colloquy in the same run (rate x: its rate over colloquy's; CPU x: \
+         its server CPU per request over colloquy's):"
+    )?;
+    writeln!(
+        out,
+        "{:<12} {:>10} {:>7} {:>7} {:>7} | {:>8} {:>8} {:>7}",
+        "variant", "requests/s", "rate x", "p50 ms", "p99 ms", "CPU µs", "CPU +µs", "CPU x"
+    )?;
+    for (name, m) in variants {
+        writeln!(
+            out,
+            "{:<12} {:>10.0} {:>6.3}x {:>7.2} {:>7.2} | {:>8.1} {:>+8.1} {:>6.3}x",
+            name,
+            m.max.requests_per_s,
+            m.max.requests_per_s / colloquy.max.requests_per_s,
+            m.max.p50_ms,
+            m.max.p99_ms,
+            m.cpu_us_per_request,
+            m.cpu_us_per_request - colloquy.cpu_us_per_request,
+            m.cpu_us_per_request / colloquy.cpu_us_per_request
+        )?;
+    }
+    Ok(())
 }
 
 /// Everything the run measured: echo, colloquy, each hooked server, each server with a
@@ -697,6 +796,7 @@ type Results = (
     Vec<Hooked>,
     Vec<Shadowed>,
     Option<(f64, f64)>,
+    Vec<(String, Measured)>,
 );
 
 /// What the run measured of one server with a candidate in shadow.
@@ -788,7 +888,7 @@ fn bench(
     }
     drop(hook_runtime);
     let retention = options.retention_s.map(|seconds| format!("{seconds}s"));
-    let serve = |templates: &Path| {
+    let serve_as = |colloquy: &Path, templates: &Path, extra: &[String]| {
         let templates = templates.to_string_lossy();
         let (agents, data) = (agents.to_string_lossy(), data.to_string_lossy());
         let mut args = vec![
@@ -807,8 +907,10 @@ fn bench(
         if let Some(retention) = &retention {
             args.extend(["--retention", retention]);
         }
-        spawn(&options.colloquy, &args, options.pin)
+        args.extend(extra.iter().map(String::as_str));
+        spawn(colloquy, &args, options.pin)
     };
+    let serve = |templates: &Path| serve_as(&options.colloquy, templates, &[]);
     runtime.block_on(async {
         let echo = spawn(&options.echo, &[], options.pin)?;
         let colloquy = serve(&templates)?;
@@ -826,6 +928,19 @@ fn bench(
             stage(server.addr, &candidate, *sample).await?;
             hooked.push(server);
         }
+        let sink = if (options.variants.iter()).any(|v| v.args.iter().any(|a| a.contains(SINK))) {
+            format!("http://{}", serve_sink().await?)
+        } else {
+            String::new()
+        };
+        let mut variants = Vec::new();
+        for variant in &options.variants {
+            let args: Vec<String> = (variant.args.iter())
+                .map(|arg| arg.replace(SINK, &sink))
+                .collect();
+            let binary = variant.colloquy.as_deref().unwrap_or(&options.colloquy);
+            variants.push(serve_as(binary, &templates, &args)?);
+        }
         let mut servers = vec![
             (&echo, Workload::Echo),
             (&colloquy, Workload::Conversations),
@@ -833,13 +948,18 @@ fn bench(
         servers.extend(
             hooked
                 .iter()
+                .chain(&variants)
                 .map(|server| (server, Workload::Conversations)),
         );
         let mut figures = measure(&servers, options).await?.into_iter();
         let (Some(echo_figures), Some(colloquy_figures)) = (figures.next(), figures.next()) else {
             bail!("a server was not measured");
         };
-        let hooked_figures: Vec<Measured> = figures.collect();
+        let mut hooked_figures: Vec<Measured> = figures.collect();
+        let variant_figures: Vec<(String, Measured)> = (options.variants.iter())
+            .map(|variant| variant.name.clone())
+            .zip(hooked_figures.split_off(hooked.len()))
+            .collect();
         // Half the slowest hooked server's full speed: no colloquy server is saturated.
         let common = hooked_figures
             .iter()
@@ -886,7 +1006,14 @@ fn bench(
                 },
             )
             .collect();
-        anyhow::Ok((echo_figures, colloquy_figures, hooked, shadows, common_rate))
+        anyhow::Ok((
+            echo_figures,
+            colloquy_figures,
+            hooked,
+            shadows,
+            common_rate,
+            variant_figures,
+        ))
     })
 }
 

@@ -1,7 +1,8 @@
 //! End-to-end scenarios through the engine's library API: the built-in protocols, a custom
 //! protocol defined only in a fixture, commitments, deadlines and retention; `http_*`: the
 //! same over a real HTTP service with SDK agents; `policy_manager`: hot reload, uploads and
-//! remote engines following a policy manager.
+//! remote engines following a policy manager; `traces`: OpenTelemetry spans exported to a
+//! loopback collector, within one engine and across two.
 
 mod a2a;
 mod a2a_server;
@@ -24,3 +25,4 @@ mod query;
 mod request;
 mod rollouts;
 mod support;
+mod traces;

@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use colloquy_protocol::api::InboxItem;
 use tokio::sync::watch;
@@ -85,12 +86,13 @@ impl Lanes {
         let link = self.link.clone();
         let seq = item.seq;
         self.started.push_back(seq);
+        let span = super::bridge_span(&link.peer, &item);
         let started = self.running.spawn(async move {
             if let Some(mut before) = before {
                 // An error means the earlier message's task is gone: nothing to wait for.
                 let _ = before.wait_for(|done| *done).await;
             }
-            let running = bridge(&link, &item).await;
+            let running = bridge(&link, &item).instrument(span).await;
             let _ = finished.send(true);
             (seq, running)
         });

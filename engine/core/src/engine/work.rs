@@ -174,6 +174,19 @@ impl Engine {
         on_pool: bool,
         step: impl FnOnce(Option<&dyn HookCaller>, CallSite) -> T + Send + 'static,
     ) -> Result<T, EngineError> {
+        // The engine step's span (when traces are exported): told the template, and taken
+        // along to the hook pool's thread, so that hook calls there are its children.
+        let span = if crate::trace_origins::exporting() {
+            let span = tracing::Span::current();
+            span.record("colloquy.template", &*template.name);
+            span.record(
+                "colloquy.template.revision",
+                tracing::field::display(&template.revision),
+            );
+            span
+        } else {
+            tracing::Span::none()
+        };
         match &self.hooks {
             Some(runtime)
                 if template.hooks.is_some() && (on_pool || !runtime.runs_inline(template)) =>
@@ -181,7 +194,9 @@ impl Engine {
                 let hooks = runtime.clone();
                 runtime
                     .pool()
-                    .run(&template.name, move || step(Some(&*hooks), CallSite::Owned))
+                    .run(&template.name, move || {
+                        span.in_scope(|| step(Some(&*hooks), CallSite::Owned))
+                    })
                     .await
                     .map_err(EngineError::HooksBusy)
             }
