@@ -83,6 +83,8 @@ export interface SendMessage {
   in_reply_to?: string;
   /** Unix milliseconds, later than now. */
   reply_by?: number;
+  /** The sender's detached JWS over what it signs (docs/security.md#signed-messages). */
+  signature?: string;
 }
 
 /** `POST /v1/conversations`. @request */
@@ -106,6 +108,13 @@ export interface Message {
   in_reply_to?: string;
   reply_by?: number;
   sent_at: number;
+  signature?: MessageSignature;
+}
+
+/** A message's signature as the engine recorded it. */
+export interface MessageSignature {
+  jws: string;
+  to?: string[];
 }
 
 /** One participant's thread: its state, and how it ended. */

@@ -10,9 +10,7 @@ use clap::Subcommand;
 use colloquy_trust::jws::{KeySet, Signer};
 use colloquy_trust::record::{self, AuditRecord};
 
-/// The environment variable holding the caller's bearer token, as for every command that
-/// talks to a server.
-const TOKEN_ENV: &str = "COLLOQUY_TOKEN";
+use crate::templates::rollout::TOKEN_ENV;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {

@@ -48,6 +48,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "AuditChain": models.AuditChain,
     "AuditSignature": models.AuditSignature,
     "Jwks": models.Jwks,
+    "MessageSignature": models.MessageSignature,
 }
 
 

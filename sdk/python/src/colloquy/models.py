@@ -88,6 +88,7 @@ class SendMessage(_Request):
     content: Any = None
     in_reply_to: Optional[str] = None
     reply_by: Optional[int] = None
+    signature: Optional[str] = None
 
 
 class StartConversation(_Request):
@@ -102,6 +103,14 @@ class StartConversation(_Request):
     message: Optional[SendMessage] = None
 
 
+class MessageSignature(_Answer):
+    """A message's signature as the engine recorded it: the sender's detached JWS, and the
+    receivers as the sender named them."""
+
+    jws: str
+    to: list[str] = Field(default_factory=list)
+
+
 class Message(_Answer):
     """A message as the conversation recorded it (receivers after routing)."""
 
@@ -113,6 +122,7 @@ class Message(_Answer):
     in_reply_to: Optional[str] = None
     reply_by: Optional[int] = None
     sent_at: int
+    signature: Optional[MessageSignature] = None
 
 
 class ThreadView(_Answer):
