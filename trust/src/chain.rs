@@ -31,13 +31,17 @@ pub const REDACTED: &str = "redacted";
 
 /// The body digest of `event` as JSON (see the module docs), lowercase hex.
 pub fn body_digest(event: &Value) -> Result<String, String> {
-    let Value::Object(fields) = event else {
+    body_digest_of(event.clone())
+}
+
+/// [`body_digest`] of an event the caller owns, which it takes apart rather than copy.
+pub fn body_digest_of(event: Value) -> Result<String, String> {
+    let Value::Object(mut body) = event else {
         return Err("an event is a JSON object".to_owned());
     };
-    if let Some(redacted) = fields.get(REDACTED) {
+    if let Some(redacted) = body.get(REDACTED) {
         return digest_field(redacted).map(str::to_owned);
     }
-    let mut body = fields.clone();
     body.remove(PREV);
     if let Some(Value::Array(transitions)) = body.get_mut("transitions") {
         for transition in transitions.iter_mut() {
@@ -95,7 +99,13 @@ fn digest_field(value: &Value) -> Result<&str, String> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    text
 }
 
 /// 32 bytes from 64 hex digits, or `None`.

@@ -27,10 +27,15 @@ fn write_value(out: &mut String, value: &Value) {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
-        Value::Number(number) => {
+        Value::Number(number) => match number.as_i64() {
+            // An integer a double holds exactly is written as it is: the common case (seqs,
+            // times), without the digit shuffling below.
+            Some(integer) if integer.unsigned_abs() <= EXACT_INTEGERS => {
+                let _ = write!(out, "{integer}");
+            }
             // Every JSON number serde_json holds is finite: `as_f64` is `Some`.
-            write_number(out, number.as_f64().unwrap_or(0.0));
-        }
+            _ => write_number(out, number.as_f64().unwrap_or(0.0)),
+        },
         Value::String(text) => write_string(out, text),
         Value::Array(items) => {
             out.push('[');
@@ -43,28 +48,52 @@ fn write_value(out: &mut String, value: &Value) {
             out.push(']');
         }
         Value::Object(fields) => {
-            let mut keys: Vec<(&String, Vec<u16>)> = fields
-                .keys()
-                .map(|key| (key, key.encode_utf16().collect()))
-                .collect();
-            keys.sort_by(|(_, a), (_, b)| a.cmp(b));
+            let mut entries: Vec<(&String, &Value)> = fields.iter().collect();
+            // Below U+D800 (every key Colloquy writes), UTF-8 byte order is UTF-16 order.
+            if entries
+                .iter()
+                .all(|(key, _)| key.chars().all(|c| c <= '\u{d7ff}'))
+            {
+                entries.sort_unstable_by_key(|(key, _)| *key);
+            } else {
+                entries.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            }
             out.push('{');
-            for (index, (key, _)) in keys.iter().enumerate() {
+            for (index, (key, value)) in entries.iter().enumerate() {
                 if index > 0 {
                     out.push(',');
                 }
                 write_string(out, key);
                 out.push(':');
-                write_value(out, &fields[key.as_str()]);
+                write_value(out, value);
             }
             out.push('}');
         }
     }
 }
 
+/// The largest integer every smaller one of which a double holds exactly (2^53).
+const EXACT_INTEGERS: u64 = 1 << 53;
+
+/// `text` quoted and escaped as `JSON.stringify` escapes it (RFC 8785 §3.2.2.2).
 fn write_string(out: &mut String, text: &str) {
-    // serde_json escapes strings exactly as JSON.stringify does.
-    out.push_str(&Value::String(text.to_owned()).to_string());
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c < ' ' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// `number` as ECMAScript's `Number.prototype.toString` writes it (ECMA-262, 7.1.12.1).
@@ -229,5 +258,23 @@ mod tests {
             canonicalize(&value),
             r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#
         );
+    }
+
+    #[test]
+    fn strings_are_escaped_as_json_stringify_escapes_them_and_integers_written_whole() {
+        assert_eq!(
+            canonicalize(&json!("\u{1}\u{8}\u{c}\n\r\t\"\\/é\u{7f}")),
+            "\"\\u0001\\b\\f\\n\\r\\t\\\"\\\\/é\u{7f}\""
+        );
+        assert_eq!(
+            canonicalize(&json!([0, -7, 9007199254740992_u64])),
+            "[0,-7,9007199254740992]"
+        );
+        // Past 2^53 an integer is the double nearest to it.
+        assert_eq!(
+            canonicalize(&json!(9007199254740993_u64)),
+            "9007199254740992"
+        );
+        assert_eq!(canonicalize(&json!(u64::MAX)), "18446744073709552000");
     }
 }

@@ -7,6 +7,9 @@
 //!   appended to the in-memory store;
 //! - contract-net: cfp to 3 participants, 3 proposals, 1 accept, 2 rejects, 1 inform
 //!   (8 messages per conversation);
+//! - chain: what hashing each event into the log's hash chain costs (the engine does it as
+//!   it emits each event, inside the request figure), per event and as a share of a request
+//!   message's time in the core, over the logs the request conversations recorded;
 //! - memory: heap bytes per idle conversation (a request awaiting its answer) with N live,
 //!   and per completed conversation (kept until retention removes it).
 //!
@@ -134,6 +137,50 @@ async fn request_conversations(engine: &Engine, conversations: usize) -> f64 {
     (conversations * 3) as f64 / began.elapsed().as_secs_f64()
 }
 
+/// The logs of `conversations` request conversations (start, request, agree, inform).
+async fn request_logs(
+    conversations: usize,
+) -> Vec<Vec<colloquy_protocol::event::ConversationEvent>> {
+    let engine = engine();
+    let mut logs = Vec::with_capacity(conversations);
+    for i in 0..conversations {
+        let (initiator, participant) = (format!("a{i}"), format!("b{i}"));
+        let view = engine
+            .start(&initiator, start("fipa-request", &[&participant]))
+            .await
+            .expect("start");
+        for (sender, json) in [
+            (&initiator, REQUEST),
+            (&participant, AGREE),
+            (&participant, INFORM),
+        ] {
+            engine
+                .send(&view.id, sender, parse(json))
+                .await
+                .expect("send");
+        }
+        logs.push(engine.events(&view.id, None, 0).await.expect("log"));
+    }
+    logs
+}
+
+/// Events hashed into their chains per second, as the engine does it when it emits them:
+/// each event's chain hash is computed when the next one needs it as its `prev`.
+fn chain_rate(logs: &[Vec<colloquy_protocol::event::ConversationEvent>]) -> f64 {
+    let began = Instant::now();
+    let mut events = 0;
+    for log in logs {
+        let mut tail = colloquy_core::chain::ChainTail::default();
+        for event in log {
+            black_box(tail.head());
+            tail.follow(event);
+            events += 1;
+        }
+        black_box(tail.head());
+    }
+    events as f64 / began.elapsed().as_secs_f64()
+}
+
 async fn contract_net_conversations(engine: &Engine, conversations: usize) -> f64 {
     let began = Instant::now();
     for _ in 0..conversations {
@@ -211,6 +258,16 @@ fn main() {
     println!(
         "core, contract-net (3 participants): {contract_net:>12.0} msg/s  ({:.3}x baseline)",
         contract_net / base
+    );
+    let logs = runtime.block_on(request_logs(conversations / 5));
+    let events: usize = logs.iter().map(Vec::len).sum();
+    let events_per_message = events as f64 / (logs.len() * 3) as f64;
+    let chain = chain_rate(&logs);
+    println!(
+        "chain hashing: {chain:>12.0} events/s  ({:.2} µs per event, {events_per_message:.1} \
+         events per request message: {:.1}% of a request message's time in the core)",
+        1e6 / chain,
+        100.0 * events_per_message * request / chain
     );
     let completed = runtime.block_on(completed_memory(conversations));
     println!(

@@ -67,7 +67,7 @@ fn link(prev: &str, event: &ConversationEvent) -> Arc<str> {
 pub fn body_digest(event: &ConversationEvent) -> String {
     serde_json::to_value(event)
         .map_err(|error| error.to_string())
-        .and_then(|value| chain::body_digest(&value))
+        .and_then(chain::body_digest_of)
         // An event is a JSON object with string keys: it always serializes to one.
         .unwrap_or_else(|why| chain::sha256_hex(why.as_bytes()))
 }
