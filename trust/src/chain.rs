@@ -108,14 +108,20 @@ fn hex(bytes: &[u8]) -> String {
     text
 }
 
-/// 32 bytes from 64 hex digits, or `None`.
+/// 32 bytes from 64 lowercase hex digits, or `None`.
 fn unhex(text: &str) -> Option<Vec<u8>> {
+    fn nibble(digit: u8) -> Option<u8> {
+        match digit {
+            b'0'..=b'9' => Some(digit - b'0'),
+            b'a'..=b'f' => Some(digit - b'a' + 10),
+            _ => None,
+        }
+    }
     if text.len() != 64 {
         return None;
     }
-    (0..64)
-        .step_by(2)
-        .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
+    (text.as_bytes().chunks_exact(2))
+        .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
         .collect()
 }
 

@@ -75,24 +75,33 @@ fn write_value(out: &mut String, value: &Value) {
 /// The largest integer every smaller one of which a double holds exactly (2^53).
 const EXACT_INTEGERS: u64 = 1 << 53;
 
-/// `text` quoted and escaped as `JSON.stringify` escapes it (RFC 8785 §3.2.2.2).
+/// `text` quoted and escaped as `JSON.stringify` escapes it (RFC 8785 §3.2.2.2). Runs of
+/// characters that need no escape (nearly all text) are copied whole.
 fn write_string(out: &mut String, text: &str) {
     out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c < ' ' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    let mut plain = 0;
+    for (at, byte) in text.bytes().enumerate() {
+        let escape = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..0x20 => "",
+            _ => continue,
+        };
+        // Every byte matched above is ASCII, so `at` is a character boundary.
+        out.push_str(&text[plain..at]);
+        if escape.is_empty() {
+            let _ = write!(out, "\\u{byte:04x}");
+        } else {
+            out.push_str(escape);
         }
+        plain = at + 1;
     }
+    out.push_str(&text[plain..]);
     out.push('"');
 }
 
