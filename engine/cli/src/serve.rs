@@ -127,7 +127,8 @@ pub struct ServeArgs {
     a2a_trust_store: Option<PathBuf>,
     /// Sign audit records (`GET /v1/conversations/{id}/audit`) with this PKCS#8 private key,
     /// Ed25519 or P-256, PEM or DER (`colloquy audit keygen` makes one): the engine's
-    /// signature over a record's chain head and time. Its public key is served at
+    /// signature over a record's chain head and time, and over each message the engine sends
+    /// itself. Its public key is served at
     /// `/v1/audit/keys` for `colloquy audit verify --jwks`.
     #[arg(long, value_name = "FILE")]
     audit_key: Option<PathBuf>,
@@ -477,7 +478,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let options = ServiceOptions {
         identity,
-        audit_key,
+        audit_key: audit_key.clone(),
         store: Some(store),
         commit_observer: Some(templates.rollouts.clone()),
         templates: Some(templates.live.clone()),
@@ -493,6 +494,8 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         engine: EngineConfig {
             retention_ms: u64::try_from(args.retention.as_millis()).unwrap_or(u64::MAX),
             inbox_ttl_ms: u64::try_from(args.inbox_ttl.as_millis()).unwrap_or(u64::MAX),
+            // The audit key also signs the messages the engine sends itself.
+            message_signer: audit_key,
             ..EngineConfig::default()
         },
         ..ServiceOptions::default()

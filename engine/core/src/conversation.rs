@@ -64,6 +64,9 @@ pub struct Conversation {
     pub version: u64,
     /// Where the log's hash chain stands: the next event's `prev`.
     pub chain: crate::chain::ChainTail,
+    /// The engine's key for the messages it sends in this conversation
+    /// ([`crate::EngineConfig::message_signer`]).
+    pub signer: Option<Arc<colloquy_trust::jws::Signer>>,
     /// Where the rules that fire are recorded, when the engine keeps a rule log (template
     /// tests and the explorer measure coverage with it); `None` in a server.
     pub rule_log: Option<Arc<crate::rules::RuleLog>>,
@@ -146,6 +149,7 @@ impl Conversation {
             completed_at: None,
             version: 0,
             chain: crate::chain::ChainTail::Empty,
+            signer: None,
             rule_log: None,
         }
     }

@@ -95,6 +95,10 @@ pub struct EngineConfig {
     /// How long an inbox entry waits for its agent to acknowledge it before it is dropped
     /// (default 7 days; see `inbox_expiry`). Counted from when its message was sent.
     pub inbox_ttl_ms: u64,
+    /// The engine's key, which signs the messages the engine sends itself (automatic replies,
+    /// escalation notices, hook and rule `send` actions) as a party signs its own; `None`
+    /// leaves them unsigned. `colloquy serve` gives it its `--audit-key`.
+    pub message_signer: Option<Arc<colloquy_trust::jws::Signer>>,
 }
 
 impl Default for EngineConfig {
@@ -103,6 +107,7 @@ impl Default for EngineConfig {
             retention_ms: DEFAULT_RETENTION_MS,
             inboxless: HashSet::new(),
             inbox_ttl_ms: DEFAULT_INBOX_TTL_MS,
+            message_signer: None,
         }
     }
 }
@@ -261,6 +266,7 @@ impl Engine {
             let (conversation, stepped) = loop {
                 let mut conversation = Conversation::new(template.clone(), started.clone());
                 conversation.rule_log = self.rule_log.clone();
+                conversation.signer = self.config.message_signer.clone();
                 let (initiator, opening) = (initiator.clone(), opening.clone());
                 let (conversation, stepped, needs_pool) = self
                     .run_step(&template, on_pool, move |hooks, site| {
@@ -673,6 +679,7 @@ impl Engine {
         Ok(
             Conversation::replay(template, &events).map(|mut conversation| {
                 conversation.rule_log = self.rule_log.clone();
+                conversation.signer = self.config.message_signer.clone();
                 (conversation, events)
             }),
         )

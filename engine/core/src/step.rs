@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use colloquy_protocol::event::{ConversationEvent, EventKind};
-use colloquy_protocol::message::Message;
+use colloquy_protocol::message::{ENGINE_PARTY, Message, MessageSignature, SendMessage};
 
 use crate::conversation::Conversation;
 use crate::store::{Commit, Delivery};
@@ -71,11 +71,13 @@ impl<'a> Step<'a> {
     }
 
     /// Records an accepted message, applies it, and queues it for its receivers' inboxes.
+    /// A message the engine sends itself is signed first, when the engine has a key.
     pub fn emit_message(
         &mut self,
         message: Arc<Message>,
         transitions: Vec<colloquy_protocol::event::ThreadTransition>,
     ) {
+        let message = self.signed_by_engine(message);
         for receiver in &message.receivers {
             self.deliveries.push(Delivery {
                 agent: receiver.clone(),
@@ -87,6 +89,39 @@ impl<'a> Step<'a> {
             message,
             transitions,
         });
+    }
+
+    /// `message` signed with the engine's key (over the fields a party signs, its receivers
+    /// as `to`) when the engine sent it and has a key; as it is otherwise.
+    fn signed_by_engine(&self, message: Arc<Message>) -> Arc<Message> {
+        let Some(signer) = &self.conversation.signer else {
+            return message;
+        };
+        if *message.sender != *ENGINE_PARTY || message.signature.is_some() {
+            return message;
+        }
+        let to: Vec<String> = message.receivers.iter().map(|r| r.to_string()).collect();
+        let sent = SendMessage {
+            message_id: Some(message.id.to_string()),
+            performative: message.performative.name().to_owned(),
+            to: to.clone(),
+            content: message.content.value(),
+            in_reply_to: message.in_reply_to.as_deref().map(str::to_owned),
+            reply_by: message.reply_by,
+            signature: None,
+        };
+        let fields = sent.signed_fields(self.conversation.id(), ENGINE_PARTY);
+        match colloquy_trust::message::sign_fields(signer, &fields) {
+            Ok(jws) => {
+                let mut signed = Arc::unwrap_or_clone(message);
+                signed.signature = Some(Arc::new(MessageSignature { jws, to }));
+                Arc::new(signed)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the engine's message goes unsigned");
+                message
+            }
+        }
     }
 
     /// Whether anything was emitted.

@@ -5,6 +5,7 @@
 //! who verify records (`colloquy audit verify --jwks`). See `docs/security.md`.
 
 use axum::extract::State;
+use colloquy_protocol::message::ENGINE_PARTY;
 use colloquy_trust::record::{AuditRecord, EngineSignature, SIGNATURE_TYPE, signed_payload};
 use serde_json::{Value, json};
 
@@ -22,8 +23,14 @@ pub async fn record(
 ) -> Result<JsonResponse<AuditRecord>, ApiError> {
     let mut record = state.engine().audit_record(&id, caller.viewer()).await?;
     for sender in signed_senders(&record) {
-        if let Some(keys) = state.identity().signing_keys(&sender) {
-            record.signer_keys.insert(sender, keys.jwks.clone());
+        let keys = if sender == ENGINE_PARTY {
+            // The engine's own messages are signed with its audit key.
+            (state.audit_key()).map(|key| json!({ "keys": [key.public_jwk()] }))
+        } else {
+            (state.identity().signing_keys(&sender)).map(|keys| keys.jwks.clone())
+        };
+        if let Some(keys) = keys {
+            record.signer_keys.insert(sender, keys);
         }
     }
     if let Some(key) = state.audit_key() {

@@ -241,3 +241,88 @@ async fn signed_messages_are_checked_at_the_door_and_in_the_record() {
         "{broken}"
     );
 }
+
+/// With a key, the engine signs the messages it sends itself, as a party signs its own: a
+/// late proposal's automatic rejection verifies in the record under the engine's key.
+#[tokio::test]
+async fn the_engines_own_messages_are_signed_with_its_key() {
+    let der = Signer::generate_ed25519().expect("a key");
+    let key = Arc::new(Signer::from_pkcs8(&der, "engine-key").expect("a signer"));
+    let server = Server::with_options(
+        Vec::new(),
+        ServiceOptions {
+            identity: identity(&[]),
+            scheduler_period: Duration::from_millis(10),
+            audit_key: Some(key.clone()),
+            engine: colloquy_core::EngineConfig {
+                message_signer: Some(key),
+                ..colloquy_core::EngineConfig::default()
+            },
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    let alice = server.client("alice").await;
+    let bob = server.client("bob").await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    let view = bounded(alice.start(&colloquy_protocol::StartConversation {
+        template: "fipa-contract-net".to_owned(),
+        participants: vec!["bob".to_owned()],
+        message: Some(SendMessage::new("cfp", json!({"task": "deliver"})).reply_by(now + 200)),
+        ..Default::default()
+    }))
+    .await
+    .expect("started");
+    bounded(async {
+        loop {
+            let seen = alice.conversation(&view.id).await.expect("view");
+            if seen.threads[0].state.as_ref() == "no_reply" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // Too late: the engine turns the proposal down itself.
+    bounded(bob.send(
+        &view.id,
+        &SendMessage::new("propose", json!({"price": 99.5})),
+    ))
+    .await
+    .expect("a late proposal is recorded");
+
+    let record = bounded(alice.audit(&view.id))
+        .await
+        .expect("alice's record");
+    let engine_reply = (record.events.iter())
+        .find(|event| event["message"]["sender"] == colloquy_protocol::message::ENGINE_PARTY)
+        .expect("the engine's reject-proposal");
+    assert_eq!(engine_reply["message"]["performative"], "reject-proposal");
+    assert!(
+        engine_reply["message"]["signature"]["jws"].is_string(),
+        "{engine_reply}"
+    );
+    let jwks: Value = bounded(async {
+        reqwest::get(format!("{}/v1/audit/keys", server.url))
+            .await?
+            .json()
+            .await
+    })
+    .await
+    .expect("the engine's key");
+    assert_eq!(
+        record.signer_keys[colloquy_protocol::message::ENGINE_PARTY],
+        jwks,
+        "the record names the engine's key for its messages"
+    );
+    let verified = verify(&record, &KeySet::from_jwks(&jwks).expect("keys"))
+        .unwrap_or_else(|broken| panic!("{broken}"));
+    assert_eq!(
+        verified.signed_messages, 1,
+        "the engine's reply, the only signed message"
+    );
+    assert_eq!(verified.engine_key.as_deref(), Some("engine-key"));
+}
