@@ -138,16 +138,22 @@ impl Message {
     /// record, when it carries a signature.
     pub fn signed_fields(&self, conversation_id: &str) -> Option<Value> {
         let signature = self.signature.as_ref()?;
+        Some(self.fields_to_sign(conversation_id, &signature.to))
+    }
+
+    /// The fields a signature over this message covers, `to` being the receivers as its
+    /// sender named them ([`SendMessage::signed_fields`]).
+    pub fn fields_to_sign(&self, conversation_id: &str, to: &[String]) -> Value {
         let sent = SendMessage {
             message_id: Some(self.id.to_string()),
             performative: self.performative.name().to_owned(),
-            to: signature.to.clone(),
+            to: to.to_vec(),
             content: self.content.value(),
             in_reply_to: self.in_reply_to.as_deref().map(str::to_owned),
             reply_by: self.reply_by,
             signature: None,
         };
-        Some(sent.signed_fields(conversation_id, &self.sender))
+        sent.signed_fields(conversation_id, &self.sender)
     }
 }
 

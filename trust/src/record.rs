@@ -116,74 +116,101 @@ pub fn signed_payload(record: &AuditRecord) -> String {
 /// The chain over `events` (each a JSON event as stored or as a record carries it): its
 /// summary, or the first event that breaks it.
 pub fn chain_of(events: &[Value]) -> Result<ChainSummary, Broken> {
-    let mut head = GENESIS.to_owned();
-    let mut chained_from = None;
-    for (index, event) in events.iter().enumerate() {
-        let seq = index as u64 + 1;
-        let broken = |check, why: String| Broken {
-            seq: Some(seq),
-            check,
-            why,
-        };
-        if event.get("seq").and_then(Value::as_u64) != Some(seq) {
-            return Err(broken(
-                "order",
-                format!("event {seq} of the log says it is `seq` {}", event["seq"]),
-            ));
-        }
-        let body = chain::body_digest(event).map_err(|why| broken("digest", why))?;
-        match event.get(PREV) {
-            Some(prev) => {
-                if prev.as_str() != Some(head.as_str()) {
-                    return Err(broken(
-                        "chain",
-                        format!(
-                            "its `prev` is not the chain hash of {}: an event before it was \
-                             removed, reordered or altered",
-                            if seq == 1 {
-                                "the empty log".to_owned()
-                            } else {
-                                format!("event {}", seq - 1)
-                            }
-                        ),
-                    ));
-                }
-                chained_from.get_or_insert(seq);
-            }
-            None if chained_from.is_some() => {
-                return Err(broken(
-                    "chain",
-                    "it carries no `prev`, after the chain began".to_owned(),
-                ));
-            }
-            None => {}
-        }
-        head = chain::link(&head, &body).map_err(|why| broken("chain", why))?;
+    let mut walk = ChainWalk::default();
+    for event in events {
+        walk.take(event)?;
     }
-    Ok(ChainSummary {
-        length: events.len() as u64,
-        head,
-        chained_from,
-    })
+    Ok(walk.summary())
 }
 
 /// The chain over `events` as they are, without checking it: what a log's summary says,
 /// also when an event in it (altered in the store) breaks the chain, which the record's
 /// verifier then finds.
 pub fn fold_chain(events: &[Value]) -> ChainSummary {
-    let mut head = GENESIS.to_owned();
-    let mut chained_from = None;
-    for (index, event) in events.iter().enumerate() {
-        if event.get(PREV).is_some() {
-            chained_from.get_or_insert(index as u64 + 1);
-        }
-        let linked = chain::body_digest(event).and_then(|body| chain::link(&head, &body));
-        head = linked.unwrap_or_else(|why| chain::sha256_hex(why.as_bytes()));
+    let mut walk = ChainWalk::default();
+    for event in events {
+        // A broken event still moves the head: the summary is of the log as it is.
+        let _ = walk.take(event);
     }
-    ChainSummary {
-        length: events.len() as u64,
-        head,
-        chained_from,
+    walk.summary()
+}
+
+/// A walk along a log's chain, one event at a time.
+struct ChainWalk {
+    head: String,
+    length: u64,
+    chained_from: Option<u64>,
+}
+
+impl Default for ChainWalk {
+    fn default() -> ChainWalk {
+        ChainWalk {
+            head: GENESIS.to_owned(),
+            length: 0,
+            chained_from: None,
+        }
+    }
+}
+
+impl ChainWalk {
+    /// Takes the next event into the chain, and says what is wrong with it, if anything: its
+    /// place, its digest, its link to the event before. The head moves on either way.
+    fn take(&mut self, event: &Value) -> Result<(), Broken> {
+        self.length += 1;
+        let seq = self.length;
+        let broken = |check, why: String| Broken {
+            seq: Some(seq),
+            check,
+            why,
+        };
+        let order = (event.get("seq").and_then(Value::as_u64) != Some(seq)).then(|| {
+            let said = event.get("seq").unwrap_or(&Value::Null);
+            broken(
+                "order",
+                format!("event {seq} of the log says it is `seq` {said}"),
+            )
+        });
+        let link = match event.get(PREV) {
+            Some(prev) if prev.as_str() != Some(self.head.as_str()) => Some(broken(
+                "chain",
+                format!(
+                    "its `prev` is not the chain hash of {}: an event before it was removed, \
+                     reordered or altered",
+                    if seq == 1 {
+                        "the empty log".to_owned()
+                    } else {
+                        format!("event {}", seq - 1)
+                    }
+                ),
+            )),
+            None if self.chained_from.is_some() => Some(broken(
+                "chain",
+                "it carries no `prev`, after the chain began".to_owned(),
+            )),
+            _ => None,
+        };
+        if event.get(PREV).is_some() {
+            self.chained_from.get_or_insert(seq);
+        }
+        let body = chain::body_digest(event);
+        let linked = (body.as_ref())
+            .map_err(String::clone)
+            .and_then(|body| chain::link(&self.head, body));
+        self.head = linked.unwrap_or_else(|why| chain::sha256_hex(why.as_bytes()));
+        match (order, body, link) {
+            (Some(broken), _, _) => Err(broken),
+            (None, Err(why), _) => Err(broken("digest", why)),
+            (None, Ok(_), Some(broken)) => Err(broken),
+            (None, Ok(_), None) => Ok(()),
+        }
+    }
+
+    fn summary(self) -> ChainSummary {
+        ChainSummary {
+            length: self.length,
+            head: self.head,
+            chained_from: self.chained_from,
+        }
     }
 }
 

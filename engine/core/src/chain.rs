@@ -52,15 +52,11 @@ impl ChainTail {
 
 /// The chain hash of `event` after `prev`.
 fn link(prev: &str, event: &ConversationEvent) -> Arc<str> {
-    let body = body_digest(event);
-    // Both are SHA-256 hex digests this module made (or a `prev` a store gave back, which
-    // the engine wrote): a malformed one starts the chain afresh rather than stop the
-    // conversation, and the audit record shows the break.
-    Arc::from(
-        chain::link(prev, &body)
-            .or_else(|_| chain::link(GENESIS, &body))
-            .unwrap_or_default(),
-    )
+    // `prev` is a digest the engine wrote. One a store gives back malformed hashes into a
+    // head that breaks the chain, as the verifier's walk does, rather than stop the
+    // conversation: the audit record shows the break.
+    let linked = chain::link(prev, &body_digest(event));
+    Arc::from(linked.unwrap_or_else(|why| chain::sha256_hex(why.as_bytes())))
 }
 
 /// The body digest of `event` (`colloquy_trust::chain::body_digest`).

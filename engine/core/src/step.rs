@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use colloquy_protocol::event::{ConversationEvent, EventKind};
-use colloquy_protocol::message::{ENGINE_PARTY, Message, MessageSignature, SendMessage};
+use colloquy_protocol::message::{ENGINE_PARTY, Message, MessageSignature};
 
 use crate::conversation::Conversation;
 use crate::store::{Commit, Delivery};
@@ -101,16 +101,7 @@ impl<'a> Step<'a> {
             return message;
         }
         let to: Vec<String> = message.receivers.iter().map(|r| r.to_string()).collect();
-        let sent = SendMessage {
-            message_id: Some(message.id.to_string()),
-            performative: message.performative.name().to_owned(),
-            to: to.clone(),
-            content: message.content.value(),
-            in_reply_to: message.in_reply_to.as_deref().map(str::to_owned),
-            reply_by: message.reply_by,
-            signature: None,
-        };
-        let fields = sent.signed_fields(self.conversation.id(), ENGINE_PARTY);
+        let fields = message.fields_to_sign(self.conversation.id(), &to);
         match colloquy_trust::message::sign_fields(signer, &fields) {
             Ok(jws) => {
                 let mut signed = Arc::unwrap_or_clone(message);

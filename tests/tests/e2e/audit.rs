@@ -16,20 +16,39 @@ use colloquy_tests::compile;
 use colloquy_tests::http::{Server, bounded, call, identity, raw};
 use serde_json::{Value, json};
 
-#[tokio::test]
-async fn a_party_verifies_its_record_with_the_engines_key() {
-    let der = Signer::generate_p256().expect("a key");
-    let key = Signer::from_pkcs8(&der, "engine-key").expect("a signer");
-    let server = Server::with_options(
+/// A token-mode server (the agents of `colloquy_tests::http::AGENTS`) signing audit records
+/// with `key`, its engine set up as `engine` says.
+async fn audited_server(key: Arc<Signer>, engine: colloquy_core::EngineConfig) -> Server {
+    Server::with_options(
         Vec::new(),
         ServiceOptions {
             identity: identity(&[]),
             scheduler_period: Duration::from_millis(10),
-            audit_key: Some(Arc::new(key)),
+            audit_key: Some(key),
+            engine,
             ..ServiceOptions::default()
         },
     )
-    .await;
+    .await
+}
+
+/// The engine's audit key as `GET /v1/audit/keys` serves it.
+async fn engine_keys(server: &Server) -> Value {
+    bounded(async {
+        reqwest::get(format!("{}/v1/audit/keys", server.url))
+            .await?
+            .json()
+            .await
+    })
+    .await
+    .expect("the engine's key")
+}
+
+#[tokio::test]
+async fn a_party_verifies_its_record_with_the_engines_key() {
+    let der = Signer::generate_p256().expect("a key");
+    let key = Signer::from_pkcs8(&der, "engine-key").expect("a signer");
+    let server = audited_server(Arc::new(key), colloquy_core::EngineConfig::default()).await;
     let alice = server.client("alice").await;
     let bob = server.client("bob").await;
     let view = bounded(alice.start(&colloquy_protocol::StartConversation {
@@ -44,14 +63,7 @@ async fn a_party_verifies_its_record_with_the_engines_key() {
         .await
         .expect("agreed");
 
-    let jwks: Value = bounded(async {
-        reqwest::get(format!("{}/v1/audit/keys", server.url))
-            .await?
-            .json()
-            .await
-    })
-    .await
-    .expect("the engine's key");
+    let jwks = engine_keys(&server).await;
     let keys = KeySet::from_jwks(&jwks).expect("a key set");
     let record = bounded(bob.audit(&view.id)).await.expect("bob's record");
     assert_eq!(record.reader.as_deref(), Some("bob"));
@@ -248,20 +260,11 @@ async fn signed_messages_are_checked_at_the_door_and_in_the_record() {
 async fn the_engines_own_messages_are_signed_with_its_key() {
     let der = Signer::generate_ed25519().expect("a key");
     let key = Arc::new(Signer::from_pkcs8(&der, "engine-key").expect("a signer"));
-    let server = Server::with_options(
-        Vec::new(),
-        ServiceOptions {
-            identity: identity(&[]),
-            scheduler_period: Duration::from_millis(10),
-            audit_key: Some(key.clone()),
-            engine: colloquy_core::EngineConfig {
-                message_signer: Some(key),
-                ..colloquy_core::EngineConfig::default()
-            },
-            ..ServiceOptions::default()
-        },
-    )
-    .await;
+    let engine = colloquy_core::EngineConfig {
+        message_signer: Some(key.clone()),
+        ..colloquy_core::EngineConfig::default()
+    };
+    let server = audited_server(key, engine).await;
     let alice = server.client("alice").await;
     let bob = server.client("bob").await;
     let now = std::time::SystemTime::now()
@@ -305,14 +308,7 @@ async fn the_engines_own_messages_are_signed_with_its_key() {
         engine_reply["message"]["signature"]["jws"].is_string(),
         "{engine_reply}"
     );
-    let jwks: Value = bounded(async {
-        reqwest::get(format!("{}/v1/audit/keys", server.url))
-            .await?
-            .json()
-            .await
-    })
-    .await
-    .expect("the engine's key");
+    let jwks = engine_keys(&server).await;
     assert_eq!(
         record.signer_keys[colloquy_protocol::message::ENGINE_PARTY],
         jwks,
