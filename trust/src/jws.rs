@@ -57,6 +57,15 @@ impl Signature {
         format!("{}..{}", self.protected, self.signature)
     }
 
+    /// The `kid` its protected header names, if it is base64url JSON that names one.
+    pub fn kid(&self) -> Option<String> {
+        let header: Value = URL_SAFE_NO_PAD
+            .decode(&self.protected)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())?;
+        header.get("kid")?.as_str().map(str::to_owned)
+    }
+
     /// A compact JWS whose payload is detached (`protected..signature`), split.
     pub fn parse_detached(jws: &str) -> Result<Signature, String> {
         let mut parts = jws.split('.');
@@ -323,6 +332,29 @@ impl KeySet {
     }
 }
 
+/// The RFC 7638 thumbprint of a public Ed25519 or P-256 JWK: the base64url SHA-256 of its
+/// required members in lexicographic order, no whitespace. It names a key that has no `kid`
+/// (a `cnf` key, say) the same way wherever it is computed.
+pub fn thumbprint(jwk: &Value) -> Result<String, String> {
+    let field = |name: &str| {
+        jwk.get(name)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!(".{name}: required"))
+    };
+    let members = match (field("kty")?, field("crv")?) {
+        ("OKP", "Ed25519") => serde_json::json!({"crv": "Ed25519", "kty": "OKP", "x": field("x")?}),
+        ("EC", "P-256") => serde_json::json!({
+            "crv": "P-256", "kty": "EC", "x": field("x")?, "y": field("y")?,
+        }),
+        _ => return Err(": an OKP/Ed25519 or EC/P-256 key is expected".to_owned()),
+    };
+    let canonical = crate::jcs::canonicalize(&members);
+    Ok(URL_SAFE_NO_PAD.encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        canonical.as_bytes(),
+    )))
+}
+
 /// A JWK's key id and public key; `Err` starts with the field at fault (`.x: …`).
 fn public_key(key: &Value) -> Result<(String, PublicKey), String> {
     let field = |name: &str| key.get(name).and_then(Value::as_str);
@@ -355,6 +387,20 @@ fn public_key(key: &Value) -> Result<(String, PublicKey), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thumbprints_are_rfc_8037s() {
+        // RFC 8037 appendix A.3.
+        let jwk = serde_json::json!({
+            "kty": "OKP", "crv": "Ed25519",
+            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
+        });
+        assert_eq!(
+            thumbprint(&jwk).as_deref(),
+            Ok("kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k")
+        );
+        assert!(thumbprint(&serde_json::json!({"kty": "RSA", "crv": "x"})).is_err());
+    }
 
     fn signer(der: Vec<u8>, kid: &str) -> Signer {
         Signer::from_pkcs8(&der, kid).expect("a signer")

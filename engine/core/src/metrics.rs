@@ -538,6 +538,14 @@ impl ConversationStore for MeteredStore {
         self.inner.forget_push_config(conversation_id, id).await
     }
 
+    async fn agent_keys(&self, agent: &str) -> Result<Vec<crate::store::AgentKey>, StoreError> {
+        self.inner.agent_keys(agent).await
+    }
+
+    async fn keep_agent_key(&self, key: &crate::store::AgentKey) -> Result<(), StoreError> {
+        self.inner.keep_agent_key(key).await
+    }
+
     async fn forget_remote_task(
         &self,
         agent: &str,

@@ -27,7 +27,7 @@ pub async fn record(
             // The engine's own messages are signed with its audit key.
             (state.audit_key()).map(|key| json!({ "keys": [key.public_jwk()] }))
         } else {
-            (state.identity().signing_keys(&sender)).map(|keys| keys.jwks.clone())
+            super::agent_keys::record_jwks(&state, &sender).await?
         };
         if let Some(keys) = keys {
             record.signer_keys.insert(sender, keys);

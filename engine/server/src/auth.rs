@@ -237,6 +237,20 @@ pub struct SigningKeys {
     pub keys: colloquy_trust::jws::KeySet,
 }
 
+/// A public key an identity provider bound to an agent's JWT (`cnf`, RFC 7800): the agent
+/// holds its private half, so its signatures are the agent's while the token is valid.
+#[derive(Clone, Debug)]
+pub struct BoundKey {
+    /// The agent the token names.
+    pub agent: AgentId,
+    /// The JWK of the `cnf` claim, as the token gives it.
+    pub jwk: serde_json::Value,
+    /// The token's issuer.
+    pub issuer: String,
+    /// The token's `exp`, in Unix milliseconds.
+    pub expires_at_ms: u64,
+}
+
 /// Most agents known only through JWTs that `GET /v1/agents` lists for the administrator:
 /// those that called this node since it started, up to this many (the identity provider,
 /// not this server, knows them all).
@@ -292,6 +306,37 @@ impl JwtAuth {
             }
         }
         Ok(caller)
+    }
+
+    /// The key `token` binds to its agent with a `cnf` claim (RFC 7800 §3.2: `{"cnf":
+    /// {"jwk": {…}}}`), when it is a good token of an agent that has one. `Err` says why a
+    /// `cnf` claim binds nothing (not a public Ed25519/P-256 JWK).
+    pub fn bound_key(&self, token: &str) -> Result<Option<BoundKey>, String> {
+        if !jwt::has_confirmation(token) {
+            return Ok(None);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        let Ok((Caller::Agent(agent), claims)) =
+            jwt::verify_claims(token, &self.jwks.keys(), &self.expect, now)
+        else {
+            // A bad token is refused when the caller is identified; an admin signs nothing.
+            return Ok(None);
+        };
+        let Some(jwk) = claims.get("cnf").and_then(|cnf| cnf.get("jwk")) else {
+            return Err("the token's `cnf` claim has no `jwk` (RFC 7800 §3.2)".to_owned());
+        };
+        let expires = claims
+            .get("exp")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(now);
+        Ok(Some(BoundKey {
+            agent,
+            jwk: jwk.clone(),
+            issuer: self.expect.issuer.clone(),
+            expires_at_ms: expires.saturating_mul(1000),
+        }))
     }
 
     /// Before `token` is verified: when it names a kid the keys lack, reads them again
@@ -710,6 +755,7 @@ pub async fn gate(
 ) -> axum::response::Response {
     let identity = state.identity();
     identity.prepare(request.headers()).await;
+    super::agent_keys::bind_presented_key(&state, request.headers()).await;
     // Only the credential is kept for the count, and only where there are credentials.
     let mut credential = axum::http::HeaderMap::new();
     if matches!(identity, Identity::Tokens { .. }) {

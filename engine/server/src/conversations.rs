@@ -49,7 +49,7 @@ pub async fn start(
         )
         .into());
     }
-    super::signatures::check_start(&state, agent, &request)?;
+    super::signatures::check_start(&state, agent, &request).await?;
     // The id is chosen here, not in the engine, so that the span (and every log line of the
     // start, the opening message's included) carries it.
     let id = request
@@ -97,7 +97,7 @@ pub async fn send(
     JsonBody(message): JsonBody<SendMessage>,
 ) -> Result<(StatusCode, JsonResponse<SendReceipt>), ApiError> {
     let agent = caller.agent()?;
-    super::signatures::check(&state, agent, &id, &message)?;
+    super::signatures::check(&state, agent, &id, &message).await?;
     let span = tracing::info_span!("conversation", id = %LogSafe(&id));
     let performative = message.performative.clone();
     match state

@@ -10,6 +10,8 @@
 //!   provider verified against its JWKS, or open mode).
 //! - [`conversations`]: start, send, read and list conversations.
 //! - [`signatures`]: signed messages checked against their senders' keys.
+//! - [`agent_keys`]: those keys: the agents file's, registered by the administrator, bound
+//!   to a JWT by `cnf`.
 //! - [`audit`]: a conversation's audit record, signed with the engine's audit key, and
 //!   that key's public half.
 //! - [`streams`]: server-sent event streams (conversation events, agent inboxes) and the
@@ -39,6 +41,7 @@
 
 pub mod a2a;
 pub mod acks;
+pub mod agent_keys;
 pub mod agents;
 pub mod audit;
 pub mod auth;
@@ -240,6 +243,17 @@ pub fn routes() -> Vec<Route> {
         route("get", "/v1/conversations/{id}/audit", get(audit::record)),
         route("get", "/v1/audit/keys", get(audit::keys)),
         route("get", "/v1/agents", get(agents::list)),
+        route("get", "/v1/agents/{id}/signing-keys", get(agent_keys::list)),
+        route(
+            "put",
+            "/v1/agents/{id}/signing-keys/{kid}",
+            axum::routing::put(agent_keys::register),
+        ),
+        route(
+            "delete",
+            "/v1/agents/{id}/signing-keys/{kid}",
+            axum::routing::delete(agent_keys::revoke),
+        ),
         route("get", "/v1/agents/{id}/inbox", get(streams::inbox)),
         route("get", "/v1/agents/{id}/inbox/poll", get(streams::poll)),
         route("post", "/v1/agents/{id}/inbox/ack", post(acks::acknowledge)),

@@ -9,48 +9,65 @@ use colloquy_protocol::message::{SendMessage, StartConversation};
 use colloquy_protocol::template::Signatures;
 
 use super::AppState;
+use super::error::ApiError;
 
 /// `message`'s signature, when it has one, holds under `sender`'s keys for conversation
-/// `conversation_id`: else 422 `bad_signature` saying why (no keys registered, unknown key,
-/// altered).
-pub fn check(
+/// `conversation_id` (those of the agents file, and those registered or bound by a token,
+/// `super::agent_keys`): else 422 `bad_signature` saying why (no keys, unknown, revoked or
+/// lapsed key, altered).
+pub async fn check(
     state: &AppState,
     sender: &str,
     conversation_id: &str,
     message: &SendMessage,
-) -> Result<(), EngineError> {
+) -> Result<(), ApiError> {
     let Some(jws) = &message.signature else {
         return Ok(());
     };
-    let keys = state.identity().signing_keys(sender).ok_or_else(|| {
-        EngineError::BadSignature(format!(
-            "unknown key: no signing keys are registered for `{sender}` (`signing_keys` in the \
-             agents file)"
-        ))
-    })?;
+    // A key that signed once but was revoked or lapsed is named as such, not as unknown.
+    let lapsed = || async {
+        let kid = colloquy_trust::jws::Signature::parse_detached(jws)
+            .ok()
+            .and_then(|signature| signature.kid())?;
+        super::agent_keys::why_not(state, sender, &kid).await
+    };
+    let Some(keys) = super::agent_keys::signing_keys(state, sender).await? else {
+        let why = lapsed().await.unwrap_or_else(|| {
+            format!(
+                "unknown key: no signing keys are registered for `{sender}` (`signing_keys` in \
+                 the agents file, a key the administrator registered, or a token's `cnf`)"
+            )
+        });
+        return Err(EngineError::BadSignature(why).into());
+    };
     let fields = message.signed_fields(conversation_id, sender);
-    colloquy_trust::message::verify(&keys.keys, &fields, jws)
-        .map(drop)
-        .map_err(EngineError::BadSignature)
+    match colloquy_trust::message::verify(&keys, &fields, jws) {
+        Ok(_) => Ok(()),
+        Err(why) if why.starts_with("unknown key") => {
+            Err(EngineError::BadSignature(lapsed().await.unwrap_or(why)).into())
+        }
+        Err(why) => Err(EngineError::BadSignature(why).into()),
+    }
 }
 
 /// A start's opening message signed as any message is (over the conversation id the client
 /// chose: a signed opening message needs one), and no remote A2A agent among the
 /// participants of a template that requires signatures: it could not sign its replies.
-pub fn check_start(
+pub async fn check_start(
     state: &AppState,
     initiator: &str,
     request: &StartConversation,
-) -> Result<(), EngineError> {
+) -> Result<(), ApiError> {
     if let Some(message) = &request.message {
         match &request.conversation_id {
-            Some(id) => check(state, initiator, id, message)?,
+            Some(id) => check(state, initiator, id, message).await?,
             None if message.signature.is_some() => {
                 return Err(EngineError::BadSignature(
                     "a signed opening message needs the conversation_id it signed, chosen by \
                      the client"
                         .to_owned(),
-                ));
+                )
+                .into());
             }
             None => {}
         }
@@ -67,7 +84,8 @@ pub fn check_start(
             "participant `{remote}` is a remote A2A agent, which cannot sign its messages, and \
              template `{}` requires signatures",
             request.template
-        )));
+        ))
+        .into());
     }
     Ok(())
 }

@@ -54,7 +54,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use colloquy_core::store::{
-    Activation, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
+    Activation, AgentKey, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
     PushConfig, RemoteChange, RemoteTask, StoreError,
 };
 
@@ -131,6 +131,9 @@ impl Keys {
     }
     fn push_configs(&self) -> String {
         format!("{}:push-configs", self.prefix)
+    }
+    fn agent_keys(&self, agent: &str) -> String {
+        format!("{}:agent-keys:{agent}", self.prefix)
     }
     /// The field of a record named by a conversation and an id (a remote task by its
     /// message, a push config by its id) in its hash: unambiguous whatever the ids hold.
@@ -807,6 +810,16 @@ impl ConversationStore for RedisStore {
     async fn keep_push_config(&self, config: &PushConfig) -> Result<(), StoreError> {
         let field = Keys::pair_field(&config.conversation_id, &config.id);
         self.keep_hash_record(self.keys.push_configs(), field, config)
+            .await
+    }
+
+    async fn agent_keys(&self, agent: &str) -> Result<Vec<AgentKey>, StoreError> {
+        self.hash_records(self.keys.agent_keys(agent), "agent key")
+            .await
+    }
+
+    async fn keep_agent_key(&self, key: &AgentKey) -> Result<(), StoreError> {
+        self.keep_hash_record(self.keys.agent_keys(&key.agent), key.kid.clone(), key)
             .await
     }
 

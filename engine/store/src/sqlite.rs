@@ -49,7 +49,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use colloquy_core::store::{
-    Activation, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
+    Activation, AgentKey, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
     PushConfig, RemoteTask, StoreError,
 };
 
@@ -189,6 +189,7 @@ enum Job {
     AdvanceWebhookCursor(String, u64, oneshot::Sender<Result<(), StoreError>>),
     KeepRemoteTask(String, RemoteTask, oneshot::Sender<Result<(), StoreError>>),
     KeepPushConfig(PushConfig, oneshot::Sender<Result<(), StoreError>>),
+    KeepAgentKey(AgentKey, oneshot::Sender<Result<(), StoreError>>),
     ForgetPushConfig(String, String, oneshot::Sender<Result<(), StoreError>>),
     Archive(ArchiveWrite, oneshot::Sender<Result<(), StoreError>>),
     /// The agent, the conversation and the message.
@@ -513,6 +514,34 @@ impl ConversationStore for SqliteStore {
         let config = config.clone();
         self.submit(|reply| Job::KeepPushConfig(config, reply))
             .await
+    }
+
+    async fn agent_keys(&self, agent: &str) -> Result<Vec<AgentKey>, StoreError> {
+        let agent = agent.to_owned();
+        self.read(move |connection| {
+            let mut statement = connection
+                .prepare_cached("SELECT body FROM agent_keys WHERE agent = ?1")
+                .map_err(internal)?;
+            let bodies = statement
+                .query_map([&agent], |row| row.get::<_, String>(0))
+                .map_err(internal)?
+                .collect::<Result<Vec<String>, _>>()
+                .map_err(internal)?;
+            bodies
+                .iter()
+                .map(|body| {
+                    serde_json::from_str(body).map_err(|error| {
+                        StoreError::Internal(format!("unreadable agent key: {error}"))
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn keep_agent_key(&self, key: &AgentKey) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.submit(|reply| Job::KeepAgentKey(key, reply)).await
     }
 
     async fn forget_push_config(&self, conversation_id: &str, id: &str) -> Result<(), StoreError> {

@@ -83,7 +83,7 @@ async fn a_party_verifies_its_record_with_the_engines_key() {
 }
 
 /// fipa-request under another name, requiring signatures.
-fn signed_request_template() -> colloquy_policy::CompiledTemplate {
+pub(crate) fn signed_request_template() -> colloquy_policy::CompiledTemplate {
     let source = std::fs::read_to_string(colloquy_tests::templates_dir().join("fipa-request.yaml"))
         .expect("fipa-request.yaml");
     let source = source
@@ -114,7 +114,7 @@ fn signing_agents(alice: &Signer, bob: &Signer) -> Identity {
     Identity::from_yaml(&yaml, "signing agents").unwrap_or_else(|error| panic!("{error}"))
 }
 
-fn signer(kid: &str) -> Signer {
+pub(crate) fn signer(kid: &str) -> Signer {
     Signer::from_pkcs8(&Signer::generate_ed25519().expect("a key"), kid).expect("a signer")
 }
 
@@ -252,6 +252,104 @@ async fn signed_messages_are_checked_at_the_door_and_in_the_record() {
         matches!(broken.check, "chain" | "message signature"),
         "{broken}"
     );
+}
+
+/// A key the administrator registers signs for its agent, and after the administrator
+/// revokes it signs nothing new, while the record of what it signed keeps it.
+#[tokio::test]
+async fn keys_the_admin_registers_sign_until_revoked() {
+    let (alice_key, bob_key, carol_key) = (signer("alice-1"), signer("bob-1"), signer("carol-1"));
+    let carol_public = carol_key.public_jwk();
+    let server = Server::with(
+        signing_agents(&alice_key, &bob_key),
+        vec![signed_request_template()],
+    )
+    .await;
+    let keys_path = "/v1/agents/carol/signing-keys";
+    let put = |body: Value, token: &str| {
+        raw()
+            .put(format!("{}{keys_path}/carol-1", server.url))
+            .bearer_auth(token)
+            .json(&body)
+    };
+    // Only the administrator registers; only a public key; the path names the kid.
+    let (status, body) = call(put(carol_public.clone(), "carol-token")).await;
+    assert_eq!(status, 403, "{body}");
+    let mut private = carol_public.clone();
+    private["d"] = json!("bm90IGEga2V5");
+    let (status, body) = call(put(private, "admin-token")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("private member `d`"), "{body}");
+    assert!(!body.to_string().contains("bm90IGEga2V5"), "{body}");
+    let (status, body) = call(put(carol_public.clone(), "admin-token")).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["source"]["kind"], "admin", "{body}");
+    let (status, _) = call(put(carol_public.clone(), "admin-token")).await;
+    assert_eq!(status, 200, "the same key again changes nothing");
+    let (status, body) = call(put(signer("carol-1").public_jwk(), "admin-token")).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "kid_taken", "{body}");
+
+    // carol now signs: a signed start and bob's signed agree go through.
+    let carol = server.client("carol").await.signing_with(carol_key);
+    let bob = server.client("bob").await.signing_with(bob_key);
+    let view = bounded(carol.start(&colloquy_protocol::StartConversation {
+        template: "signed-request".to_owned(),
+        participants: vec!["bob".to_owned()],
+        message: Some(SendMessage::new("request", json!({"amount": 12.5}))),
+        ..Default::default()
+    }))
+    .await
+    .expect("carol signs with her registered key");
+    bounded(bob.send(&view.id, &SendMessage::new("agree", json!({}))))
+        .await
+        .expect("bob agrees");
+
+    // She lists her keys (bob may not).
+    let (status, body) = call(
+        raw()
+            .get(format!("{}{keys_path}", server.url))
+            .bearer_auth("carol-token"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["keys"][0]["kid"], "carol-1", "{body}");
+    let (status, _) = call(
+        raw()
+            .get(format!("{}{keys_path}", server.url))
+            .bearer_auth("bob-token"),
+    )
+    .await;
+    assert_eq!(status, 403);
+
+    // Revoked: refused for new messages, saying so.
+    let (status, body) = call(
+        raw()
+            .delete(format!("{}{keys_path}/carol-1", server.url))
+            .bearer_auth("admin-token"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["revoked_at"].is_u64(), "{body}");
+    let refused = bounded(carol.start(&colloquy_protocol::StartConversation {
+        template: "signed-request".to_owned(),
+        participants: vec!["bob".to_owned()],
+        message: Some(SendMessage::new("request", json!({}))),
+        ..Default::default()
+    }))
+    .await
+    .expect_err("a revoked key");
+    assert_eq!(
+        (refused.status(), refused.code()),
+        (Some(422), Some("bad_signature"))
+    );
+    assert!(refused.to_string().contains("revoked"), "{refused}");
+
+    // The record of the first conversation still carries the key and verifies.
+    let record = bounded(carol.audit(&view.id)).await.expect("the record");
+    assert_eq!(record.signer_keys["carol"]["keys"][0]["kid"], "carol-1");
+    let verified = verify(&record, &KeySet::default()).unwrap_or_else(|broken| panic!("{broken}"));
+    assert_eq!(verified.signed_messages, 2, "request, agree");
 }
 
 /// With a key, the engine signs the messages it sends itself, as a party signs its own: a

@@ -754,3 +754,84 @@ async fn the_sdk_asks_its_token_provider_again_when_refused() {
     );
     assert_eq!(failures(&server, "expired").await, 1);
 }
+
+/// A key an identity provider binds to an agent's token with `cnf` (RFC 7800) signs for the
+/// agent: a signed start goes through, the agent lists the key with its issuer, and the
+/// record carries it; a key the token does not bind is still unknown.
+#[tokio::test]
+async fn a_key_bound_by_cnf_signs_for_its_agent() {
+    let key = Key::ed("provider-1");
+    let provider = Provider::serve(&[&key]).await;
+    let server = Server::with_options(
+        vec![super::audit::signed_request_template()],
+        ServiceOptions {
+            identity: Identity::Open.with_jwt(jwt_auth(&provider).await),
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    // dave's key, named by its RFC 7638 thumbprint as the token's `cnf` gives no kid.
+    let der = colloquy_sdk::trust::jws::Signer::generate_ed25519().expect("a key");
+    let unnamed = colloquy_sdk::trust::jws::Signer::from_pkcs8(&der, "-").expect("a signer");
+    let mut bound = unnamed.public_jwk();
+    bound.as_object_mut().expect("a JWK").remove("kid");
+    let kid = colloquy_sdk::trust::jws::thumbprint(&bound).expect("a thumbprint");
+    let dave = colloquy_sdk::trust::jws::Signer::from_pkcs8(&der, &kid).expect("a signer");
+
+    let mut claims = claims("dave");
+    claims["cnf"] = json!({"jwk": bound});
+    let token = key.token(&claims);
+    let start = |signer: &colloquy_sdk::trust::jws::Signer, id: &str| {
+        let mut message = colloquy_protocol::SendMessage::new("request", json!({"n": 1}))
+            .with_id(format!("{id}-m1"));
+        colloquy_sdk::trust::message::sign(signer, id, "dave", &mut message).expect("signed");
+        json!({"conversation_id": id, "template": "signed-request", "participants": ["erin"],
+               "message": message})
+    };
+    let (status, body) = call(
+        with_token(&server, Method::POST, "/v1/conversations", &token).json(&start(&dave, "d-1")),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+
+    // A key the token does not bind is unknown.
+    let stranger = super::audit::signer(&kid);
+    let (status, body) = call(
+        with_token(&server, Method::POST, "/v1/conversations", &token)
+            .json(&start(&stranger, "d-2")),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("altered"), "{body}");
+
+    // dave sees the key with the issuer that bound it.
+    let (status, body) = call(with_token(
+        &server,
+        Method::GET,
+        "/v1/agents/dave/signing-keys",
+        &key.for_agent("dave"),
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["keys"][0]["kid"], kid.as_str(), "{body}");
+    assert_eq!(body["keys"][0]["source"]["kind"], "cnf", "{body}");
+    assert_eq!(body["keys"][0]["source"]["issuer"], ISSUER, "{body}");
+    assert!(body["keys"][0]["valid_until"].is_u64(), "{body}");
+
+    // The record carries it, and verifies.
+    let (status, record) = call(with_token(
+        &server,
+        Method::GET,
+        "/v1/conversations/d-1/audit",
+        &key.for_agent("dave"),
+    ))
+    .await;
+    assert_eq!(status, 200, "{record}");
+    let record: colloquy_sdk::trust::record::AuditRecord =
+        serde_json::from_value(record).expect("a record");
+    assert_eq!(record.signer_keys["dave"]["keys"][0]["kid"], kid.as_str());
+    let verified =
+        colloquy_sdk::trust::record::verify(&record, &colloquy_sdk::trust::jws::KeySet::default())
+            .unwrap_or_else(|broken| panic!("{broken}"));
+    assert_eq!(verified.signed_messages, 1);
+}

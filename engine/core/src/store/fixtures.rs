@@ -8,8 +8,8 @@ use colloquy_protocol::message::{Content, Message};
 use colloquy_protocol::performative::{FipaAct, Performative};
 
 use super::{
-    Activation, ArchivedRevision, Commit, ConversationStore, Delivery, PushAuthentication,
-    PushConfig, RemoteTask, StoreError,
+    Activation, AgentKey, ArchivedRevision, Commit, ConversationStore, Delivery, KeySource,
+    PushAuthentication, PushConfig, RemoteTask, StoreError,
 };
 
 /// The `started` event (seq 1) of conversation `id`.
@@ -453,6 +453,58 @@ pub async fn assert_push_configs_are_kept_replaced_and_forgotten(store: &dyn Con
         sorted(store.push_configs().await.expect("configs")),
         vec![push_config("c1", "p1", 3), push_config("c2", "p1", 0)]
     );
+}
+
+/// Key `kid` of `agent` as the administrator registered it at `registered_at`.
+pub fn agent_key(agent: &str, kid: &str, registered_at: u64) -> AgentKey {
+    AgentKey {
+        agent: Arc::from(agent),
+        kid: kid.to_owned(),
+        jwk: serde_json::json!({
+            "kty": "OKP", "crv": "Ed25519", "kid": kid,
+            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
+        }),
+        source: KeySource::Admin,
+        registered_at,
+        valid_until: None,
+        revoked_at: None,
+    }
+}
+
+/// Agents' keys are kept per agent and kid (keeping one again replaces it: a revocation, a
+/// later expiry) and read back per agent. Returns with bob's `b1` (revoked at 9) and `b2`
+/// (bound by a token of `https://idp.example`), and alice's `a1`, for a durable store's
+/// test to read again after a reopen.
+pub async fn assert_agent_keys_are_kept_and_replaced(store: &dyn ConversationStore) {
+    let sorted = |mut keys: Vec<AgentKey>| {
+        keys.sort_by(|a, b| a.kid.cmp(&b.kid));
+        keys
+    };
+    assert_eq!(store.agent_keys("bob").await.expect("keys"), vec![]);
+    let mut bound = agent_key("bob", "b2", 2);
+    bound.source = KeySource::Cnf {
+        issuer: "https://idp.example".to_owned(),
+    };
+    bound.valid_until = Some(5_000);
+    for key in [
+        agent_key("bob", "b1", 1),
+        bound.clone(),
+        agent_key("alice", "a1", 3),
+    ] {
+        store.keep_agent_key(&key).await.expect("keep");
+    }
+    let mut revoked = agent_key("bob", "b1", 1);
+    revoked.revoked_at = Some(9);
+    store.keep_agent_key(&revoked).await.expect("revoke");
+    assert_eq!(
+        sorted(store.agent_keys("bob").await.expect("keys")),
+        vec![revoked, bound]
+    );
+    assert_eq!(
+        store.agent_keys("alice").await.expect("keys"),
+        vec![agent_key("alice", "a1", 3)]
+    );
+    assert_eq!(store.agent_keys("carol").await.expect("keys"), vec![]);
 }
 
 /// The store's id index pages through conversations in id order, whatever order they were

@@ -10,7 +10,7 @@ use colloquy_protocol::message::AgentId;
 use dashmap::mapref::entry::Entry;
 
 use super::archive::{self, Activation, ArchivedRevision};
-use super::{Commit, ConversationStore, InboxEntry, PushConfig, RemoteTask, StoreError};
+use super::{AgentKey, Commit, ConversationStore, InboxEntry, PushConfig, RemoteTask, StoreError};
 use crate::keyed::{self, ConversationMap, Hasher};
 
 /// Entries kept per inbox; older ones are dropped. Memory inboxes are a development aid:
@@ -51,6 +51,8 @@ pub struct MemoryStore {
     wakes: Mutex<BTreeSet<(u64, Arc<str>)>>,
     inboxes: Mutex<HashMap<Arc<str>, Inbox, Hasher>>,
     push_configs: Mutex<Vec<PushConfig>>,
+    /// Agents' signing keys by agent and kid.
+    agent_keys: Mutex<BTreeMap<(AgentId, String), AgentKey>>,
     archive: Mutex<Archive>,
 }
 
@@ -68,6 +70,7 @@ impl MemoryStore {
             wakes: Mutex::default(),
             inboxes: Mutex::default(),
             push_configs: Mutex::default(),
+            agent_keys: Mutex::default(),
             archive: Mutex::default(),
         }
     }
@@ -280,6 +283,26 @@ impl ConversationStore for MemoryStore {
         Ok(())
     }
 
+    async fn agent_keys(&self, agent: &str) -> Result<Vec<AgentKey>, StoreError> {
+        let keys = self
+            .agent_keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Ok((keys.values())
+            .filter(|key| &*key.agent == agent)
+            .cloned()
+            .collect())
+    }
+
+    async fn keep_agent_key(&self, key: &AgentKey) -> Result<(), StoreError> {
+        // One insert under the lock: a panic leaves the map consistent.
+        self.agent_keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert((key.agent.clone(), key.kid.clone()), key.clone());
+        Ok(())
+    }
+
     async fn archive_revision(&self, revision: &ArchivedRevision) -> Result<(), StoreError> {
         self.archive()
             .revisions
@@ -481,5 +504,10 @@ mod tests {
             &MemoryStore::new(),
         )
         .await;
+    }
+
+    #[tokio::test]
+    async fn agent_keys_are_kept_and_replaced() {
+        super::super::fixtures::assert_agent_keys_are_kept_and_replaced(&MemoryStore::new()).await;
     }
 }

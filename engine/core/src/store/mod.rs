@@ -34,6 +34,7 @@
 pub mod archive;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod keys;
 pub mod memory;
 
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use colloquy_protocol::event::ConversationEvent;
 use colloquy_protocol::message::{AgentId, Message};
 
 pub use archive::{Activation, ArchivedRevision};
+pub use keys::{AgentKey, KeySource};
 pub use memory::MemoryStore;
 
 /// How long a durable store keeps a claimed wake-up before handing it out again, in case
@@ -330,6 +332,15 @@ pub trait ConversationStore: Send + Sync + 'static {
         template: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Activation>, StoreError>;
+
+    /// Every key kept for `agent` ([`keys`]), revoked and lapsed ones too, in no
+    /// particular order.
+    async fn agent_keys(&self, agent: &str) -> Result<Vec<AgentKey>, StoreError>;
+
+    /// Keeps `key`, replacing the one `agent` had under the same kid. The caller decides
+    /// what may replace what (`colloquy_server`'s key registry: a kid keeps its key
+    /// material). Durable before it returns.
+    async fn keep_agent_key(&self, key: &AgentKey) -> Result<(), StoreError>;
 
     /// The ids of the conversations `agent` is a party of (initiator or participant), in id
     /// order, or `None` when the store keeps no such index. Durable stores keep one, because

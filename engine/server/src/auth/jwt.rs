@@ -369,6 +369,16 @@ pub fn verify(
     expect: &Expectations,
     now: u64,
 ) -> Result<Caller, JwtError> {
+    verify_claims(token, keys, expect, now).map(|(caller, _)| caller)
+}
+
+/// [`verify`], with the claims of the token that passed (for its `cnf`).
+pub fn verify_claims(
+    token: &str,
+    keys: &KeySet,
+    expect: &Expectations,
+    now: u64,
+) -> Result<(Caller, Map<String, Value>), JwtError> {
     if token.len() > MAX_TOKEN_BYTES {
         return Err(refuse(
             Check::Malformed,
@@ -461,7 +471,18 @@ pub fn verify(
         }
     }
     let claims = json_object(payload_b64, "payload")?;
-    check_claims(&claims, expect, now)
+    let caller = check_claims(&claims, expect, now)?;
+    Ok((caller, claims))
+}
+
+/// Whether `token`'s payload (unverified) has a `cnf` claim: only such tokens bind a key.
+pub fn has_confirmation(token: &str) -> bool {
+    let Some(payload) = token.split('.').nth(1) else {
+        return false;
+    };
+    base64url(payload)
+        .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(&bytes).ok())
+        .is_some_and(|claims| claims.contains_key("cnf"))
 }
 
 /// The claims of a token whose signature holds.

@@ -168,6 +168,20 @@ async fn push_configs_are_kept_replaced_forgotten_and_shared_by_nodes() {
 }
 
 #[tokio::test]
+async fn agent_keys_are_kept_replaced_and_shared_by_nodes() {
+    let Some(url) = test_redis("agent_keys_are_kept_replaced_and_shared_by_nodes") else {
+        return;
+    };
+    let prefix = unique_prefix("agent-keys");
+    colloquy_core::store::fixtures::assert_agent_keys_are_kept_and_replaced(
+        &open_store(&url, &prefix).await,
+    )
+    .await;
+    let other_node = open_store(&url, &prefix).await;
+    assert_eq!(other_node.agent_keys("bob").await.expect("keys").len(), 2);
+}
+
+#[tokio::test]
 async fn remote_tasks_are_kept_replaced_forgotten_and_shared_by_nodes() {
     let Some(url) = test_redis("remote_tasks_are_kept_replaced_forgotten_and_shared_by_nodes")
     else {

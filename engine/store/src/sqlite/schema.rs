@@ -134,6 +134,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
          body TEXT NOT NULL
      );
      CREATE INDEX activations_by_template ON activations (template, seq);",
+    // 10: agents' signing keys the server learnt (registered by the administrator, bound to
+    //     a JWT by `cnf`), as JSON, one row per agent and kid; never deleted (revoked keys
+    //     stay, for the audit records of what they signed).
+    "CREATE TABLE agent_keys (
+         agent TEXT NOT NULL,
+         kid TEXT NOT NULL,
+         body TEXT NOT NULL,
+         PRIMARY KEY (agent, kid)
+     ) WITHOUT ROWID;",
 ];
 
 pub(super) fn migrate(connection: &mut Connection) -> Result<(), StoreError> {

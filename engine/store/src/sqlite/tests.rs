@@ -163,6 +163,21 @@ async fn push_configs_are_kept_replaced_forgotten_and_survive_a_reopen() {
     );
 }
 
+#[tokio::test]
+async fn agent_keys_are_kept_replaced_and_survive_a_reopen() {
+    let path = temp_db("agent-keys");
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        colloquy_core::store::fixtures::assert_agent_keys_are_kept_and_replaced(&store).await;
+    }
+    let store = SqliteStore::open(&path).expect("reopen");
+    assert_eq!(store.agent_keys("bob").await.expect("keys").len(), 2);
+    assert_eq!(
+        store.agent_keys("alice").await.expect("keys"),
+        [colloquy_core::store::fixtures::agent_key("alice", "a1", 3)]
+    );
+}
+
 /// The archive is in the file: a reopened store lists every revision, module and activation
 /// as they were, still keeps the first of a revision archived again, and appends the next
 /// activation after the old ones.

@@ -170,6 +170,16 @@ impl Writer {
                             .execute(params![&*config.conversation_id, config.id, body])?;
                         Answer::Done(reply, Ok(()))
                     }
+                    Job::KeepAgentKey(key, reply) => {
+                        let body = serde_json::to_string(&key).unwrap_or_default();
+                        transaction
+                            .prepare_cached(
+                                "INSERT OR REPLACE INTO agent_keys (agent, kid, body)
+                                 VALUES (?1, ?2, ?3)",
+                            )?
+                            .execute(params![&*key.agent, key.kid, body])?;
+                        Answer::Done(reply, Ok(()))
+                    }
                     Job::ForgetPushConfig(conversation, id, reply) => {
                         transaction
                             .prepare_cached(
