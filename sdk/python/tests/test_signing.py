@@ -243,6 +243,8 @@ async def test_unsigned_altered_and_wrongly_signed_messages_are_refused(parties)
         # Signed as the SDK signs a given message id: accepted.
         await bob_unsigned.call_api("POST", path, json={
             **body, "signature": parties.keys["bob"].sign_fields(fields)})
+        # bob's inbox is left empty for a later test's agent.
+        await bob_unsigned.acknowledge_inbox()
     finally:
         await alice.aclose()
         await bob_unsigned.aclose()
@@ -264,6 +266,7 @@ def test_the_sync_client_signs_too_and_a_keygen_p256_key_signs(parties):
         assert view.id == "sync-signed-1"
         bob.send(view.id, "refuse", {"reason": "busy"}, to=["dave"], message_id="bob-refuse-1")
         record = dave.audit(view.id)
+        bob.acknowledge_inbox()
     verified = verify(record, parties.engine_jwks)
     assert verified.signed_messages == 2
     ids = [e["message"]["id"] for e in record.events if "message" in e]
