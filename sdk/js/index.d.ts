@@ -300,8 +300,9 @@ export interface AuditSignature {
 
 /**
  * `GET /v1/conversations/{id}/audit`: a conversation's audit record as its reader may have
- * it; events it may not see are `{seq, prev, redacted}`. Verify it offline with
- * `colloquy audit verify` (docs/security.md).
+ * it; events it may not see are `{seq, prev, redacted}`. Verify it with `verifyRecord` or,
+ * offline, `colloquy audit verify` (docs/security.md). The server also sends `signer_keys`
+ * (`VerifiableRecord`), which the OpenAPI document does not list.
  */
 export interface AuditRecord {
   format: string;

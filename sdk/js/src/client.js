@@ -216,8 +216,9 @@ export class Client {
 
   /**
    * `GET /v1/conversations/{id}/audit`: the conversation's audit record as this agent may
-   * have it (the events it may not see as their digests); keep it, and check it offline with
-   * `colloquy audit verify` (docs/security.md).
+   * have it (the events it may not see as their digests); check it with `verifyRecord` (the
+   * chain, the senders' signatures, and the engine's with its keys), keep it, and check it
+   * again offline with `colloquy audit verify` (docs/security.md).
    */
   async audit(conversationId, { signal } = {}) {
     return this.callApi("GET", `/v1/conversations/${this._segment(conversationId)}/audit`, { signal });

@@ -28,7 +28,7 @@ import {
   verifyMessage,
   verifyRecord,
 } from "@colloquy/sdk";
-import { BOUNDED, NO_SERVER, REPO, Server, Serving, colloquyBinary } from "./harness.mjs";
+import { BOUNDED, NO_SERVER, REPO, Server, Serving, colloquyBinary, missing, pythonSdk } from "./harness.mjs";
 
 const ENGINE_KID = "engine-key";
 
@@ -233,10 +233,12 @@ describe("signed messages and audit records", { skip: NO_SERVER }, () => {
   });
 
   test("records verified by the Python SDK's checker agree", BOUNDED, async (t) => {
-    const python = process.env.COLLOQUY_PYSDK_PYTHON;
-    const probe = python ? spawnSync(python, ["-c", "import colloquy.audit, cryptography"]) : null;
+    // This tree's Python SDK, with the interpreter (and its `cryptography`) of its venv.
+    const python = pythonSdk();
+    const env = { ...process.env, PYTHONPATH: join(REPO, "sdk/python/src") };
+    const probe = python ? spawnSync(python, ["-c", "import colloquy.audit, cryptography"], { env }) : null;
     if (!probe || probe.status !== 0) {
-      t.skip("no Python SDK with cryptography (COLLOQUY_PYSDK_PYTHON)");
+      t.skip(missing("no Python SDK with `cryptography` (sdk/python/run-tests.sh makes its venv)"));
       return;
     }
     const id = await signedConversation();
@@ -249,7 +251,7 @@ describe("signed messages and audit records", { skip: NO_SERVER }, () => {
       "record = json.load(open(sys.argv[1])); keys = json.loads(sys.argv[2])",
       "print(verify(record, keys).signed_messages)",
     ].join("\n");
-    const done = spawnSync(python, ["-c", script, path, JSON.stringify(engineJwks)], { encoding: "utf8" });
+    const done = spawnSync(python, ["-c", script, path, JSON.stringify(engineJwks)], { encoding: "utf8", env });
     assert.equal(done.status, 0, done.stderr);
     assert.equal(done.stdout.trim(), "3");
   });

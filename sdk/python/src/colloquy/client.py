@@ -307,9 +307,10 @@ class Client:
 
     async def audit(self, conversation_id: str) -> AuditRecord:
         """``GET /v1/conversations/{id}/audit``: the conversation's audit record as this agent
-        may have it (the events it may not see as their digests). Keep it
-        (``record.model_dump_json(exclude_none=True)``) and check it offline with ``colloquy
-        audit verify`` (docs/security.md)."""
+        may have it (the events it may not see as their digests). Check it with
+        :func:`colloquy.audit.verify` (the chain, the senders' signatures, and the engine's
+        with its keys), keep it (``record.model_dump_json(exclude_none=True)``) and check it
+        again offline with ``colloquy audit verify`` (docs/security.md)."""
         path = f"/v1/conversations/{self._segment(conversation_id)}/audit"
         return await self._call(AuditRecord, "GET", path)
 
