@@ -232,6 +232,23 @@ describe("signed messages and audit records", { skip: NO_SERVER }, () => {
     await client("bob").acknowledgeInbox();
   });
 
+  test("the engine's own reply verifies under its key", BOUNDED, async () => {
+    const [carol, bob] = [new Client(server.url, "carol", "carol-token"), client("bob", false)];
+    const view = await carol.start("fipa-contract-net", ["bob"], { message: { performative: "cfp", content: { task: "deliver" }, reply_by: Date.now() + 200 } });
+    for (let i = 0; i < 250 && (await carol.conversation(view.id)).threads[0].state !== "no_reply"; i += 1) {
+      await new Promise((done) => setTimeout(done, 20));
+    }
+    // Too late: the engine turns the proposal down itself, signed with its key.
+    await bob.send(view.id, "propose", { price: 99.5 });
+    const record = await carol.audit(view.id);
+    await bob.acknowledgeInbox();
+    const replies = record.events.filter((event) => event.message?.sender === "colloquy:engine").map((event) => event.message.performative);
+    assert.deepEqual(replies, ["reject-proposal"]);
+    assert.deepEqual(record.signer_keys["colloquy:engine"], engineJwks);
+    const verified = verifyRecord(record, { engineKeys: engineJwks });
+    assert.deepEqual([verified.signedMessages, verified.engineKey], [1, ENGINE_KID]);
+  });
+
   test("records verified by the Python SDK's checker agree", BOUNDED, async (t) => {
     // This tree's Python SDK, with the interpreter (and its `cryptography`) of its venv.
     const python = pythonSdk();

@@ -273,6 +273,34 @@ def test_the_sync_client_signs_too_and_a_keygen_p256_key_signs(parties):
     assert "bob-refuse-1" in ids
 
 
+async def test_the_engines_own_reply_verifies_under_its_key(parties):
+    import asyncio
+
+    from colloquy import SendMessage, now_ms
+
+    alice, bob = parties.client("carol", signed=False), parties.client("bob", signed=False)
+    try:
+        view = await alice.start("fipa-contract-net", ["bob"], message=SendMessage(
+            performative="cfp", content={"task": "deliver"}, reply_by=now_ms() + 200))
+        for _ in range(250):
+            if (await alice.conversation(view.id)).threads[0].state == "no_reply":
+                break
+            await asyncio.sleep(0.02)
+        # Too late: the engine turns the proposal down itself, signed with its key.
+        await bob.send(view.id, "propose", {"price": 99.5})
+        record = await alice.audit(view.id)
+        await bob.acknowledge_inbox()
+    finally:
+        await alice.aclose()
+        await bob.aclose()
+    replies = [e["message"] for e in record.events
+               if e.get("message", {}).get("sender") == "colloquy:engine"]
+    assert [m["performative"] for m in replies] == ["reject-proposal"]
+    assert record.model_extra["signer_keys"]["colloquy:engine"] == parties.engine_jwks
+    verified = verify(record, parties.engine_jwks)
+    assert (verified.signed_messages, verified.engine_key) == (1, ENGINE_KID)
+
+
 # -- keys and signatures, offline --------------------------------------------------------
 
 @pytest.mark.parametrize("alg", ["EdDSA", "ES256"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import os
 import time
@@ -49,6 +50,7 @@ class SigningUnavailable(SigningError):
     """Signing or checking a signature needs the ``cryptography`` package."""
 
 
+@functools.lru_cache(maxsize=1)
 def _crypto() -> Any:
     """The ``cryptography`` modules the SDK uses, or :class:`SigningUnavailable`."""
     try:
