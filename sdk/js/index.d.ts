@@ -300,8 +300,9 @@ export interface AuditSignature {
 
 /**
  * `GET /v1/conversations/{id}/audit`: a conversation's audit record as its reader may have
- * it; events it may not see are `{seq, prev, redacted}`. Verify it offline with
- * `colloquy audit verify` (docs/security.md).
+ * it; events it may not see are `{seq, prev, redacted}`. Verify it with `verifyRecord` or,
+ * offline, `colloquy audit verify` (docs/security.md). The server also sends `signer_keys`
+ * (`VerifiableRecord`), which the OpenAPI document does not list.
  */
 export interface AuditRecord {
   format: string;
@@ -418,6 +419,11 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** Another `fetch` (default: the global one). */
   fetch?: typeof fetch;
+  /**
+   * Sign every message the client sends (and every start's opening message) with this key,
+   * whose public half the server has for the agent (`signing_keys` in the agents file).
+   */
+  signingKey?: SigningKey | null;
 }
 
 export interface StartOptions extends Abortable {
@@ -513,7 +519,13 @@ export declare class Client {
   readonly baseUrl: string;
   readonly agentId: string;
   readonly timeoutMs: number;
+  /** The key the client signs its messages with, if any. */
+  signingKey: SigningKey | null;
 
+  /** Signs every message sent from now on with `key` (`null`: stops); answers the client. */
+  signingWith(key: SigningKey | null): this;
+  /** A message body as this client sends it: with an id and signed when it has a key. */
+  signed(conversationId: string, body: SendMessage): SendMessage;
   callApi<T = unknown>(
     method: string,
     path: string,
@@ -549,6 +561,124 @@ export declare class Client {
   answer(conversationId: string, message: Message, performative: string, content?: Json, options?: Abortable): Promise<SendReceipt>;
   cancel(conversationId: string, content?: Json, options?: { to?: Iterable<string> } & Abortable): Promise<SendReceipt>;
 }
+
+// -- signed messages and audit records ---------------------------------------------------
+
+/** The algorithms Colloquy signs with: Ed25519 and P-256. */
+export type SigningAlgorithm = "EdDSA" | "ES256";
+
+/** A key that cannot sign: not a key Colloquy signs with, or no key id. */
+export declare class SigningError extends ColloquyError {}
+
+/**
+ * A private key that signs, named by a key id: `SigningKey.fromPem(pem, "bob-1")` (PKCS#8,
+ * as `colloquy audit keygen` writes), `fromFile`, `fromJwk` (a private JWK), `generate`.
+ */
+export declare class SigningKey {
+  readonly alg: SigningAlgorithm;
+  readonly kid: string;
+  static generate(alg?: SigningAlgorithm, kid?: string): SigningKey;
+  static fromPem(pem: string | Uint8Array, kid: string): SigningKey;
+  static fromFile(path: string, kid: string): SigningKey;
+  static fromJwk(jwk: Record<string, unknown> | string, kid?: string): SigningKey;
+  /** The public key as a JWK (`kty`, `crv`, `alg`, `kid`, `x`, and `y` for P-256). */
+  publicJwk(): Record<string, string>;
+  /** `{keys: [publicJwk()]}`, for the agent's `signing_keys`. */
+  publicJwks(): Jwks;
+  /** The key as PKCS#8 PEM. */
+  privatePem(): string;
+  /** A detached compact JWS (`protected..signature`) over `payload`. */
+  sign(payload: string | Uint8Array, typ: string): string;
+  /** The message signature over `fields` in RFC 8785 form. */
+  signFields(fields: SignedFields): string;
+}
+
+/** Public keys that check signatures, by key id. */
+export declare class KeySet {
+  static fromJwks(...documents: (Jwks | string)[]): KeySet;
+  addJwks(jwks: Jwks | string): this;
+  readonly size: number;
+  has(kid: string): boolean;
+  /** The id of the key whose detached signature `jws` over `payload` is; throws why not. */
+  verify(jws: string, payload: string | Uint8Array): string;
+}
+
+/** What a sender signs (every key present, null when absent; `to` as sent). */
+export interface SignedFields {
+  conversation_id: string;
+  message_id: string | null;
+  sender: string;
+  performative: string;
+  to: string[];
+  content: Json;
+  in_reply_to: string | null;
+  reply_by: number | null;
+}
+
+export declare function signedFields(
+  conversationId: string,
+  sender: string,
+  message: { messageId?: string | null; performative: string; to?: Iterable<string> | null; content?: Json; inReplyTo?: string | null; replyBy?: number | null },
+): SignedFields;
+/** The id of the key in `keys` whose signature `jws` over `fields` is; throws `unknown key: …` or `altered: …`. */
+export declare function verifyMessage(keys: KeySet, fields: SignedFields, jws: string): string;
+/** A fresh UUIDv7. */
+export declare function uuid7(): string;
+/** `value` in its RFC 8785 (JCS) form. */
+export declare function canonical(value: unknown): string;
+
+/** An audit record with the senders' keys the engine checked (`signer_keys`, by sender). */
+export type VerifiableRecord = AuditRecord & { signer_keys?: Record<string, Jwks> };
+
+/** A record that does not verify: which event (if one) and which check. */
+export declare class AuditBroken extends ColloquyError {
+  readonly seq: number | null;
+  /** `format`, `order`, `digest`, `chain`, `summary`, `start`, `message signature`, `template`, `engine signature`. */
+  readonly check: string;
+  readonly why: string;
+}
+
+/** The chain a record's events make. */
+export interface VerifiedChain {
+  length: number;
+  head: string;
+  chainedFrom: number | null;
+  /** How many events the reader saw only as digests. */
+  redacted: number;
+}
+
+/** What a record proved. */
+export interface VerifiedRecord {
+  chain: VerifiedChain;
+  /** The key that made the engine's signature, when there is one and keys were given. */
+  engineKey: string | null;
+  /** The record holds an engine signature that no key was given to check. */
+  engineSignatureUnchecked: boolean;
+  /** The template source was there and matches the revision. */
+  templateChecked: boolean;
+  /** How many messages carried their sender's signature, each checked. */
+  signedMessages: number;
+}
+
+export interface VerifyOptions {
+  /** The engine's audit keys (`GET /v1/audit/keys`); without them its signature is unchecked. */
+  engineKeys?: Jwks | Jwks[] | KeySet;
+  /** Senders' keys by agent id, checked instead of the record's `signer_keys`. */
+  agentKeys?: Record<string, Jwks | KeySet>;
+}
+
+/** Checks a record as `colloquy audit verify --jwks` does; throws `AuditBroken`. */
+export declare function verifyRecord(record: VerifiableRecord, options?: VerifyOptions): VerifiedRecord;
+/** Checks the chain, the summary and the start alone. */
+export declare function verifyChain(record: VerifiableRecord): VerifiedChain;
+/** What the engine signs over a record, in RFC 8785 form. */
+export declare function signedPayload(record: VerifiableRecord): string;
+/** An event's body digest. */
+export declare function bodyDigest(event: Record<string, unknown>): string;
+/** The chain hash of an event with this `prev` and body digest. */
+export declare function link(prev: string, body: string): string;
+/** The `prev` of a conversation's first event. */
+export declare const GENESIS: string;
 
 /** A request or query under way. */
 export declare class PendingAnswer {

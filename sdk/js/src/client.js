@@ -10,6 +10,7 @@ import { DecodeError, TransportError, errorFromAnswer } from "./errors.js";
 import * as ask from "./ask.js";
 import { messageBody, setField as set } from "./models.js";
 import { Deadline } from "./signals.js";
+import { signedFields, uuid7 } from "./signing.js";
 import { EventStream, InboxStream } from "./streams.js";
 
 /** The header naming the caller when the server runs without an agents file. */
@@ -32,15 +33,18 @@ function queryString(params) {
  *
  * Without a token it names itself with `X-Agent-Id`, which only a server in open
  * development mode accepts. `options.fetch` brings another `fetch` (a proxy's, a test's).
+ * `options.signingKey` (a `SigningKey` whose public half the server has for this agent,
+ * `signing_keys` in the agents file) signs every message the client sends, and the opening
+ * message of every conversation it starts (`signingWith`).
  */
 export class Client {
   /**
    * @param {string} baseUrl
    * @param {string} agentId
    * @param {string | null} [token]
-   * @param {{timeoutMs?: number, fetch?: typeof fetch}} [options]
+   * @param {{timeoutMs?: number, fetch?: typeof fetch, signingKey?: import("./signing.js").SigningKey | null}} [options]
    */
-  constructor(baseUrl, agentId, token = null, { timeoutMs = DEFAULT_TIMEOUT_MS, fetch = globalThis.fetch } = {}) {
+  constructor(baseUrl, agentId, token = null, { timeoutMs = DEFAULT_TIMEOUT_MS, fetch = globalThis.fetch, signingKey = null } = {}) {
     if (typeof fetch !== "function") {
       throw new TypeError("no global fetch: the Colloquy SDK needs Node 18.19 or later");
     }
@@ -49,6 +53,41 @@ export class Client {
     this.timeoutMs = timeoutMs;
     this.token = token ?? null;
     this.fetchImpl = fetch;
+    /** The agent's private key, when its messages are signed. */
+    this.signingKey = signingKey ?? null;
+  }
+
+  /**
+   * Signs every message this client sends from now on (and the opening message of every
+   * conversation it starts) with `key`, whose public half the server has for this agent
+   * (`signing_keys` in the agents file); `null` stops signing. A message without an id, or
+   * a start without a conversation id, gets a fresh UUIDv7 one: the signature covers both.
+   * Answers the client itself.
+   */
+  signingWith(key) {
+    this.signingKey = key ?? null;
+    return this;
+  }
+
+  /**
+   * A message body (`SendMessage`) as this client sends it in `conversationId`: with an id
+   * and signed when the client has a key, as it is otherwise.
+   */
+  signed(conversationId, body) {
+    const key = this.signingKey;
+    if (!key) return body;
+    const messageId = body.message_id ?? uuid7();
+    // The content as it goes on the wire, which is what the server checks.
+    const content = body.content === undefined ? undefined : JSON.parse(JSON.stringify(body.content));
+    const fields = signedFields(conversationId, this.agentId, {
+      messageId,
+      performative: body.performative,
+      to: body.to,
+      content,
+      inReplyTo: body.in_reply_to,
+      replyBy: body.reply_by,
+    });
+    return { ...body, message_id: messageId, signature: key.signFields(fields) };
   }
 
   // -- plumbing ---------------------------------------------------------------------------
@@ -133,9 +172,14 @@ export class Client {
 
   /**
    * `POST /v1/conversations`: starts a conversation with this agent as initiator;
-   * `message`, when given, is the opening act, sent in the same call.
+   * `message`, when given, is the opening act, sent in the same call (signed, over
+   * `conversationId` or a fresh UUIDv7 one, when the client has a key).
    */
   start(template, participants, { message, parameters, context, conversationId, deadlineMs, signal } = {}) {
+    if (message && this.signingKey) {
+      conversationId = conversationId ?? uuid7();
+      message = this.signed(conversationId, message);
+    }
     const body = { template, participants: [...participants] };
     set(body, "parameters", parameters);
     set(body, "context", context);
@@ -148,10 +192,11 @@ export class Client {
   /**
    * `POST /v1/conversations/{id}/messages`: sends a message as this agent. `to` empty means
    * the other side of this agent's thread; `replyBy` is Unix milliseconds; `messageId`
-   * makes a retry safe (the same id answers the first receipt, marked `duplicate`).
+   * makes a retry safe (the same id answers the first receipt, marked `duplicate`). With
+   * a signing key the message is signed (and given a UUIDv7 `messageId` when it has none).
    */
   send(conversationId, performative, content, { to, inReplyTo, replyBy, messageId, signal } = {}) {
-    const body = messageBody(performative, content, { to, inReplyTo, replyBy, messageId });
+    const body = this.signed(conversationId, messageBody(performative, content, { to, inReplyTo, replyBy, messageId }));
     return this.callApi("POST", `/v1/conversations/${this._segment(conversationId)}/messages`, { json: body, signal });
   }
 
@@ -171,8 +216,9 @@ export class Client {
 
   /**
    * `GET /v1/conversations/{id}/audit`: the conversation's audit record as this agent may
-   * have it (the events it may not see as their digests); keep it, and check it offline with
-   * `colloquy audit verify` (docs/security.md).
+   * have it (the events it may not see as their digests); check it with `verifyRecord` (the
+   * chain, the senders' signatures, and the engine's with its keys), keep it, and check it
+   * again offline with `colloquy audit verify` (docs/security.md).
    */
   async audit(conversationId, { signal } = {}) {
     return this.callApi("GET", `/v1/conversations/${this._segment(conversationId)}/audit`, { signal });

@@ -12,6 +12,9 @@
 // - errors.js   one error class per kind of failure, built from the API's error body
 // - models.js   outcome and commitment-state names; the message body
 // - signals.js  waits bounded by an AbortSignal and a timeout
+// - signing.js  `SigningKey` (signs the messages a client sends) and `KeySet` (checks)
+// - audit.js    `verifyRecord`: an audit record's chain, senders' and engine's signatures
+// - jcs.js      RFC 8785, what signatures and the chain are computed over
 // The wire types are in ../index.d.ts.
 
 export { Client, AGENT_HEADER, DEFAULT_TIMEOUT_MS } from "./client.js";
@@ -20,6 +23,9 @@ export { Agent, Incoming, DEFAULT_GRACE_MS } from "./agent.js";
 export { InboxStream, EventStream } from "./streams.js";
 export { SseParser } from "./sse.js";
 export { Outcome, CommitmentState, ENGINE_PARTY } from "./models.js";
+export { SigningKey, KeySet, SigningError, signedFields, verifyMessage, uuid7 } from "./signing.js";
+export { AuditBroken, verifyRecord, verifyChain, signedPayload, bodyDigest, link, GENESIS } from "./audit.js";
+export { canonical } from "./jcs.js";
 export {
   ColloquyError,
   ApiError,

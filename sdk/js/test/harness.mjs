@@ -68,9 +68,11 @@ process.on("exit", () => {
 /** A `colloquy serve` process on loopback; killed by `kill()` (and at exit). */
 export class Server {
   /**
-   * @param {{store?: "memory" | "sqlite", policyManager?: string}} [options]
+   * @param {{store?: "memory" | "sqlite", policyManager?: string, agents?: string, extraArgs?: string[]}} [options]
+   *   `agents`: the agents file's text (default: the pool); `extraArgs`: more `serve` options.
    */
-  constructor({ store = "memory", policyManager } = {}) {
+  constructor({ store = "memory", policyManager, agents, extraArgs = [] } = {}) {
+    this.extraArgs = extraArgs;
     this.workdir = mkdtempSync(join(tmpdir(), "colloquy-jssdk-"));
     this.store = store === "sqlite" ? `sqlite:${join(this.workdir, "colloquy.db")}` : store;
     this.policyManager = policyManager;
@@ -81,7 +83,7 @@ export class Server {
       for (const name of BUILTIN_TEMPLATES) copyFileSync(join(REPO, "templates", name), join(this.templates, name));
     }
     this.agentsFile = join(this.workdir, "agents.yaml");
-    writeFileSync(this.agentsFile, agentsYaml());
+    writeFileSync(this.agentsFile, agents ?? agentsYaml());
     this.process = null;
     this.url = "";
     this.starts = 0;
@@ -93,7 +95,7 @@ export class Server {
     const policy = this.policyManager ? ["--policy-manager", this.policyManager] : ["--templates", this.templates];
     const child = spawn(
       colloquyBinary(),
-      ["serve", "--listen", listen, "--store", this.store, ...policy, "--agents", this.agentsFile, "--data-dir", join(this.workdir, "data")],
+      ["serve", "--listen", listen, "--store", this.store, ...policy, "--agents", this.agentsFile, "--data-dir", join(this.workdir, "data"), ...this.extraArgs],
       { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, RUST_LOG: "warn" } },
     );
     this.process = child;

@@ -9,7 +9,11 @@ import {
   Client,
   Conflict,
   Outcome,
+  AuditBroken,
+  SigningKey,
+  verifyRecord,
   type Answer,
+  type VerifiedRecord,
   type ConversationView,
   type InboxItem,
   type Proposals,
@@ -55,4 +59,20 @@ export async function participant(signal: AbortSignal): Promise<void> {
   await bob.run({ after: 0, graceMs: 5_000, signal });
   const item: InboxItem = await bob.client.inbox(bob.position).next({ signal });
   console.log(item.seq, item.message.content);
+}
+
+export async function signer(pem: string, engineKeys: { keys: Record<string, unknown>[] }): Promise<number> {
+  const key = SigningKey.fromPem(pem, "bob-1");
+  const other = SigningKey.generate("ES256", "bob-2");
+  console.log(key.publicJwks(), other.publicJwk().kid);
+  const bob = new Client("http://127.0.0.1:7700", "bob", "bob-token", { signingKey: key }).signingWith(other);
+  const view: ConversationView = await bob.start("signed-request", ["carol"], { message: { performative: "request", content: {} } });
+  const record = await bob.audit(view.id);
+  try {
+    const verified: VerifiedRecord = verifyRecord(record, { engineKeys, agentKeys: { bob: key.publicJwks() } });
+    return verified.signedMessages;
+  } catch (error) {
+    if (error instanceof AuditBroken) console.log(error.seq, error.check, error.why);
+    throw error;
+  }
 }

@@ -62,15 +62,18 @@ def agents_yaml() -> str:
 class Server:
     """A ``colloquy serve`` process on loopback; killed at teardown."""
 
-    def __init__(self, workdir: Path, store: str = "memory", policy_manager: Optional[str] = None):
+    def __init__(self, workdir: Path, store: str = "memory", policy_manager: Optional[str] = None,
+                 *, agents: Optional[str] = None, extra_args: tuple[str, ...] = ()):
         self.workdir = workdir
+        # More `colloquy serve` options (`--audit-key`, say).
+        self.extra_args = extra_args
         # `sqlite`: a SQLite file of the server's own, kept across restarts.
         self.store = f"sqlite:{workdir / 'colloquy.db'}" if store == "sqlite" else store
         # A followed policy manager replaces the template directory.
         self.policy_manager = policy_manager
         self.templates = None if policy_manager else self._builtin_templates()
         self.agents_file = workdir / "agents.yaml"
-        self.agents_file.write_text(agents_yaml())
+        self.agents_file.write_text(agents if agents is not None else agents_yaml())
         self.process: Optional[subprocess.Popen[bytes]] = None
         self.url = ""
         self.starts = 0
@@ -93,7 +96,7 @@ class Server:
             self.process = subprocess.Popen(
                 [str(colloquy_binary()), "serve", "--listen", listen, "--store", self.store,
                  *policy, "--agents", str(self.agents_file),
-                 "--data-dir", str(self.workdir / "data")],
+                 "--data-dir", str(self.workdir / "data"), *self.extra_args],
                 stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                 env={**os.environ, "RUST_LOG": "warn"},
             )

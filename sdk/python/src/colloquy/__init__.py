@@ -33,6 +33,10 @@ Layout (one job per module):
 - ``models``: the wire types (pydantic), checked against the server's OpenAPI document.
 - ``errors``: :class:`ApiError` and a subclass per HTTP status, and the SDK's own failures.
 - ``sync``: :class:`SyncClient` and :class:`SyncAgent`, the blocking twins.
+- ``signing``: :class:`SigningKey` signs the messages a client sends; ``KeySet`` checks
+  signatures (the ``signing`` extra: the ``cryptography`` package).
+- ``audit``: ``verify`` checks an audit record offline: its chain, the senders'
+  signatures and the engine's.
 
 The reference is ``docs/sdk-python.md``.
 """
@@ -88,6 +92,7 @@ from .models import (
     ThreadView,
     Violation,
 )
+from .signing import KeySet, SigningError, SigningKey, SigningUnavailable
 from .streams import EventStream, InboxStream
 from .sync import SyncAgent, SyncClient, SyncIncoming
 from .tokens import TokenProvider
@@ -121,6 +126,7 @@ __all__ = [
     "InboxPage",
     "InboxStream",
     "Incoming",
+    "KeySet",
     "Message",
     "MethodNotAllowed",
     "MovesView",
@@ -136,6 +142,9 @@ __all__ = [
     "SendReceipt",
     "ServerError",
     "ServiceUnavailable",
+    "SigningError",
+    "SigningKey",
+    "SigningUnavailable",
     "StartConversation",
     "SyncAgent",
     "SyncClient",

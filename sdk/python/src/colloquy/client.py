@@ -33,6 +33,7 @@ from .models import (
     StartConversation,
     TemplateList,
 )
+from .signing import SigningKey, signed_fields, uuid7
 from .streams import EventStream, InboxStream
 from .tokens import ProvidedToken, TokenProvider
 from .transport import AsyncioTransport
@@ -69,6 +70,11 @@ class Client:
     is sent once more (:mod:`colloquy.tokens`). ``http_client`` lets the caller bring its own
     ``httpx.AsyncClient`` (proxies, TLS, transports); the SDK then leaves closing it to the
     caller. Use it as ``async with Client(...) as alice:`` or call :meth:`aclose`.
+
+    With ``signing_key`` (a :class:`~colloquy.signing.SigningKey` whose public half the
+    server has for this agent, ``signing_keys`` in the agents file) the client signs every
+    message it sends, and the opening message of every conversation it starts
+    (:meth:`signing_with`).
     """
 
     def __init__(
@@ -79,8 +85,11 @@ class Client:
         http_client: Optional[httpx.AsyncClient] = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
+        signing_key: Optional[SigningKey] = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: The agent's private key, when its messages are signed.
+        self.signing_key: Optional[SigningKey] = signing_key
         self.agent_id = agent_id
         self.timeout = timeout
         self._token: Optional[str] = token if isinstance(token, str) or token is None else None
@@ -96,6 +105,32 @@ class Client:
                 max_idle_per_server=POOL_KEEPALIVE,
             ),
         )
+
+    def signing_with(self, key: Optional[SigningKey]) -> Client:
+        """Signs every message this client sends from now on (and the opening message of
+        every conversation it starts) with ``key``, whose public half the server has for
+        this agent (``signing_keys`` in the agents file); ``None`` stops signing. A message
+        without an id, or a start without a conversation id, gets a fresh UUIDv7 one: the
+        signature covers both. Answers the client itself."""
+        self.signing_key = key
+        return self
+
+    def signed(self, conversation_id: str, message: SendMessage) -> SendMessage:
+        """``message`` as this client sends it in ``conversation_id``: with an id and signed
+        when the client has a key, as it is otherwise."""
+        key = self.signing_key
+        if key is None:
+            return message
+        message_id = message.message_id or uuid7()
+        # The content as it goes on the wire, which is what the server checks.
+        wire = message.model_dump(mode="json", exclude_none=True, by_alias=True)
+        fields = signed_fields(
+            conversation_id, self.agent_id, message_id=message_id,
+            performative=message.performative, to=message.to, content=wire.get("content"),
+            in_reply_to=message.in_reply_to, reply_by=message.reply_by,
+        )
+        return message.model_copy(
+            update={"message_id": message_id, "signature": key.sign_fields(fields)})
 
     async def aclose(self) -> None:
         """Closes the connection pool (unless the caller brought it)."""
@@ -214,7 +249,11 @@ class Client:
         deadline_ms: Optional[int] = None,
     ) -> ConversationView:
         """``POST /v1/conversations``: starts a conversation with this agent as initiator;
-        ``message``, when given, is the opening act, sent in the same call."""
+        ``message``, when given, is the opening act, sent in the same call (signed, over
+        ``conversation_id`` or a fresh UUIDv7 one, when the client has a key)."""
+        if message is not None and self.signing_key is not None:
+            conversation_id = conversation_id or uuid7()
+            message = self.signed(conversation_id, message)
         start = StartConversation(
             template=template,
             participants=list(participants),
@@ -241,7 +280,8 @@ class Client:
 
         ``to`` empty means the other side of this agent's thread; ``reply_by`` is Unix
         milliseconds; ``message_id`` makes a retry safe (the same id answers the first
-        receipt, marked ``duplicate``)."""
+        receipt, marked ``duplicate``). With a signing key the message is signed (and
+        given a UUIDv7 ``message_id`` when it has none)."""
         message = SendMessage(
             performative=performative,
             content=content,
@@ -250,6 +290,7 @@ class Client:
             reply_by=reply_by,
             message_id=message_id,
         )
+        message = self.signed(conversation_id, message)
         path = f"/v1/conversations/{self._segment(conversation_id)}/messages"
         return await self._call(SendReceipt, "POST", path, body=message)
 
@@ -266,9 +307,10 @@ class Client:
 
     async def audit(self, conversation_id: str) -> AuditRecord:
         """``GET /v1/conversations/{id}/audit``: the conversation's audit record as this agent
-        may have it (the events it may not see as their digests). Keep it
-        (``record.model_dump_json(exclude_none=True)``) and check it offline with ``colloquy
-        audit verify`` (docs/security.md)."""
+        may have it (the events it may not see as their digests). Check it with
+        :func:`colloquy.audit.verify` (the chain, the senders' signatures, and the engine's
+        with its keys), keep it (``record.model_dump_json(exclude_none=True)``) and check it
+        again offline with ``colloquy audit verify`` (docs/security.md)."""
         path = f"/v1/conversations/{self._segment(conversation_id)}/audit"
         return await self._call(AuditRecord, "GET", path)
 

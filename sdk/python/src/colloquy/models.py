@@ -179,7 +179,14 @@ class AuditSignature(_Answer):
 class AuditRecord(_Answer):
     """``GET /v1/conversations/{id}/audit``: the record of a conversation as its reader may
     have it; the events it may not see are their digests (``{"seq", "prev", "redacted"}``).
-    Check it offline with ``colloquy audit verify`` (docs/security.md)."""
+    Check it offline with :func:`colloquy.audit.verify` or ``colloquy audit verify``
+    (docs/security.md).
+
+    Fields the model does not name are kept (``model_extra``), not dropped: the engine signs
+    ``signer_keys`` (the senders' keys it checked signed messages against, by sender), and
+    a record written back out (``model_dump_json(exclude_none=True)``) must still verify."""
+
+    model_config = ConfigDict(extra="allow")
 
     format: str
     conversation_id: str

@@ -17,6 +17,7 @@ import httpx
 from .agent import DEFAULT_GRACE, Agent, Incoming
 from .client import DEFAULT_TIMEOUT, Client
 from .models import SendReceipt
+from .signing import SigningKey
 from .tokens import TokenProvider
 
 _P = ParamSpec("_P")
@@ -67,10 +68,17 @@ class SyncClient:
         http_client: Optional[httpx.AsyncClient] = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
+        signing_key: Optional[SigningKey] = None,
     ) -> None:
         self._loop = _Loop()
         #: The async client underneath (its coroutines run on this object's loop only).
-        self.client = Client(base_url, agent_id, token, http_client, timeout=timeout)
+        self.client = Client(base_url, agent_id, token, http_client, timeout=timeout,
+                             signing_key=signing_key)
+
+    def signing_with(self, key: Optional[SigningKey]) -> SyncClient:
+        """As :meth:`Client.signing_with`: every message sent from now on is signed."""
+        self.client.signing_with(key)
+        return self
 
     @property
     def agent_id(self) -> str:
