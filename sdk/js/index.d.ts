@@ -301,8 +301,8 @@ export interface AuditSignature {
 /**
  * `GET /v1/conversations/{id}/audit`: a conversation's audit record as its reader may have
  * it; events it may not see are `{seq, prev, redacted}`. Verify it with `verifyRecord` or,
- * offline, `colloquy audit verify` (docs/security.md). The server also sends `signer_keys`
- * (`VerifiableRecord`), which the OpenAPI document does not list.
+ * offline, `colloquy audit verify` (docs/security.md). `signer_keys` holds, by sender, the
+ * keys the engine checked signed messages against.
  */
 export interface AuditRecord {
   format: string;
@@ -312,6 +312,7 @@ export interface AuditRecord {
   events: Record<string, unknown>[];
   chain: AuditChain;
   issued_at: number;
+  signer_keys?: Record<string, Jwks>;
   engine_signature?: AuditSignature;
 }
 
@@ -627,8 +628,8 @@ export declare function uuid7(): string;
 /** `value` in its RFC 8785 (JCS) form. */
 export declare function canonical(value: unknown): string;
 
-/** An audit record with the senders' keys the engine checked (`signer_keys`, by sender). */
-export type VerifiableRecord = AuditRecord & { signer_keys?: Record<string, Jwks> };
+/** An audit record, as the verifier takes it (kept as a name for code written against it). */
+export type VerifiableRecord = AuditRecord;
 
 /** A record that does not verify: which event (if one) and which check. */
 export declare class AuditBroken extends ColloquyError {

@@ -183,8 +183,8 @@ class AuditRecord(_Answer):
     (docs/security.md).
 
     Fields the model does not name are kept (``model_extra``), not dropped: the engine signs
-    ``signer_keys`` (the senders' keys it checked signed messages against, by sender), and
-    a record written back out (``model_dump_json(exclude_none=True)``) must still verify."""
+    the whole record, and a record written back out (``model_dump_json(exclude_none=True)``)
+    must still verify, also one from a newer server."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -195,6 +195,9 @@ class AuditRecord(_Answer):
     events: list[dict[str, Any]]
     chain: AuditChain
     issued_at: int
+    #: The JWKS of each signer the engine checked signed messages against, by sender (kept
+    #: as JSON: the engine's signature covers them as they are).
+    signer_keys: Optional[dict[str, dict[str, Any]]] = None
     engine_signature: Optional[AuditSignature] = None
 
 
