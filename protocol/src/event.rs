@@ -138,6 +138,11 @@ pub struct Started {
     /// The conversation deadline (Unix milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<u64>,
+    /// The W3C `traceparent` of the engine step that started it, when traces are exported:
+    /// the conversation's later work (messages, deadlines, pushes) links to it, also on
+    /// another node or after a restart (docs/observability.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Arc<str>>,
 }
 
 /// A message the engine refused, as its conversation records it: the request's facts as

@@ -169,13 +169,31 @@ impl Link {
 async fn read_dialect(peer: &Peer) -> Result<Dialect, CallError> {
     let endpoint = &peer.endpoint;
     for (index, url) in dialect::card_urls(&endpoint.url).iter().enumerate() {
-        let response = peer
+        let span = card_span(url);
+        let mut get = peer
             .client
             .get(url)
-            .timeout(endpoint.timeout.min(CARD_TIMEOUT))
-            .send()
-            .await
-            .map_err(|error| failed(error, endpoint))?;
+            .timeout(endpoint.timeout.min(CARD_TIMEOUT));
+        if !span.is_disabled() {
+            let mut headers = reqwest::header::HeaderMap::new();
+            let context = span.context();
+            TraceContextPropagator::new()
+                .inject_context(&context, &mut HeaderInjector(&mut headers));
+            get = get.headers(headers);
+        }
+        let sent = get.send().instrument(span.clone()).await;
+        match &sent {
+            Ok(response) => {
+                span.record("http.response.status_code", response.status().as_u16());
+                if response.status().is_server_error() {
+                    span.record("otel.status_code", "error");
+                }
+            }
+            Err(_) => {
+                span.record("otel.status_code", "error");
+            }
+        }
+        let response = sent.map_err(|error| failed(error, endpoint))?;
         let status = response.status();
         if status.is_server_error() {
             return Err(CallError::Unreachable(format!("{url} answered {status}")));
@@ -775,6 +793,25 @@ pub(crate) fn bridge_span(peer: &Peer, item: &InboxItem) -> tracing::Span {
         let _ = span.set_parent(parent);
     }
     span
+}
+
+/// The client span of one GET of a remote agent's card (while traces are exported).
+fn card_span(url: &str) -> tracing::Span {
+    if !colloquy_core::trace_origins::exporting() {
+        return tracing::Span::none();
+    }
+    let target = reqwest::Url::parse(url).ok();
+    tracing::debug_span!(
+        "a2a card",
+        otel.name = "GET",
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = "GET",
+        server.address = target.as_ref().and_then(|url| url.host_str()),
+        server.port = target.as_ref().and_then(|url| url.port_or_known_default()),
+        url.path = target.as_ref().map(reqwest::Url::path),
+        http.response.status_code = tracing::field::Empty,
+    )
 }
 
 /// The client span of one A2A call (JSON-RPC over HTTP), named by its method as the RPC

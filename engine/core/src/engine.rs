@@ -236,7 +236,7 @@ impl Engine {
             None => None,
         };
         let now = self.now();
-        let started = dispatch::prepare_start(&template, id.clone(), initiator, &request, now)?;
+        let mut started = dispatch::prepare_start(&template, id.clone(), initiator, &request, now)?;
         let slot: Slot = Arc::new(Mutex::new(None));
         let mut guard = slot.clone().lock_owned().await;
         match self.live.entry(id.clone()) {
@@ -255,6 +255,12 @@ impl Engine {
             colloquy.template = %template.name,
             colloquy.template.revision = %template.revision,
         );
+        // Kept in the `started` event, so the conversation's later work links to this step
+        // wherever and whenever it runs.
+        if trace_origins::exporting() {
+            started.trace =
+                trace_origins::traceparent(&trace_origins::context_of(&step_span)).map(Arc::from);
+        }
         let result = async {
             let started = Arc::new(started);
             let opening = request.message.zip(opening_id);
@@ -651,7 +657,25 @@ impl Engine {
             return Ok(None);
         };
         self.parties.note(&conversation.started.id, &events);
+        self.remember_origin(&conversation.started);
         Ok(Some(conversation))
+    }
+
+    /// Remembers where a conversation loaded from the store started (its `started` event's
+    /// `trace`), when this engine did not know: after a restart, or on another node. The
+    /// work that loaded it (the engine step of a message or a deadline) links to it too,
+    /// as the step of a conversation whose origin was known does before loading.
+    fn remember_origin(&self, started: &colloquy_protocol::event::Started) {
+        if !trace_origins::exporting() {
+            return;
+        }
+        let Some(origin) = (started.trace.as_deref()).and_then(trace_origins::parse_traceparent)
+        else {
+            return;
+        };
+        if self.trace_origins.remember(&started.id, origin.clone()) {
+            trace_origins::link(&tracing::Span::current(), origin);
+        }
     }
 
     /// Conversation `id` replayed from the store's log, with the log, or `None` when the

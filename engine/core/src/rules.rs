@@ -639,6 +639,7 @@ mod tests {
             parameters: json!({}),
             context: json!({}),
             deadline: None,
+            trace: None,
         };
         Conversation::new(template, Arc::new(started))
     }

@@ -4,9 +4,10 @@
 //! of their own (each agent's request). The engine step of each later message links to the
 //! engine step of the start (the origin), and the pushes of the conversation's messages
 //! (webhooks, A2A calls) are children of it, so one conversation can be followed across
-//! engines from where it began. The origin is kept in
-//! this engine's memory only, not in the store: after a restart, or on another engine node
-//! of a shared store, a conversation's later spans carry no link (they are still traced).
+//! engines from where it began. The origin is kept in this engine's memory and in the
+//! conversation's `started` event (`trace`, a W3C `traceparent`): after a restart, or on
+//! another engine node of a shared store, the engine that loads the conversation remembers
+//! its origin again from there.
 //!
 //! Nothing is remembered unless trace export is on ([`set_exporting`]), and memory stays
 //! bounded: two generations of at most [`GENERATION`] origins each, the older dropped whole
@@ -40,6 +41,43 @@ pub fn exporting() -> bool {
 /// The OpenTelemetry span context of `span` (invalid when it is not exported).
 pub fn context_of(span: &tracing::Span) -> SpanContext {
     span.context().span().span_context().clone()
+}
+
+/// `context` as a W3C `traceparent` (version 00), when it is valid.
+pub fn traceparent(context: &SpanContext) -> Option<String> {
+    context.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The span context a W3C `traceparent` names (as a remote parent), when it is one.
+pub fn parse_traceparent(traceparent: &str) -> Option<SpanContext> {
+    let mut parts = traceparent.split('-');
+    let (Some("00"), Some(trace_id), Some(span_id), Some(flags), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    let trace_id = opentelemetry::trace::TraceId::from_hex(trace_id).ok()?;
+    let span_id = opentelemetry::trace::SpanId::from_hex(span_id).ok()?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    let context = SpanContext::new(
+        trace_id,
+        span_id,
+        opentelemetry::trace::TraceFlags::new(flags),
+        true,
+        opentelemetry::trace::TraceState::default(),
+    );
+    context.is_valid().then_some(context)
 }
 
 /// Links `span` to the span its conversation started in.
@@ -111,6 +149,36 @@ mod tests {
     use opentelemetry::trace::{SpanId, TraceFlags, TraceId, TraceState};
 
     use super::*;
+
+    #[test]
+    fn a_traceparent_reads_back_as_the_context_it_was_made_of() {
+        let origin = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        );
+        let text = traceparent(&origin).expect("a valid context");
+        assert_eq!(
+            text,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        let read = parse_traceparent(&text).expect("a traceparent");
+        assert_eq!(
+            (read.trace_id(), read.span_id(), read.trace_flags()),
+            (origin.trace_id(), origin.span_id(), origin.trace_flags())
+        );
+        for garbled in [
+            "",
+            "00-zz-00f067aa0ba902b7-01",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        ] {
+            assert!(parse_traceparent(garbled).is_none(), "{garbled}");
+        }
+        assert!(traceparent(&SpanContext::empty_context()).is_none());
+    }
 
     fn context(n: u64) -> SpanContext {
         SpanContext::new(

@@ -223,7 +223,10 @@ fn known_agent(state: &AppState, agent: &str) -> Result<(), ApiError> {
     if state.identity().knows(agent) {
         Ok(())
     } else {
-        Err(ApiError::NotFound(format!("no agent `{agent}`")))
+        Err(ApiError::Absent {
+            code: "unknown_agent",
+            message: format!("no agent `{agent}`"),
+        })
     }
 }
 
@@ -315,7 +318,10 @@ pub async fn revoke(
                 message: format!("key `{kid}` of `{agent}` is in the agents file: remove it there"),
             }
         } else {
-            ApiError::NotFound(format!("`{agent}` has no registered key `{kid}`"))
+            ApiError::Absent {
+                code: "unknown_key",
+                message: format!("`{agent}` has no registered key `{kid}`"),
+            }
         });
     };
     if key.revoked_at.is_none() {

@@ -275,23 +275,6 @@ async fn record(engine: &Engine, agent: &str, seq: u64, acknowledge: bool) {
     }
 }
 
-/// Records how a webhook POST ended on its span.
-fn record_status(span: &tracing::Span, result: &reqwest::Result<reqwest::Response>) {
-    if span.is_disabled() {
-        return;
-    }
-    let status = match result {
-        Ok(response) => Some(response.status()),
-        Err(error) => error.status(),
-    };
-    if let Some(status) = status {
-        span.record("http.response.status_code", status.as_u16());
-    }
-    if result.is_err() {
-        span.record("otel.status_code", "error");
-    }
-}
-
 /// POSTs one item, retrying with exponential backoff.
 async fn push(
     engine: &Engine,
@@ -319,7 +302,7 @@ async fn push(
             .instrument(span.clone())
             .await
             .and_then(reqwest::Response::error_for_status);
-        record_status(&span, &result);
+        crate::request_spans::record_status(&span, &result);
         match result {
             Ok(_) => {
                 metrics.webhook(WebhookResult::Delivered);

@@ -38,6 +38,15 @@ pub enum ApiError {
     /// No such route or resource.
     #[error("{0}")]
     NotFound(String),
+    /// No such resource, of a kind its code names (`unknown_agent`, `unknown_key`, …): a
+    /// route that exists, asked about something that does not.
+    #[error("{message}")]
+    Absent {
+        /// A stable code naming what is missing.
+        code: &'static str,
+        /// What is missing.
+        message: String,
+    },
     /// The request is well formed but the resource's state refuses it (promoting a revision
     /// that is not the candidate, a rollback with nothing to go back to).
     #[error("{message}")]
@@ -79,7 +88,7 @@ impl ApiError {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::Absent { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -96,6 +105,7 @@ impl ApiError {
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
+            ApiError::Absent { code, .. } => code,
             ApiError::Conflict { code, .. } => code,
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::TooLarge(_) => "body_too_large",

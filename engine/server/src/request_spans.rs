@@ -110,6 +110,29 @@ pub fn webhook_span(
     span
 }
 
+/// Records on a client span the status its request got, and whether it failed.
+pub fn record_status(span: &tracing::Span, result: &reqwest::Result<reqwest::Response>) {
+    let status = match result {
+        Ok(response) => Some(response.status()),
+        Err(error) => error.status(),
+    };
+    record_outcome(span, status, result.is_err());
+}
+
+/// Records on a client span the status its request got (none when it got no answer), and
+/// whether it failed.
+pub fn record_outcome(span: &tracing::Span, status: Option<reqwest::StatusCode>, failed: bool) {
+    if span.is_disabled() {
+        return;
+    }
+    if let Some(status) = status {
+        span.record("http.response.status_code", status.as_u16());
+    }
+    if failed {
+        span.record("otel.status_code", "error");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;

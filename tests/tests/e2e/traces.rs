@@ -475,6 +475,11 @@ async fn one_trace_runs_across_two_engines_and_a_webhook() {
         })
         .is_some()
     };
+    let card_get = |span: &Span| {
+        span.name == "GET"
+            && span.kind == SpanKind::Client as i32
+            && attribute(span, "url.path").is_some_and(|path| path.ends_with("agent-card.json"))
+    };
     let spans = trace_once(&trace_id, |spans| {
         let webhook = find(spans, |span| {
             span.name == "POST" && span.kind == SpanKind::Client as i32
@@ -488,7 +493,7 @@ async fn one_trace_runs_across_two_engines_and_a_webhook() {
             .filter(|span| span.name == "engine step")
             .count();
         // Engine A's two starts and engine B's.
-        webhook.is_some() && called_b && steps >= 3
+        webhook.is_some() && called_b && steps >= 3 && find(spans, card_get).is_some()
     })
     .await;
 
@@ -572,4 +577,236 @@ async fn one_trace_runs_across_two_engines_and_a_webhook() {
         summary(&spans)
     );
     assert_ne!(b_step.span_id, to_carol.span_id);
+
+    // Before its first call the bridge read dave's card: a client GET in the same trace,
+    // whose `traceparent` engine B's server span for the card took as its parent.
+    let card = the(&spans, "the card GET", card_get);
+    assert_eq!(
+        attribute(card, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    let served = the(&spans, "engine B's card span", |span| {
+        span.kind == SpanKind::Server as i32 && span.parent_span_id == card.span_id
+    });
+    assert!(served.name.starts_with("GET"), "{}", served.name);
+}
+
+/// A2A push notifications are client spans in the trace of the request that started the
+/// task, and carry it to the client's webhook as `traceparent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_push_notifications_carry_the_tasks_trace() {
+    collector();
+    let (hook_url, traceparents) = webhook_receiver().await;
+    let server = Server::with_options(
+        Vec::new(),
+        ServiceOptions {
+            identity: identity(&[]),
+            a2a: colloquy_server::a2a::Settings {
+                template: "a2a-task".to_owned(),
+                push_allow_private: true,
+                ..colloquy_server::a2a::Settings::default()
+            },
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    // bob answers the task's request at once, which completes it.
+    let bob = server.client("bob").await;
+    let answering = tokio::spawn(async move {
+        loop {
+            let page = bob.poll_inbox(0, 1_000).await.expect("bob's inbox");
+            if let Some(item) = page.items.first() {
+                let answer = colloquy_protocol::SendMessage::new("inform", json!("booked"))
+                    .in_reply_to(item.message.id.to_string())
+                    .to([item.message.sender.to_string()]);
+                bob.send(&item.conversation_id, &answer)
+                    .await
+                    .expect("bob informs");
+                return;
+            }
+        }
+    });
+    let trace_id = new_trace_id();
+    let (status, answer) = call(
+        server
+            .as_agent(Method::POST, "/a2a/bob", "alice")
+            .header("A2A-Version", "1.0")
+            .header("traceparent", format!("00-{trace_id}-3333333333333333-01"))
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                "message": {"messageId": "traced-push-1", "role": "ROLE_USER",
+                            "parts": [{"text": "book a room"}]},
+                "configuration": {"taskPushNotificationConfig": {"id": "hook-1", "url": hook_url}}
+            }})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.get("error").is_none(), "{answer:#}");
+    tokio::time::timeout(STEP, answering)
+        .await
+        .expect("bob answered in time")
+        .expect("bob's task");
+
+    let push_of = |span: &Span| {
+        span.name == "POST"
+            && span.kind == SpanKind::Client as i32
+            && attribute(span, "url.full").is_none()
+            && attribute(span, "colloquy.agent").as_deref() == Some("alice")
+    };
+    let spans = trace_once(&trace_id, |spans| find(spans, push_of).is_some()).await;
+    let push = the(&spans, "push span", push_of);
+    let start = the(&spans, "the task's start step", |span| {
+        span.name == "engine step" && attribute(span, "colloquy.step").as_deref() == Some("start")
+    });
+    assert_eq!(push.parent_span_id, start.span_id, "{:#?}", summary(&spans));
+    assert_eq!(
+        attribute(push, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    let expected = format!("00-{trace_id}-{}-01", hex(&push.span_id));
+    let deadline = Instant::now() + STEP;
+    while !traceparents
+        .lock()
+        .expect("not poisoned")
+        .contains(&expected)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the webhook got {:?}, not {expected}",
+            traceparents.lock().expect("not poisoned")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The origin is kept with the conversation (its `started` event's `trace`): a message
+/// another engine node sharing the store serves (here: a second server on the same store,
+/// which has never seen the conversation) links to the step the conversation started in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_node_links_a_later_message_to_where_the_conversation_started() {
+    collector();
+    let store: Arc<dyn colloquy_core::store::ConversationStore> =
+        Arc::new(colloquy_core::store::MemoryStore::new());
+    let node = || ServiceOptions {
+        identity: identity(&[]),
+        store: Some(store.clone()),
+        ..ServiceOptions::default()
+    };
+    let (a, b) = (
+        Server::with_options(Vec::new(), node()).await,
+        Server::with_options(Vec::new(), node()).await,
+    );
+    let started_in = new_trace_id();
+    let (status, view) = call(
+        a.as_agent(Method::POST, "/v1/conversations", "alice")
+            .header(
+                "traceparent",
+                format!("00-{started_in}-4444444444444444-01"),
+            )
+            .json(&json!({"template": "fipa-request", "participants": ["bob"],
+                          "message": {"performative": "request", "content": {"task": "x"}}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{view}");
+    let id = view["id"].as_str().expect("an id").to_owned();
+    let start = trace_once(&started_in, |spans| {
+        find(spans, named("engine step")).is_some()
+    })
+    .await;
+    let start_step = the(&start, "start step", named("engine step"));
+
+    let sent_in = new_trace_id();
+    let (status, receipt) = call(
+        b.as_agent(
+            Method::POST,
+            &format!("/v1/conversations/{id}/messages"),
+            "bob",
+        )
+        .header("traceparent", format!("00-{sent_in}-5555555555555555-01"))
+        .json(&json!({"performative": "agree"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{receipt}");
+    let message = trace_once(&sent_in, |spans| {
+        find(spans, named("engine step")).is_some()
+    })
+    .await;
+    let message_step = the(&message, "message step on node b", named("engine step"));
+    assert!(
+        message_step
+            .links
+            .iter()
+            .any(|link| hex(&link.trace_id) == started_in && link.span_id == start_step.span_id),
+        "links: {:?}",
+        message_step.links
+    );
+}
+
+/// A deadline the scheduler fires is an engine step of its own (no request caused it),
+/// linked to the step its conversation started in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fired_deadline_links_to_where_the_conversation_started() {
+    let collector = collector();
+    let server = Server::with_options(
+        Vec::new(),
+        ServiceOptions {
+            identity: identity(&[]),
+            scheduler_period: Duration::from_millis(10),
+            ..ServiceOptions::default()
+        },
+    )
+    .await;
+    let started_in = new_trace_id();
+    let (status, view) = call(
+        server
+            .as_agent(Method::POST, "/v1/conversations", "alice")
+            .header(
+                "traceparent",
+                format!("00-{started_in}-6666666666666666-01"),
+            )
+            .json(
+                &json!({"template": "fipa-request", "participants": ["bob"], "deadline_ms": 100,
+                          "message": {"performative": "request", "content": {"task": "x"}}}),
+            ),
+    )
+    .await;
+    assert_eq!(status, 201, "{view}");
+    let id = view["id"].as_str().expect("an id").to_owned();
+    let start = trace_once(&started_in, |spans| {
+        find(spans, named("engine step")).is_some()
+    })
+    .await;
+    let start_step = the(&start, "start step", named("engine step"));
+
+    let fired = |span: &Span| {
+        span.name == "engine step"
+            && attribute(span, "colloquy.step").as_deref() == Some("deadline")
+            && attribute(span, "colloquy.conversation.id").as_deref() == Some(id.as_str())
+    };
+    let deadline = Instant::now() + STEP;
+    let step = loop {
+        tokio::task::spawn_blocking(|| collector.exporter.flush())
+            .await
+            .expect("the flush ran")
+            .expect("the exporter flushes");
+        let step = (collector.spans.lock().expect("not poisoned").iter())
+            .find(|span| fired(span))
+            .cloned();
+        if let Some(step) = step {
+            break step;
+        }
+        assert!(Instant::now() < deadline, "no deadline step for {id}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(hex(&step.trace_id), started_in, "a trace of its own");
+    assert_eq!(
+        attribute(&step, "colloquy.template").as_deref(),
+        Some("fipa-request")
+    );
+    assert!(
+        step.links
+            .iter()
+            .any(|link| hex(&link.trace_id) == started_in && link.span_id == start_step.span_id),
+        "links: {:?}",
+        step.links
+    );
 }

@@ -91,6 +91,7 @@ fn started(participants: &[&str]) -> EventKind {
             parameters: json!({}),
             context: Value::Null,
             deadline: None,
+            trace: None,
         }
         .into(),
     )

@@ -63,6 +63,8 @@ pub fn prepare_start(
         parameters,
         context,
         deadline,
+        // The engine step's own, set once its span exists (`Engine::start`).
+        trace: None,
     })
 }
 

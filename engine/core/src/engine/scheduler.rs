@@ -27,10 +27,26 @@ impl Engine {
         Ok(due.len())
     }
 
-    /// Fires a claimed wake-up, logging a failure (the lease brings it back later).
+    /// Fires a claimed wake-up, logging a failure (the lease brings it back later). While
+    /// traces are exported, the wake-up is an engine step of its own (a trace of its own:
+    /// no request caused it) linked to the step its conversation started in.
     pub(super) async fn wake_logged(&self, id: &str, now: u64) {
         let span = tracing::info_span!("conversation", id = %id);
-        if let Err(error) = tracing::Instrument::instrument(self.wake(id, now), span).await {
+        let step_span = tracing::debug_span!(
+            parent: &span,
+            "engine step",
+            colloquy.step = "deadline",
+            colloquy.conversation.id = %id,
+            colloquy.template = tracing::field::Empty,
+            colloquy.template.revision = tracing::field::Empty,
+        );
+        if crate::trace_origins::exporting()
+            && let Some(origin) = self.trace_origins.origin(id)
+        {
+            crate::trace_origins::link(&step_span, origin);
+        }
+        let woken = tracing::Instrument::instrument(self.wake(id, now), step_span);
+        if let Err(error) = tracing::Instrument::instrument(woken, span).await {
             tracing::warn!(conversation = %id, %error, "scheduled wake-up failed");
         }
     }

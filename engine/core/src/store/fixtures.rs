@@ -27,6 +27,7 @@ pub fn started(id: &str) -> ConversationEvent {
             parameters: serde_json::json!({}),
             context: serde_json::Value::Null,
             deadline: None,
+            trace: None,
         })),
     }
 }

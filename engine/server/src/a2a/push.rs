@@ -32,6 +32,7 @@ use colloquy_protocol::a2a::RpcError;
 use colloquy_protocol::conversation::{ConversationStatus, ConversationView};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use super::inward::{code, rpc_error, task_of};
 use super::stream;
@@ -480,8 +481,14 @@ fn follow(state: AppState, mut config: PushConfig) {
                     if !state.a2a_followers().is_current(&key, generation) {
                         return;
                     }
-                    if let Err(why) =
-                        deliver(&client, &config, &event, state.a2a_push_allow_private()).await
+                    if let Err(why) = deliver(
+                        state.engine(),
+                        &client,
+                        &config,
+                        &event,
+                        state.a2a_push_allow_private(),
+                    )
+                    .await
                     {
                         tracing::warn!(
                             conversation = %colloquy_core::log_safe::LogSafe(&config.conversation_id),
@@ -525,8 +532,11 @@ pub fn updates_since(view: &ConversationView, delivered: u64) -> Vec<Value> {
     stream::updates_since(view, delivered, &mut artifacts_sent, Version::V1_0)
 }
 
-/// POSTs one update, retrying as webhooks do. `Err` says why it was given up.
+/// POSTs one update, retrying as webhooks do, each attempt a client span (a child of the
+/// span the conversation started in, its context sent as `traceparent`) while traces are
+/// exported. `Err` says why it was given up.
 async fn deliver(
+    engine: &colloquy_core::engine::Engine,
     client: &reqwest::Client,
     config: &PushConfig,
     event: &Value,
@@ -554,7 +564,25 @@ async fn deliver(
                 format!("{} {}", authentication.scheme, authentication.credentials),
             );
         }
-        match request.send().await {
+        let span = crate::request_spans::webhook_span(
+            engine,
+            &config.owner,
+            &config.conversation_id,
+            &config.url,
+        );
+        if !span.is_disabled() {
+            let mut headers = reqwest::header::HeaderMap::new();
+            crate::request_spans::inject(&span, &mut headers);
+            request = request.headers(headers);
+        }
+        let result = request.send().instrument(span.clone()).await;
+        let status = result.as_ref().ok().map(reqwest::Response::status);
+        crate::request_spans::record_outcome(
+            &span,
+            status,
+            !status.is_some_and(|status| status.is_success()),
+        );
+        match result {
             Ok(response) if response.status().is_success() => return Ok(()),
             Ok(response) => {
                 let status = response.status();
