@@ -136,7 +136,7 @@ async def test_a_signed_conversation_goes_through_and_its_record_verifies(partie
     async with parties.client("alice") as alice:
         record = await alice.audit(conversation_id)
     # The keys the engine checked, kept through the model.
-    assert record.model_extra["signer_keys"]["bob"] == parties.keys["bob"].public_jwks()
+    assert record.signer_keys["bob"] == parties.keys["bob"].public_jwks()
 
     verified = verify(record, parties.engine_jwks)
     assert verified.engine_key == ENGINE_KID
@@ -296,7 +296,7 @@ async def test_the_engines_own_reply_verifies_under_its_key(parties):
     replies = [e["message"] for e in record.events
                if e.get("message", {}).get("sender") == "colloquy:engine"]
     assert [m["performative"] for m in replies] == ["reject-proposal"]
-    assert record.model_extra["signer_keys"]["colloquy:engine"] == parties.engine_jwks
+    assert record.signer_keys["colloquy:engine"] == parties.engine_jwks
     verified = verify(record, parties.engine_jwks)
     assert (verified.signed_messages, verified.engine_key) == (1, ENGINE_KID)
 
