@@ -38,12 +38,19 @@ pub async fn signing_keys(state: &AppState, agent: &str) -> Result<Option<KeySet
     let now = state.engine().now();
     let kept = kept(state, agent).await?;
     let mut set = (state.identity().signing_keys(agent)).map(|keys| keys.keys.clone());
-    for key in kept.iter().filter(|key| key.signs_at(now)) {
+    let grace = grace_ms(state);
+    for key in kept.iter().filter(|key| key.signs_at(now, grace)) {
         let set = set.get_or_insert_with(KeySet::default);
         // A kept key that no longer parses (or clashes with the file) signs nothing.
         let _ = set.add_jwks(&json!({ "keys": [key.jwk] }));
     }
     Ok(set)
+}
+
+/// How long past its token's `exp` a key bound by `cnf` still signs: the leeway the token
+/// itself gets, so an agent that may sign in may also sign.
+fn grace_ms(state: &AppState) -> u64 {
+    (state.identity().jwt()).map_or(0, |jwt| jwt.leeway_ms())
 }
 
 /// Why `kid` of `agent` does not sign now, when it is a kept key that did once: for the
@@ -56,7 +63,7 @@ pub async fn why_not(state: &AppState, agent: &str, kid: &str) -> Option<String>
         (Some(at), _) if at <= now => Some(format!(
             "unknown key: key `{kid}` of `{agent}` was revoked at {at} (Unix ms)"
         )),
-        (_, Some(until)) if until < now => Some(format!(
+        (_, Some(until)) if until.saturating_add(grace_ms(state)) < now => Some(format!(
             "unknown key: key `{kid}` of `{agent}` was bound by a token that expired at {until} \
              (Unix ms)"
         )),

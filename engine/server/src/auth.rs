@@ -280,6 +280,12 @@ impl JwtAuth {
         &self.expect.issuer
     }
 
+    /// How far past its `exp` a token is still taken (clock drift), in milliseconds: a key
+    /// a token bound signs as long too.
+    pub fn leeway_ms(&self) -> u64 {
+        self.expect.leeway_s.saturating_mul(1000)
+    }
+
     /// Whether some token can name the administrator (`--auth-admin-claim`).
     pub fn names_an_admin(&self) -> bool {
         self.expect.admin_claim.is_some()
@@ -327,15 +333,17 @@ impl JwtAuth {
         let Some(jwk) = claims.get("cnf").and_then(|cnf| cnf.get("jwk")) else {
             return Err("the token's `cnf` claim has no `jwk` (RFC 7800 §3.2)".to_owned());
         };
-        let expires = claims
-            .get("exp")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(now);
+        // A NumericDate may have a fraction (RFC 7519 §2), and the claim check took it.
+        let expires_ms = (claims.get("exp").and_then(serde_json::Value::as_f64))
+            .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
+            .map_or(now.saturating_mul(1000), |seconds| {
+                (seconds * 1000.0) as u64
+            });
         Ok(Some(BoundKey {
             agent,
             jwk: jwk.clone(),
             issuer: self.expect.issuer.clone(),
-            expires_at_ms: expires.saturating_mul(1000),
+            expires_at_ms: expires_ms,
         }))
     }
 

@@ -10,8 +10,8 @@ again for a token near its ``exp`` and for one the server refused; bad tokens ar
 to an agent's JWT by ``cnf`` (RFC 7800) signs its messages where a template requires
 signatures, is listed with its issuer, and verifies in the audit record; a key the
 administrator (a JWT with the admin claim) registers signs until it is revoked; a rotated
-provider key is followed without a restart. One test is a strict xfail: a server bug (a
-fractional ``exp`` lapses a ``cnf`` key at once), to flip when it is fixed."""
+provider key is followed without a restart; a token's fractional ``exp`` (a NumericDate may
+have one) is the time its ``cnf`` key signs until."""
 
 from __future__ import annotations
 
@@ -427,10 +427,6 @@ async def test_a_key_bound_by_cnf_signs_for_its_agent(setup):
         await answerer.acknowledge_inbox()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "server: a token whose `exp` has a fraction (a NumericDate may, RFC 7519 §2) signs in, "
-    "but `JwtAuth::bound_key` reads `exp` with `as_u64`, so its `cnf` key is kept with "
-    "`valid_until` = now and lapses at once"))
 async def test_a_cnf_key_of_a_token_with_a_fractional_exp_signs_until_that_exp(setup):
     dave, erin = setup.name("dave"), setup.name("erin")
     key, jwk = _bound_key("EdDSA")
@@ -438,7 +434,7 @@ async def test_a_cnf_key_of_a_token_with_a_fractional_exp_signs_until_that_exp(s
     async with Client(setup.url, dave, token=setup.idp.mint(dave, exp=exp, cnf={"jwk": jwk}),
                       signing_key=key) as signer:
         [listed] = (await signer.call_api("GET", f"/v1/agents/{dave}/signing-keys"))["keys"]
-        assert listed["valid_until"] == int(exp) * 1000, listed
+        assert listed["valid_until"] == int(exp * 1000), listed
         await _start_signed(signer, erin)
 
 

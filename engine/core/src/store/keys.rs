@@ -47,9 +47,10 @@ pub enum KeySource {
 }
 
 impl AgentKey {
-    /// Whether it may sign a message at `now` (Unix milliseconds): not revoked, not lapsed.
-    pub fn signs_at(&self, now: u64) -> bool {
+    /// Whether it may sign a message at `now` (Unix milliseconds): not revoked, and not
+    /// lapsed more than `grace_ms` ago (the clock leeway the tokens that bound it get).
+    pub fn signs_at(&self, now: u64, grace_ms: u64) -> bool {
         self.revoked_at.is_none_or(|at| now < at)
-            && self.valid_until.is_none_or(|until| now <= until)
+            && (self.valid_until).is_none_or(|until| now <= until.saturating_add(grace_ms))
     }
 }

@@ -142,7 +142,7 @@ def _json(value: Any) -> str:
 
 def _as_dict(record: Union[AuditRecord, dict[str, Any]]) -> dict[str, Any]:
     if isinstance(record, AuditRecord):
-        # The model keeps the fields it does not name (`signer_keys`), which the engine signs.
+        # The engine signs the whole record: the model keeps even fields it does not name.
         return record.model_dump(mode="json", exclude_none=True)
     return record
 
