@@ -1,0 +1,275 @@
+//! One node's own view of its leases, by its own monotonic clock, and routing.
+//!
+//! The store says who owns what by *its* clock; a node cannot read that clock when it
+//! serves a read. So a node keeps its own **local validity** per lease: from the moment it
+//! *sent* the request that the store then granted (acquire or renew) — not from when the
+//! answer came back, which may be arbitrarily later — for
+//! [`OwnershipConfig::local_validity_ms`]: the TTL less the drift bound and a safety
+//! margin. Within it, the store's lease has not expired, so no other node can have taken
+//! the partition, and the node may serve reads and refusals from its cache. Outside it the
+//! node neither serves nor forwards the partition's conversations until a renewal is
+//! answered (writes would be fenced anyway; reads would not).
+//!
+//! A node drops a partition, and the server drops its cached conversations of it, when the
+//! store says it is lost: a renewal or re-acquire refused, a view showing another owner or
+//! a later epoch, a commit [`Fenced`](crate::lease::Fenced), or when it gives it back. The
+//! cache survives a mere lapse of local validity: if the store then renews the lease at the
+//! same epoch, nobody else can have written in between.
+//!
+//! Everything here is pure: the caller passes its monotonic clock's reading (`now`, in
+//! milliseconds since any fixed origin) and the store's answers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::OwnershipConfig;
+use crate::lease::{ClusterView, Epoch, Lease, NodeId};
+use crate::partition::{PartitionId, partition_of};
+
+/// A lease this node holds, as it knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The epoch the store granted; commits are fenced on it.
+    pub epoch: Epoch,
+    /// Until when (local clock) the lease counts as held.
+    pub valid_until: u64,
+    /// When (local clock) the request that last extended it was sent.
+    pub confirmed_at: u64,
+}
+
+/// Where a request for a conversation goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// This node owns it with a locally valid lease: serve it, from the cache if loaded.
+    Serve {
+        /// The partition.
+        partition: PartitionId,
+        /// The epoch to fence this node's commits with.
+        epoch: Epoch,
+    },
+    /// Another node owned it at the last view: forward the request to its internal
+    /// address. A forwarded request is never forwarded again: the receiving node serves it
+    /// or answers [`Route::Unavailable`].
+    Forward(Arc<str>),
+    /// Nobody can serve it right now (the partition is changing hands, or this node's lease
+    /// lapsed and its renewal is on the way). Retry after this long (ms); a server waits and
+    /// routes again for a while before it answers 503 with `Retry-After`.
+    Unavailable {
+        /// Milliseconds until it is worth asking again.
+        retry_after_ms: u64,
+    },
+}
+
+/// A lease request on its way to the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pending {
+    /// When it was sent (local clock).
+    sent_at: u64,
+}
+
+/// Another node's lease as of the last view: where to forward.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Owner {
+    node: NodeId,
+    address: Arc<str>,
+}
+
+/// A node's local view of its leases (see the module docs).
+#[derive(Clone, Debug)]
+pub struct LocalLeases {
+    me: NodeId,
+    address: Arc<str>,
+    config: OwnershipConfig,
+    held: BTreeMap<PartitionId, Held>,
+    pending: BTreeMap<PartitionId, Pending>,
+    owners: BTreeMap<PartitionId, Owner>,
+}
+
+impl LocalLeases {
+    /// A node that holds nothing yet.
+    pub fn new(me: NodeId, address: impl Into<Arc<str>>, config: OwnershipConfig) -> Self {
+        LocalLeases {
+            me,
+            address: address.into(),
+            config,
+            held: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            owners: BTreeMap::new(),
+        }
+    }
+
+    /// This node.
+    pub fn me(&self) -> &NodeId {
+        &self.me
+    }
+
+    /// This node's internal address.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &OwnershipConfig {
+        &self.config
+    }
+
+    /// The leases this node holds (locally valid or not), by partition.
+    pub fn held(&self) -> &BTreeMap<PartitionId, Held> {
+        &self.held
+    }
+
+    /// Whether a lease request for `partition` is on its way and not yet given up on.
+    pub fn is_pending(&self, partition: PartitionId, now: u64) -> bool {
+        self.pending.get(&partition).is_some_and(|pending| {
+            now.saturating_sub(pending.sent_at) < self.config.request_timeout_ms()
+        })
+    }
+
+    /// The epoch `partition` is held at if the lease is locally valid at `now`.
+    pub fn valid_epoch(&self, partition: PartitionId, now: u64) -> Option<Epoch> {
+        self.held
+            .get(&partition)
+            .filter(|held| now < held.valid_until)
+            .map(|held| held.epoch)
+    }
+
+    /// Takes in a fresh view of the store: where other nodes' partitions are, and which of
+    /// this node's the store shows lost. Returns the partitions dropped (drop their cache).
+    pub fn observe(&mut self, view: &ClusterView) -> Vec<PartitionId> {
+        self.owners.clear();
+        let mut dropped = Vec::new();
+        for lease in &view.leases {
+            if lease.owner != self.me && lease.is_live(view.now) {
+                self.owners.insert(
+                    lease.partition,
+                    Owner {
+                        node: lease.owner.clone(),
+                        address: lease.address.clone(),
+                    },
+                );
+            }
+            // A view older than an answer already taken in shows an older epoch: ignored.
+            if let Some(held) = self.held.get(&lease.partition)
+                && (lease.epoch > held.epoch
+                    || (lease.epoch == held.epoch && lease.owner != self.me))
+            {
+                self.held.remove(&lease.partition);
+                dropped.push(lease.partition);
+            }
+        }
+        dropped
+    }
+
+    /// Records that a lease request (acquire, renew or release) for `partition` was sent
+    /// at `now`.
+    pub fn sent(&mut self, partition: PartitionId, now: u64) {
+        self.pending.insert(partition, Pending { sent_at: now });
+    }
+
+    /// The store granted an acquire sent at `sent_at`. Returns the partitions dropped: the
+    /// same one, if it was held at another epoch (its cache is stale).
+    pub fn acquired(&mut self, lease: &Lease, sent_at: u64) -> Vec<PartitionId> {
+        self.pending.remove(&lease.partition);
+        self.extend(lease.partition, lease.epoch, sent_at)
+    }
+
+    /// The store renewed `partition` at `epoch` on a request sent at `sent_at`.
+    pub fn renewed(
+        &mut self,
+        partition: PartitionId,
+        epoch: Epoch,
+        sent_at: u64,
+    ) -> Vec<PartitionId> {
+        self.pending.remove(&partition);
+        self.extend(partition, epoch, sent_at)
+    }
+
+    fn extend(&mut self, partition: PartitionId, epoch: Epoch, sent_at: u64) -> Vec<PartitionId> {
+        let valid_until = sent_at.saturating_add(self.config.local_validity_ms());
+        let mut dropped = Vec::new();
+        match self.held.get_mut(&partition) {
+            Some(held) if held.epoch == epoch => {
+                held.valid_until = held.valid_until.max(valid_until);
+                held.confirmed_at = held.confirmed_at.max(sent_at);
+                return dropped;
+            }
+            Some(_) => dropped.push(partition),
+            None => {}
+        }
+        self.held.insert(
+            partition,
+            Held {
+                epoch,
+                valid_until,
+                confirmed_at: sent_at,
+            },
+        );
+        dropped
+    }
+
+    /// The store refused a renewal or an acquire of `partition`: if held, it is lost.
+    pub fn refused(&mut self, partition: PartitionId) -> Vec<PartitionId> {
+        self.pending.remove(&partition);
+        self.held
+            .remove(&partition)
+            .map(|_| partition)
+            .into_iter()
+            .collect()
+    }
+
+    /// A lease request for `partition` got no answer (the store was unavailable). The
+    /// lease, if held, stays as it was: it only counts from answers.
+    pub fn unanswered(&mut self, partition: PartitionId) {
+        self.pending.remove(&partition);
+    }
+
+    /// This node gives `partition` back: it stops serving it now, before the release is
+    /// even sent. Returns the epoch to release, if it held it.
+    pub fn release(&mut self, partition: PartitionId) -> Option<Epoch> {
+        self.held.remove(&partition).map(|held| held.epoch)
+    }
+
+    /// A commit fenced at `epoch`: the partition is lost if held at that epoch or earlier.
+    /// Returns whether it was dropped.
+    pub fn fenced(&mut self, partition: PartitionId, epoch: Epoch) -> bool {
+        if self
+            .held
+            .get(&partition)
+            .is_some_and(|held| held.epoch <= epoch)
+        {
+            self.held.remove(&partition);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Forgets everything (the node restarts with a new [`NodeId`] anyway).
+    pub fn clear(&mut self) {
+        self.held.clear();
+        self.pending.clear();
+        self.owners.clear();
+    }
+
+    /// Where a request for `conversation_id` goes at local time `now`.
+    pub fn route(&self, conversation_id: &str, now: u64) -> Route {
+        let partition = partition_of(conversation_id, self.config.partitions);
+        self.route_partition(partition, now)
+    }
+
+    /// [`route`](Self::route) for a partition.
+    pub fn route_partition(&self, partition: PartitionId, now: u64) -> Route {
+        if let Some(epoch) = self.valid_epoch(partition, now) {
+            return Route::Serve { partition, epoch };
+        }
+        if !self.held.contains_key(&partition)
+            && let Some(owner) = self.owners.get(&partition)
+            && owner.node != self.me
+        {
+            return Route::Forward(owner.address.clone());
+        }
+        Route::Unavailable {
+            retry_after_ms: self.config.tick_ms,
+        }
+    }
+}
