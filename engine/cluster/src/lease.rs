@@ -59,9 +59,12 @@ impl fmt::Display for NodeId {
     }
 }
 
-/// A partition's fencing token: it grows by one each time the partition changes owner,
-/// and never goes back. 0: the partition never had an owner. Temporal calls it the shard's
-/// `RangeID`; Restate and Orleans, the leader epoch.
+/// A partition's fencing token: it grows by one with every successful acquire — a new
+/// **tenure**, also when the same node takes its own lease again — and never goes back;
+/// renewals keep it. `(node, epoch)` thus names one tenure, so a late release, renewal or
+/// commit of an earlier tenure cannot touch a later one. 0: the partition never had an
+/// owner. Temporal calls it the shard's `RangeID` (also bumped on every acquisition);
+/// Restate and Orleans, the leader epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Epoch(pub u64);
 
@@ -169,15 +172,13 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Takes `partition` for `node`, a compare-and-set on the epoch the node saw:
     /// succeeds only if the row is at `seen_epoch` (0 and no row: never owned) **and**
-    /// it is free, expired at `now`, or already `node`'s. Then the row becomes
-    /// `(node, epoch, now + ttl_ms, address)`, where `epoch` is `seen_epoch + 1` if the
-    /// owner changes and `seen_epoch` if `node` already was the owner (a retry after a
-    /// lost answer, or re-taking one's own expired lease: nobody else wrote in between).
-    /// Returns the new lease, or `None` if the compare-and-set failed. SQL:
-    /// `UPDATE partition_leases SET owner=$node, address=$addr, expires_at=now()+$ttl,
-    /// epoch = CASE WHEN owner IS DISTINCT FROM $node THEN epoch+1 ELSE epoch END WHERE
-    /// partition=$p AND epoch=$seen AND (owner=$node OR owner IS NULL OR expires_at<=now())
-    /// RETURNING …` over pre-created rows (owner NULL, epoch 0).
+    /// it is free, expired at `now`, or already `node`'s (adopting a lease whose answer
+    /// was lost). Then the row becomes `(node, seen_epoch + 1, now + ttl_ms, address)`:
+    /// always a new epoch, also for the same owner (see [`Epoch`] for why). Returns the
+    /// new lease, or `None` if the compare-and-set failed. SQL, over pre-created rows
+    /// (owner NULL, epoch 0): `UPDATE partition_leases SET owner=$node, address=$addr,
+    /// epoch=epoch+1, expires_at=now()+$ttl WHERE partition=$p AND epoch=$seen AND
+    /// (owner=$node OR owner IS NULL OR expires_at<=now()) RETURNING …`.
     async fn acquire(
         &self,
         partition: PartitionId,
@@ -199,8 +200,9 @@ pub trait LeaseStore: Send + Sync + 'static {
         ttl_ms: u64,
     ) -> Result<Vec<PartitionId>, LeaseError>;
 
-    /// Gives `partition` back if `node` holds it at `epoch`: its expiry becomes `now`, the
-    /// owner and epoch stay (the epoch never goes back). Commits fenced on it fail from
+    /// Gives `partition` back if `node` holds it at `epoch` and it is live: its expiry
+    /// becomes `now`, the owner and epoch stay (the epoch never goes back). A release of
+    /// an earlier tenure, arriving late, does nothing. Commits fenced on it fail from
     /// now on. Releasing a lease one does not hold does nothing.
     async fn release(
         &self,

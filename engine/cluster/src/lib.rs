@@ -39,7 +39,7 @@ pub mod plan;
 
 pub use config::OwnershipConfig;
 pub use lease::{ClusterView, Epoch, Fence, Fenced, Lease, LeaseError, LeaseStore, Member, NodeId};
-pub use local::{LocalLeases, Route};
+pub use local::{LocalLeases, Route, Ticket};
 pub use memory::MemoryLeaseStore;
 pub use partition::{PARTITIONS, PartitionId, partition_of};
 pub use plan::{Action, plan};

@@ -60,9 +60,18 @@ pub enum Route {
     },
 }
 
+/// One lease request, so that an answer is taken in only if it answers the partition's
+/// latest request. An answer that comes back after the node sent another request for the
+/// partition, gave it back, or lost it, is ignored: counted from its own send time it
+/// might still look valid, but the node may have released the lease since (the model found
+/// that in a first version, which matched answers by partition).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(u64);
+
 /// A lease request on its way to the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pending {
+    ticket: Ticket,
     /// When it was sent (local clock).
     sent_at: u64,
 }
@@ -83,6 +92,7 @@ pub struct LocalLeases {
     held: BTreeMap<PartitionId, Held>,
     pending: BTreeMap<PartitionId, Pending>,
     owners: BTreeMap<PartitionId, Owner>,
+    next_ticket: u64,
 }
 
 impl LocalLeases {
@@ -95,6 +105,7 @@ impl LocalLeases {
             held: BTreeMap::new(),
             pending: BTreeMap::new(),
             owners: BTreeMap::new(),
+            next_ticket: 0,
         }
     }
 
@@ -154,52 +165,63 @@ impl LocalLeases {
                     || (lease.epoch == held.epoch && lease.owner != self.me))
             {
                 self.held.remove(&lease.partition);
+                self.pending.remove(&lease.partition);
                 dropped.push(lease.partition);
             }
         }
         dropped
     }
 
-    /// Records that a lease request (acquire, renew or release) for `partition` was sent
-    /// at `now`.
-    pub fn sent(&mut self, partition: PartitionId, now: u64) {
-        self.pending.insert(partition, Pending { sent_at: now });
+    /// Records that a request for these partitions (an acquire: one; a renewal: several)
+    /// is sent at `now`. Its answers are taken in with the ticket returned.
+    pub fn sent(&mut self, partitions: impl IntoIterator<Item = PartitionId>, now: u64) -> Ticket {
+        self.next_ticket += 1;
+        let ticket = Ticket(self.next_ticket);
+        for partition in partitions {
+            self.pending.insert(
+                partition,
+                Pending {
+                    ticket,
+                    sent_at: now,
+                },
+            );
+        }
+        ticket
     }
 
-    /// The store granted an acquire sent at `sent_at`. Returns the partitions dropped: the
-    /// same one, if it was held at another epoch (its cache is stale).
-    pub fn acquired(&mut self, lease: &Lease, sent_at: u64) -> Vec<PartitionId> {
-        self.pending.remove(&lease.partition);
-        self.extend(lease.partition, lease.epoch, sent_at)
+    /// Takes the pending request `ticket` for `partition` off the books, with its send
+    /// time; `None` if a later request or a drop superseded it.
+    fn answered(&mut self, ticket: Ticket, partition: PartitionId) -> Option<u64> {
+        match self.pending.get(&partition).copied() {
+            Some(pending) if pending.ticket == ticket => {
+                self.pending.remove(&partition);
+                Some(pending.sent_at)
+            }
+            _ => None,
+        }
     }
 
-    /// The store renewed `partition` at `epoch` on a request sent at `sent_at`.
-    pub fn renewed(
-        &mut self,
-        partition: PartitionId,
-        epoch: Epoch,
-        sent_at: u64,
-    ) -> Vec<PartitionId> {
-        self.pending.remove(&partition);
-        self.extend(partition, epoch, sent_at)
-    }
-
-    fn extend(&mut self, partition: PartitionId, epoch: Epoch, sent_at: u64) -> Vec<PartitionId> {
+    /// The store granted acquire `ticket`. Returns the partitions dropped: the same one, if
+    /// it was held at another epoch (its cache is stale).
+    pub fn acquired(&mut self, ticket: Ticket, lease: &Lease) -> Vec<PartitionId> {
+        let Some(sent_at) = self.answered(ticket, lease.partition) else {
+            return Vec::new();
+        };
         let valid_until = sent_at.saturating_add(self.config.local_validity_ms());
         let mut dropped = Vec::new();
-        match self.held.get_mut(&partition) {
-            Some(held) if held.epoch == epoch => {
+        match self.held.get_mut(&lease.partition) {
+            Some(held) if held.epoch == lease.epoch => {
                 held.valid_until = held.valid_until.max(valid_until);
                 held.confirmed_at = held.confirmed_at.max(sent_at);
                 return dropped;
             }
-            Some(_) => dropped.push(partition),
+            Some(_) => dropped.push(lease.partition),
             None => {}
         }
         self.held.insert(
-            partition,
+            lease.partition,
             Held {
-                epoch,
+                epoch: lease.epoch,
                 valid_until,
                 confirmed_at: sent_at,
             },
@@ -207,9 +229,27 @@ impl LocalLeases {
         dropped
     }
 
-    /// The store refused a renewal or an acquire of `partition`: if held, it is lost.
-    pub fn refused(&mut self, partition: PartitionId) -> Vec<PartitionId> {
-        self.pending.remove(&partition);
+    /// The store renewed `partition` on request `ticket`. Only ever extends a lease still
+    /// held at that epoch.
+    pub fn renewed(&mut self, ticket: Ticket, partition: PartitionId, epoch: Epoch) {
+        let Some(sent_at) = self.answered(ticket, partition) else {
+            return;
+        };
+        let valid_until = sent_at.saturating_add(self.config.local_validity_ms());
+        if let Some(held) = self.held.get_mut(&partition)
+            && held.epoch == epoch
+        {
+            held.valid_until = held.valid_until.max(valid_until);
+            held.confirmed_at = held.confirmed_at.max(sent_at);
+        }
+    }
+
+    /// The store refused request `ticket` (a renewal or an acquire) for `partition`: if
+    /// held, it is lost. Returns the partitions dropped.
+    pub fn refused(&mut self, ticket: Ticket, partition: PartitionId) -> Vec<PartitionId> {
+        if self.answered(ticket, partition).is_none() {
+            return Vec::new();
+        }
         self.held
             .remove(&partition)
             .map(|_| partition)
@@ -217,16 +257,23 @@ impl LocalLeases {
             .collect()
     }
 
-    /// A lease request for `partition` got no answer (the store was unavailable). The
-    /// lease, if held, stays as it was: it only counts from answers.
-    pub fn unanswered(&mut self, partition: PartitionId) {
-        self.pending.remove(&partition);
+    /// Request `ticket` for `partition` got no answer (the store was unavailable): it may
+    /// be sent again. The lease, if held, stays as it was: it only counts from answers.
+    pub fn unanswered(&mut self, ticket: Ticket, partition: PartitionId) {
+        self.answered(ticket, partition);
     }
 
-    /// This node gives `partition` back: it stops serving it now, before the release is
-    /// even sent. Returns the epoch to release, if it held it.
-    pub fn release(&mut self, partition: PartitionId) -> Option<Epoch> {
-        self.held.remove(&partition).map(|held| held.epoch)
+    /// The store answered release `ticket` of `partition`.
+    pub fn released(&mut self, ticket: Ticket, partition: PartitionId) {
+        self.answered(ticket, partition);
+    }
+
+    /// This node gives `partition` back (a [`plan`](crate::plan::plan)'s `Release`): it
+    /// stops serving it now, before the release is even sent, and ignores any answer still
+    /// on its way for it. Send the release with the ticket returned.
+    pub fn release(&mut self, partition: PartitionId, now: u64) -> Ticket {
+        self.held.remove(&partition);
+        self.sent([partition], now)
     }
 
     /// A commit fenced at `epoch`: the partition is lost if held at that epoch or earlier.

@@ -136,8 +136,7 @@ impl MemoryLeaseStore {
             None if seen_epoch == Epoch(0) => Epoch(1),
             None => return None,
             Some(lease) if lease.epoch != seen_epoch => return None,
-            Some(lease) if lease.owner == *node => lease.epoch,
-            Some(lease) if !lease.is_live(now) => lease.epoch.next(),
+            Some(lease) if lease.owner == *node || !lease.is_live(now) => lease.epoch.next(),
             Some(_) => return None,
         };
         let lease = Lease {
@@ -286,72 +285,57 @@ mod tests {
         NodeId::new(name)
     }
 
+    fn fence(node: &NodeId, epoch: u64) -> Fence {
+        Fence {
+            partition: P,
+            node: node.clone(),
+            epoch: Epoch(epoch),
+        }
+    }
+
+    fn acquire(store: &MemoryLeaseStore, node: &NodeId, seen: u64) -> Option<Lease> {
+        ready(store.acquire(P, node, "addr", Epoch(seen), 100)).unwrap()
+    }
+
     #[test]
-    fn acquire_is_a_compare_and_set_that_bumps_the_epoch_on_an_owner_change() {
+    fn acquire_is_a_compare_and_set_that_starts_a_new_epoch() {
         let store = MemoryLeaseStore::with_manual_clock(1_000);
         let (a, b) = (node("a"), node("b"));
         // Free: the first owner is at epoch 1; a wrong seen epoch fails.
-        assert_eq!(ready(store.acquire(P, &a, "a:1", Epoch(3), 100)), Ok(None));
-        let lease = ready(store.acquire(P, &a, "a:1", Epoch(0), 100))
-            .unwrap()
-            .unwrap();
+        assert_eq!(acquire(&store, &a, 3), None);
+        let lease = acquire(&store, &a, 0).unwrap();
         assert_eq!((lease.epoch, lease.expires_at), (Epoch(1), 1_100));
-        // Live for a: b cannot take it, a can again (a retry), at the same epoch.
-        assert_eq!(ready(store.acquire(P, &b, "b:1", Epoch(1), 100)), Ok(None));
-        let again = ready(store.acquire(P, &a, "a:1", Epoch(1), 100))
-            .unwrap()
-            .unwrap();
-        assert_eq!(again.epoch, Epoch(1));
-        // Expired by the store's clock: b takes it at epoch 2.
+        // Live for a: b cannot take it; a can again (adopting it after a lost answer),
+        // as a new tenure.
+        assert_eq!(acquire(&store, &b, 1), None);
+        assert_eq!(acquire(&store, &a, 1).unwrap().epoch, Epoch(2));
+        // Expired by the store's clock: b takes it at epoch 3.
         store.set_now(1_100);
-        let taken = ready(store.acquire(P, &b, "b:1", Epoch(1), 100))
-            .unwrap()
-            .unwrap();
-        assert_eq!((taken.owner, taken.epoch), (b.clone(), Epoch(2)));
-        // a's renewal and its commits are refused now.
-        assert_eq!(ready(store.renew(&a, &[(P, Epoch(1))], 100)), Ok(vec![]));
-        let fence = Fence {
-            partition: P,
-            node: a.clone(),
-            epoch: Epoch(1),
-        };
-        assert!(store.check_fence(1_100, &fence).is_err());
-        assert!(
-            store
-                .check_fence(
-                    1_100,
-                    &Fence {
-                        node: b.clone(),
-                        epoch: Epoch(2),
-                        ..fence
-                    }
-                )
-                .is_ok()
-        );
+        let taken = acquire(&store, &b, 2).unwrap();
+        assert_eq!((taken.owner, taken.epoch), (b.clone(), Epoch(3)));
+        // a's renewal and its commits are refused now; b's pass.
+        assert_eq!(ready(store.renew(&a, &[(P, Epoch(2))], 100)), Ok(vec![]));
+        assert!(store.check_fence(1_100, &fence(&a, 2)).is_err());
+        assert!(store.check_fence(1_100, &fence(&b, 3)).is_ok());
     }
 
     #[test]
     fn renew_keeps_only_live_leases_and_release_fences_at_once() {
         let store = MemoryLeaseStore::with_manual_clock(0);
         let a = node("a");
-        ready(store.acquire(P, &a, "a:1", Epoch(0), 100)).unwrap();
+        acquire(&store, &a, 0).unwrap();
         store.set_now(50);
         assert_eq!(ready(store.renew(&a, &[(P, Epoch(1))], 100)), Ok(vec![P]));
         store.set_now(149);
-        let fence = Fence {
-            partition: P,
-            node: a.clone(),
-            epoch: Epoch(1),
-        };
-        assert!(store.check_fence(149, &fence).is_ok());
+        assert!(store.check_fence(149, &fence(&a, 1)).is_ok());
         ready(store.release(P, &a, Epoch(1))).unwrap();
-        assert!(store.check_fence(149, &fence).is_err());
+        assert!(store.check_fence(149, &fence(&a, 1)).is_err());
         assert_eq!(ready(store.renew(&a, &[(P, Epoch(1))], 100)), Ok(vec![]));
-        // Taking one's own released lease back keeps the epoch: nobody wrote in between.
-        let back = ready(store.acquire(P, &a, "a:1", Epoch(1), 100))
-            .unwrap()
-            .unwrap();
-        assert_eq!(back.epoch, Epoch(1));
+        // Taking one's own released lease back is a new tenure: a release of the old one
+        // still on its way cannot end it.
+        assert_eq!(acquire(&store, &a, 1).unwrap().epoch, Epoch(2));
+        ready(store.release(P, &a, Epoch(1))).unwrap();
+        assert!(store.check_fence(149, &fence(&a, 2)).is_ok());
     }
 
     #[test]
