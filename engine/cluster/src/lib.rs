@@ -17,6 +17,8 @@
 //! - [`plan`]: one tick's [`Action`]s from the lease table and the node's own view. Pure.
 //! - [`local`]: [`LocalLeases`], a node's leases by its own monotonic clock, and
 //!   [`Route`]s. Pure.
+//! - [`driver`]: [`tick`] and [`leave`], the plan's actions sent to a [`LeaseStore`]
+//!   and the answers taken in: the only code that awaits.
 //! - [`memory`]: [`MemoryLeaseStore`], the in-memory store with an explicit clock, and the
 //!   reference the model runs on.
 //!
@@ -27,10 +29,11 @@
 //! # Dependencies
 //! None of the engine's: no store, no server, no runtime. A store implements
 //! [`LeaseStore`] (one transaction per method) and the fencing check in its commit; the
-//! server runs the tick (`heartbeat` → [`LocalLeases::observe`] → [`plan`] → send) and asks
-//! [`LocalLeases::route`] for each request.
+//! server runs [`tick`] (`heartbeat` → [`LocalLeases::observe`] → [`plan`] → send) every
+//! tick and asks [`LocalLeases::route`] for each request.
 
 pub mod config;
+pub mod driver;
 pub mod lease;
 pub mod local;
 pub mod memory;
@@ -38,6 +41,7 @@ pub mod partition;
 pub mod plan;
 
 pub use config::OwnershipConfig;
+pub use driver::{TickOutcome, leave, tick};
 pub use lease::{ClusterView, Epoch, Fence, Fenced, Lease, LeaseError, LeaseStore, Member, NodeId};
 pub use local::{LocalLeases, Route, Ticket};
 pub use memory::MemoryLeaseStore;

@@ -320,3 +320,121 @@ impl LocalLeases {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Member;
+
+    fn config() -> OwnershipConfig {
+        OwnershipConfig {
+            partitions: 4,
+            ..OwnershipConfig::default()
+        }
+    }
+
+    fn lease(partition: u32, owner: &str, epoch: u64) -> Lease {
+        Lease {
+            partition: PartitionId(partition),
+            owner: NodeId::new(owner),
+            epoch: Epoch(epoch),
+            expires_at: 1_000_000,
+            address: Arc::from(format!("{owner}:8080")),
+        }
+    }
+
+    #[test]
+    fn a_lease_counts_from_when_the_request_was_sent_not_answered() {
+        let mut local = LocalLeases::new(NodeId::new("a"), "a:8080", config());
+        let ticket = local.sent([PartitionId(1)], 1_000);
+        assert!(local.is_pending(PartitionId(1), 1_000));
+        // The answer comes 5 s later; the lease counts from 1 s.
+        assert!(local.acquired(ticket, &lease(1, "a", 3)).is_empty());
+        let validity = local.config().local_validity_ms();
+        assert_eq!(local.valid_epoch(PartitionId(1), 6_000), Some(Epoch(3)));
+        assert_eq!(
+            local.valid_epoch(PartitionId(1), 1_000 + validity - 1),
+            Some(Epoch(3))
+        );
+        assert_eq!(local.valid_epoch(PartitionId(1), 1_000 + validity), None);
+        // A renewal sent later extends it from its own send time.
+        let ticket = local.sent([PartitionId(1)], 4_000);
+        local.renewed(ticket, PartitionId(1), Epoch(3));
+        assert_eq!(
+            local.valid_epoch(PartitionId(1), 4_000 + validity - 1),
+            Some(Epoch(3))
+        );
+    }
+
+    #[test]
+    fn an_answer_to_a_superseded_request_is_ignored() {
+        let mut local = LocalLeases::new(NodeId::new("a"), "a:8080", config());
+        let first = local.sent([PartitionId(0)], 0);
+        // Given up on and sent again, then given back before either answer came.
+        let second = local.sent([PartitionId(0)], 2_000);
+        local.release(PartitionId(0), 3_000);
+        assert!(local.acquired(first, &lease(0, "a", 1)).is_empty());
+        assert!(local.acquired(second, &lease(0, "a", 2)).is_empty());
+        assert!(local.held().is_empty());
+    }
+
+    #[test]
+    fn losing_a_partition_drops_it() {
+        let mut local = LocalLeases::new(NodeId::new("a"), "a:8080", config());
+        for partition in 0..3 {
+            let ticket = local.sent([PartitionId(partition)], 0);
+            local.acquired(ticket, &lease(partition, "a", 1));
+        }
+        // A renewal refused, a commit fenced, a view showing a later owner.
+        let ticket = local.sent([PartitionId(0)], 10);
+        assert_eq!(local.refused(ticket, PartitionId(0)), [PartitionId(0)]);
+        assert!(local.fenced(PartitionId(1), Epoch(1)));
+        let view = ClusterView {
+            now: 0,
+            members: Vec::new(),
+            leases: vec![lease(2, "b", 2)],
+        };
+        assert_eq!(local.observe(&view), [PartitionId(2)]);
+        assert!(local.held().is_empty());
+    }
+
+    #[test]
+    fn routing_serves_what_is_valid_forwards_what_another_owns_and_waits_otherwise() {
+        let mut local = LocalLeases::new(NodeId::new("a"), "a:8080", config());
+        let ours = partition_of("mine", 4);
+        let theirs = PartitionId((ours.0 + 1) % 4);
+        let ticket = local.sent([ours], 0);
+        local.acquired(ticket, &lease(ours.0, "a", 7));
+        local.observe(&ClusterView {
+            now: 0,
+            members: vec![Member {
+                node: NodeId::new("b"),
+                address: Arc::from("b:8080"),
+                expires_at: 10,
+            }],
+            leases: vec![lease(ours.0, "a", 7), lease(theirs.0, "b", 2)],
+        });
+        assert_eq!(
+            local.route("mine", 100),
+            Route::Serve {
+                partition: ours,
+                epoch: Epoch(7)
+            }
+        );
+        assert_eq!(
+            local.route_partition(theirs, 100),
+            Route::Forward(Arc::from("b:8080"))
+        );
+        // Past local validity, not even forwarded: the renewal is on its way.
+        let lapsed = local.config().local_validity_ms();
+        assert!(matches!(
+            local.route("mine", lapsed),
+            Route::Unavailable { .. }
+        ));
+        let free = PartitionId((ours.0 + 2) % 4);
+        assert!(matches!(
+            local.route_partition(free, 100),
+            Route::Unavailable { .. }
+        ));
+    }
+}

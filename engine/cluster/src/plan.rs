@@ -188,3 +188,184 @@ pub fn plan(view: &ClusterView, local: &LocalLeases, now: u64) -> Vec<Action> {
     }
     actions
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::OwnershipConfig;
+    use crate::lease::Member;
+
+    fn config(partitions: u32, moves: usize) -> OwnershipConfig {
+        OwnershipConfig {
+            partitions,
+            max_moves_per_tick: moves,
+            ..OwnershipConfig::default()
+        }
+    }
+
+    fn member(name: &str) -> Member {
+        Member {
+            node: NodeId::new(name),
+            address: Arc::from(name),
+            expires_at: u64::MAX,
+        }
+    }
+
+    fn lease(partition: u32, owner: &str, epoch: u64, expires_at: u64) -> Lease {
+        Lease {
+            partition: PartitionId(partition),
+            owner: NodeId::new(owner),
+            epoch: Epoch(epoch),
+            expires_at,
+            address: Arc::from(owner),
+        }
+    }
+
+    fn view(now: u64, members: &[&str], leases: Vec<Lease>) -> ClusterView {
+        ClusterView {
+            now,
+            members: members.iter().map(|name| member(name)).collect(),
+            leases,
+        }
+    }
+
+    fn acquired(actions: &[Action]) -> Vec<u32> {
+        let mut partitions: Vec<u32> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Acquire { partition, .. } => Some(partition.0),
+                _ => None,
+            })
+            .collect();
+        partitions.sort_unstable();
+        partitions
+    }
+
+    #[test]
+    fn targets_add_up_to_the_partitions_and_differ_by_at_most_one() {
+        let names = ["a", "b", "c"];
+        let view = view(0, &names, Vec::new());
+        let shares: Vec<u32> = names
+            .iter()
+            .map(|name| target_share(&view, &NodeId::new(*name), 1024))
+            .collect();
+        assert_eq!(shares, [342, 341, 341]);
+        // A node that does not see itself yet counts itself in.
+        assert_eq!(target_share(&view, &NodeId::new("d"), 1024), 256);
+    }
+
+    #[test]
+    fn a_node_takes_free_and_expired_partitions_up_to_its_moves_never_a_live_one() {
+        let local = LocalLeases::new(NodeId::new("a"), "a", config(8, 3));
+        let leases = vec![lease(0, "b", 4, 2_000), lease(1, "b", 2, 1_000)];
+        // Alone with b: a's share is 4; at most 3 per tick; p0 is live for b.
+        let actions = plan(&view(1_000, &["a", "b"], leases), &local, 0);
+        let taken = acquired(&actions);
+        assert_eq!(taken.len(), 3);
+        assert!(!taken.contains(&0), "{actions:?}");
+        // The expired p1 is taken with the epoch seen, free ones with 0.
+        for action in &actions {
+            if let Action::Acquire {
+                partition,
+                seen_epoch,
+            } = action
+            {
+                let expected = if partition.0 == 1 { 2 } else { 0 };
+                assert_eq!(seen_epoch.0, expected);
+            }
+        }
+        // The same inputs give the same plan.
+        let again = plan(
+            &view(
+                1_000,
+                &["a", "b"],
+                vec![lease(0, "b", 4, 2_000), lease(1, "b", 2, 1_000)],
+            ),
+            &local,
+            0,
+        );
+        assert_eq!(actions, again);
+    }
+
+    /// Holds `partitions` for `local` as if granted at local time 0.
+    fn hold(local: &mut LocalLeases, partitions: impl IntoIterator<Item = u32>) -> Vec<Lease> {
+        partitions
+            .into_iter()
+            .map(|partition| {
+                let granted = lease(partition, local.me().as_str(), 1, 10_000);
+                let ticket = local.sent([granted.partition], 0);
+                local.acquired(ticket, &granted);
+                granted
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_node_gives_back_its_excess_gradually_when_one_joins_and_renews_the_rest() {
+        let mut local = LocalLeases::new(NodeId::new("a"), "a", config(8, 2));
+        let leases = hold(&mut local, 0..8);
+        // b joined: a's share is 4; it releases 2 this tick and renews the others, which
+        // are due (a third of the TTL since they were confirmed).
+        let now = local.config().renew_after_ms();
+        let actions = plan(&view(5_000, &["a", "b"], leases), &local, now);
+        let released: Vec<_> = actions
+            .iter()
+            .filter(|action| matches!(action, Action::Release { .. }))
+            .collect();
+        assert_eq!(released.len(), 2, "{actions:?}");
+        let Some(Action::Renew { leases: renewed }) = actions.last() else {
+            panic!("no renewal: {actions:?}");
+        };
+        assert_eq!(renewed.len(), 6);
+        assert!(acquired(&actions).is_empty());
+    }
+
+    #[test]
+    fn leases_not_yet_due_are_not_renewed() {
+        let mut local = LocalLeases::new(NodeId::new("a"), "a", config(2, 2));
+        let leases = hold(&mut local, 0..2);
+        let actions = plan(&view(1_000, &["a"], leases), &local, 1_000);
+        assert!(actions.is_empty(), "{actions:?}");
+    }
+
+    #[test]
+    fn a_lease_whose_answer_was_lost_is_adopted_below_target_and_released_above() {
+        let local = LocalLeases::new(NodeId::new("a"), "a", config(4, 4));
+        // The store shows p2 as a's, live; a does not know.
+        let orphan = vec![lease(2, "a", 5, 10_000)];
+        let actions = plan(&view(1_000, &["a"], orphan.clone()), &local, 0);
+        assert!(actions.contains(&Action::Acquire {
+            partition: PartitionId(2),
+            seen_epoch: Epoch(5),
+        }));
+        // With four nodes a's share is one. Holding p0 already, p2 is excess: released.
+        let mut local = local;
+        let mut leases = hold(&mut local, [0]);
+        leases.extend(orphan);
+        let actions = plan(&view(1_000, &["a", "b", "c", "d"], leases), &local, 0);
+        assert!(
+            actions.contains(&Action::Release {
+                partition: PartitionId(2),
+                epoch: Epoch(5),
+            }),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn an_expired_lease_still_held_is_taken_again() {
+        let mut local = LocalLeases::new(NodeId::new("a"), "a", config(1, 1));
+        let mut leases = hold(&mut local, [0]);
+        leases[0].expires_at = 500;
+        let actions = plan(&view(1_000, &["a"], leases), &local, 100);
+        assert_eq!(
+            actions,
+            [Action::Acquire {
+                partition: PartitionId(0),
+                seen_epoch: Epoch(1),
+            }]
+        );
+    }
+}
