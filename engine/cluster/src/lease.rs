@@ -2,8 +2,8 @@
 //!
 //! One row per partition: `(partition, owner, epoch, expires_at, address)`, and one row per
 //! live node: `(node, address, expires_at)`. Every time in them is the **store's** clock
-//! (`now()` in the store's transaction), never a node's: nodes compare only their own
-//! monotonic readings with each other ([`crate::local`]).
+//! (`now()` in the store's transaction), never a node's: a node compares readings of its
+//! own monotonic clock only with each other ([`crate::local`]).
 //!
 //! # The fencing contract
 //! A commit for a conversation of partition `p` carries a [`Fence`] `(p, node, epoch)`:
@@ -17,8 +17,12 @@
 //! ([`crate::local::LocalLeases::fenced`]), and the caller is answered by the new owner. A
 //! batch of commits across several partitions checks each partition in it (one `UPDATE …
 //! WHERE partition = ANY(…)` counting the rows it matched). The per-conversation version
-//! check stays as a second line of defence; fencing is what also stops a stale node from
-//! firing a deadline or refusing a message from a stale cache.
+//! check stays as a second line of defence. It is not enough alone: a stale node's commit
+//! at a version that happens to be current would pass it, and the new owner's cache would
+//! silently fall behind an acknowledged write (the model checks exactly that, and fails
+//! within seconds when the store skips this check). Fencing is also what stops a stale
+//! node from firing a deadline or logging a refusal; local validity stops it answering
+//! from a stale cache.
 //!
 //! [`acquire`]: LeaseStore::acquire
 

@@ -2,8 +2,9 @@
 //! conversation when several share one store.
 //!
 //! A fixed number of **partitions** is keyed by the conversation id; each partition has at
-//! most one owner at a time, by a **lease** in the store with an **epoch** that grows on
-//! every change of owner; the store **fences** every commit on `(partition, node, epoch)`;
+//! most one owner at a time, by a **lease** in the store with an **epoch** that grows with
+//! every acquire (a new tenure); the store **fences** every commit on `(partition, node,
+//! epoch)`;
 //! a node serves from its cache only while its lease is **locally valid** by its own
 //! clock; any node **routes** a request to the owner. The protocol is written out in the
 //! crate's README and in `docs/scale.md` ("Ownership").
