@@ -15,7 +15,7 @@
 //!   implements, and the fencing contract its commits honour ([`Fence`], [`Fenced`]).
 //! - [`config`]: [`OwnershipConfig`]: TTL, tick, drift bound, margins, and what follows
 //!   from them.
-//! - [`plan`]: one tick's [`Action`]s from the lease table and the node's own view. Pure.
+//! - [`plan`](mod@plan): one tick's [`Action`]s from the lease table and the node's own view. Pure.
 //! - [`local`]: [`LocalLeases`], a node's leases by its own monotonic clock, and
 //!   [`Route`]s. Pure.
 //! - [`driver`]: [`tick`] and [`leave`], the plan's actions sent to a [`LeaseStore`]
@@ -30,7 +30,7 @@
 //! # Dependencies
 //! None of the engine's: no store, no server, no runtime. A store implements
 //! [`LeaseStore`] (one transaction per method) and the fencing check in its commit; the
-//! server runs [`tick`] (`heartbeat` → [`LocalLeases::observe`] → [`plan`] → send) every
+//! server runs [`tick`] (`heartbeat` → [`LocalLeases::observe`] → [`plan()`] → send) every
 //! tick and asks [`LocalLeases::route`] for each request.
 
 pub mod config;
