@@ -59,7 +59,7 @@ pub enum Action {
 pub fn target_share(view: &ClusterView, me: &NodeId, partitions: u32) -> u32 {
     let mut members: BTreeSet<&NodeId> = view.members.iter().map(|member| &member.node).collect();
     members.insert(me);
-    // At most one member per partition would already be plenty; the count fits a u32.
+    // Nodes number in the tens: the count fits a u32. `me` is in the set, so it has a rank.
     let count = members.len() as u32;
     let rank = members.iter().position(|node| *node == me).unwrap_or(0) as u32;
     partitions / count + u32::from(rank < partitions % count)
