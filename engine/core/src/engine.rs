@@ -661,6 +661,13 @@ impl Engine {
         Ok(Some(conversation))
     }
 
+    /// Drops the cached copies of the conversations `evicted` picks (their partitions moved
+    /// to another node): read again from the store if this engine works on them again. A
+    /// step already running on one finishes with its own copy.
+    pub fn evict(&self, evicted: impl Fn(&str) -> bool) {
+        self.live.retain(|id, _| !evicted(id));
+    }
+
     /// Remembers where a conversation loaded from the store started (its `started` event's
     /// `trace`), when this engine did not know: after a restart, or on another node. The
     /// work that loaded it (the engine step of a message or a deadline) links to it too,

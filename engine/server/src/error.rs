@@ -68,6 +68,9 @@ pub enum ApiError {
     /// The server failed outside the engine (its audit key could not sign).
     #[error("{0}")]
     Internal(String),
+    /// Nobody can serve it just now (a conversation changing owner): retry.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl ApiError {
@@ -94,6 +97,7 @@ impl ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -111,6 +115,7 @@ impl ApiError {
             ApiError::TooLarge(_) => "body_too_large",
             ApiError::BodyTimeout(_) => "body_timeout",
             ApiError::Internal(_) => "internal",
+            ApiError::Unavailable(_) => "unavailable",
         }
     }
 

@@ -26,6 +26,8 @@
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics` and `/v1/openapi.json`.
 //! - [`policy`]: the policy manager's API (templates, uploads, change feed, status), served
 //!   alone or merged into this service.
+//! - [`ownership`]: several nodes sharing a store, each conversation served by the node
+//!   holding its partition's lease; requests forwarded there.
 //! - [`server`]: putting it together: engine, scheduler, webhooks, listener.
 //! - [`listen`]: the accept loop of every server here (HTTP/1.1, a deadline for request
 //!   heads, graceful shutdown).
@@ -56,6 +58,7 @@ pub mod json;
 pub mod listen;
 pub mod mcp;
 pub mod ops;
+pub mod ownership;
 pub mod policy;
 pub mod request_spans;
 pub mod rollout;
@@ -97,6 +100,8 @@ struct Shared {
     push_followers: Arc<crate::a2a::push::Followers>,
     /// The engine's key that signs audit records (`--audit-key`), if any.
     audit_key: Option<Arc<colloquy_trust::jws::Signer>>,
+    /// This node's part in ownership, when nodes share the store's partitions.
+    ownership: Option<Arc<ownership::Ownership>>,
 }
 
 impl AppState {
@@ -115,6 +120,7 @@ impl AppState {
             a2a: crate::a2a::Settings::default(),
             push_followers: Arc::default(),
             audit_key: None,
+            ownership: None,
         }))
     }
 
@@ -130,6 +136,18 @@ impl AppState {
         let mut shared = (*self.0).clone();
         shared.audit_key = key;
         AppState(Arc::new(shared))
+    }
+
+    /// The same state, taking part in ownership (`crate::ownership`).
+    pub fn with_ownership(self, ownership: Option<Arc<ownership::Ownership>>) -> AppState {
+        let mut shared = (*self.0).clone();
+        shared.ownership = ownership;
+        AppState(Arc::new(shared))
+    }
+
+    /// This node's part in ownership, when several nodes share the store's partitions.
+    pub fn ownership(&self) -> Option<&Arc<ownership::Ownership>> {
+        self.0.ownership.as_ref()
     }
 
     /// The key that signs audit records, if any.

@@ -56,6 +56,9 @@ pub struct ServiceOptions {
     pub mcp: Option<crate::mcp::McpSettings>,
     /// The engine's key that signs audit records (`--audit-key`); unsigned records without.
     pub audit_key: Option<Arc<colloquy_trust::jws::Signer>>,
+    /// Several nodes sharing the store's partitions: each conversation served by the node
+    /// holding its lease (`crate::ownership`); `None`, one node serves everything.
+    pub ownership: Option<crate::ownership::OwnershipSettings>,
 }
 
 impl Default for ServiceOptions {
@@ -74,6 +77,7 @@ impl Default for ServiceOptions {
             commit_observer: None,
             mcp: None,
             audit_key: None,
+            ownership: None,
         }
     }
 }
@@ -195,6 +199,15 @@ pub fn launch(
             options.a2a.trust_store.clone(),
         ));
     }
+    let ownership = options.ownership.map(|settings| {
+        Arc::new(crate::ownership::Ownership::new(
+            settings,
+            &format!("http://{addr}"),
+        ))
+    });
+    if let Some(ownership) = &ownership {
+        background.push(ownership.spawn_ticks(engine.clone()));
+    }
     let (closing, closing_rx) = watch::channel(false);
     let state = AppState::new(
         engine.clone(),
@@ -203,10 +216,19 @@ pub fn launch(
         closing_rx.clone(),
     )
     .with_a2a(options.a2a)
-    .with_audit_key(options.audit_key);
+    .with_audit_key(options.audit_key)
+    .with_ownership(ownership.clone());
     // Push notifications set before a restart go on from their cursors.
     background.push(tokio::spawn(crate::a2a::push::resume(state.clone())));
     let mut app = router(state.clone());
+    if ownership.is_some() {
+        // Inside the gate and the request span: a forward is traced, and its caller is
+        // checked again by the owner with the credentials it forwards.
+        app = app.layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::ownership::route_to_owner,
+        ));
+    }
     if let Some(routes) = options.routes {
         // The fallback goes to the routes registered before it, so again after the merge:
         // a wrong method on a merged route is a JSON 405 too.

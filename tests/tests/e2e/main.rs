@@ -20,6 +20,7 @@ mod http_protocols;
 mod http_status;
 mod http_streams;
 mod lifecycle;
+mod ownership;
 mod policy_manager;
 mod query;
 mod request;

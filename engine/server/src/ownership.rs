@@ -1,0 +1,402 @@
+//! Conversations owned by partitions (`colloquy_cluster`), in the server: when several
+//! engine nodes share a store with a lease table, each conversation is served by the node
+//! holding its partition's lease, and any node takes any request.
+//!
+//! - **Ticks**: a task runs [`colloquy_cluster::tick`] every `tick_ms` against the lease
+//!   store (heartbeat, take a fair share, renew, give back excess) and drops this engine's
+//!   cached conversations of the partitions it no longer holds.
+//! - **Routing** ([`route_to_owner`], a middleware over the conversation routes): a request
+//!   for a conversation this node owns, by a locally valid lease, is served here; one for a
+//!   conversation another node owns is forwarded there over internal HTTP, with the
+//!   caller's own credentials (the owner checks them again) and the node secret; while a
+//!   partition changes hands the request waits a little and routes again, then answers 503
+//!   with `Retry-After`. A forwarded request is never forwarded again.
+//! - A start without a `conversation_id` gets one here, drawn until it falls in a partition
+//!   this node owns, so starts are served where they arrive.
+//!
+//! Not here yet: fencing of commits (the store's commit does not check the lease: a node
+//! paused past its lease could still commit), deadlines limited to owned partitions (every
+//! node's scheduler claims due wake-ups), and a store with a shared lease table other than
+//! the in-memory one. See docs/scale.md.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use colloquy_cluster::{LeaseStore, LocalLeases, NodeId, OwnershipConfig, Route, partition_of};
+use colloquy_core::engine::Engine;
+use tokio::task::JoinHandle;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// The header a forwarded request carries: the node that forwarded it.
+pub const FORWARDED_BY: &str = "x-colloquy-forwarded-by";
+/// The header carrying the node secret on a forwarded request.
+pub const NODE_SECRET: &str = "x-colloquy-node-secret";
+/// The header naming the node that served a conversation's request.
+pub const SERVED_BY: &str = "x-colloquy-node";
+/// How long a request waits for a partition changing hands before it is answered 503.
+pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);
+/// Most ids a start draws to find one in a partition this node owns.
+const MAX_ID_DRAWS: usize = 4096;
+
+/// How a node takes part in ownership.
+#[derive(Clone)]
+pub struct OwnershipSettings {
+    /// The shared lease table.
+    pub leases: Arc<dyn LeaseStore>,
+    /// This node's id, unique in the deployment.
+    pub node: NodeId,
+    /// The URL other nodes forward to (`http://host:port`); `None`: the listening address.
+    pub address: Option<String>,
+    /// The secret every node of the deployment shares, which marks a request as forwarded.
+    pub secret: Arc<str>,
+    /// TTL, tick, partitions (the same on every node).
+    pub config: OwnershipConfig,
+}
+
+impl std::fmt::Debug for OwnershipSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnershipSettings")
+            .field("node", &self.node)
+            .field("address", &self.address)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A node's part in ownership while it runs.
+pub struct Ownership {
+    leases: Arc<dyn LeaseStore>,
+    secret: Arc<str>,
+    node: NodeId,
+    /// The node's leases as of its last tick (requests route on this snapshot).
+    local: RwLock<Arc<LocalLeases>>,
+    /// The node's monotonic clock starts here.
+    started: Instant,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for Ownership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ownership")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ownership {
+    /// The ownership of a node listening at `listening` (`http://…`).
+    pub fn new(settings: OwnershipSettings, listening: &str) -> Ownership {
+        let address = settings.address.unwrap_or_else(|| listening.to_owned());
+        let local = LocalLeases::new(settings.node.clone(), address, settings.config);
+        Ownership {
+            leases: settings.leases,
+            secret: settings.secret,
+            node: settings.node,
+            local: RwLock::new(Arc::new(local)),
+            started: Instant::now(),
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// The node's monotonic clock, in milliseconds.
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn snapshot(&self) -> Arc<LocalLeases> {
+        self.local
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Where a request for conversation `id` goes now.
+    pub fn route(&self, id: &str) -> Route {
+        self.snapshot().route(id, self.now())
+    }
+
+    /// A fresh conversation id in a partition this node owns now, if it owns any.
+    pub fn own_id(&self) -> Option<Arc<str>> {
+        let local = self.snapshot();
+        let now = self.now();
+        let partitions = local.config().partitions;
+        let owned = (local.held().keys())
+            .filter(|partition| local.valid_epoch(**partition, now).is_some())
+            .count();
+        if owned == 0 {
+            return None;
+        }
+        (0..MAX_ID_DRAWS)
+            .map(|_| colloquy_core::engine::new_id())
+            .find(|id| {
+                local
+                    .valid_epoch(partition_of(id, partitions), now)
+                    .is_some()
+            })
+    }
+
+    /// One tick: leases taken, renewed and given back; the engine's cache of the
+    /// partitions this node no longer holds dropped.
+    pub async fn tick(&self, engine: &Engine) {
+        let mut local = (*self.snapshot()).clone();
+        let outcome = colloquy_cluster::tick(&*self.leases, &mut local, || self.now()).await;
+        let partitions = local.config().partitions;
+        *self
+            .local
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(local);
+        if let Some(error) = outcome.error {
+            tracing::warn!(%error, "an ownership tick stopped early");
+        }
+        if !outcome.dropped.is_empty() {
+            let dropped: std::collections::HashSet<_> = outcome.dropped.into_iter().collect();
+            engine.evict(|id| dropped.contains(&partition_of(id, partitions)));
+        }
+    }
+
+    /// Runs [`Ownership::tick`] every `tick_ms` until aborted.
+    pub fn spawn_ticks(self: &Arc<Self>, engine: Arc<Engine>) -> JoinHandle<()> {
+        let ownership = self.clone();
+        let period = Duration::from_millis(self.snapshot().config().tick_ms.max(1));
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                ownership.tick(&engine).await;
+            }
+        })
+    }
+
+    /// Gives every lease back and leaves the membership (a clean shutdown), so the others
+    /// take over at once instead of after the TTL.
+    pub async fn leave(&self) {
+        let mut local = (*self.snapshot()).clone();
+        if let Err(error) = colloquy_cluster::leave(&*self.leases, &mut local, || self.now()).await
+        {
+            // The others take over after the TTL instead.
+            tracing::warn!(%error, "leaving the ownership table failed");
+        }
+    }
+
+    /// Whether `headers` mark a request forwarded by a node of this deployment.
+    fn forwarded(&self, headers: &HeaderMap) -> bool {
+        headers.contains_key(FORWARDED_BY)
+            && headers
+                .get(NODE_SECRET)
+                .is_some_and(|secret| same_secret(secret.as_bytes(), self.secret.as_bytes()))
+    }
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The conversation a request is about, from its path (`/v1/conversations/{id}…`).
+fn conversation_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1/conversations/")?;
+    let id = rest.split('/').next()?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// Middleware: serves a conversation's requests on its owner (see the module docs).
+pub async fn route_to_owner(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(ownership) = state.ownership().cloned() else {
+        return next.run(request).await;
+    };
+    let forwarded = ownership.forwarded(request.headers());
+    let (request, id) =
+        if request.method() == Method::POST && request.uri().path() == "/v1/conversations" {
+            match with_conversation_id(&ownership, request).await {
+                Ok(found) => found,
+                Err(response) => return response,
+            }
+        } else {
+            match conversation_of(request.uri().path()) {
+                Some(id) => {
+                    let id = id.to_owned();
+                    (request, id)
+                }
+                None => return next.run(request).await,
+            }
+        };
+    let deadline = Instant::now() + HANDOVER_WAIT;
+    loop {
+        match ownership.route(&id) {
+            Route::Serve { .. } => {
+                let mut response = next.run(request).await;
+                if let Ok(node) = HeaderValue::from_str(ownership.node().as_str()) {
+                    response.headers_mut().insert(SERVED_BY, node);
+                }
+                return response;
+            }
+            Route::Forward(address) if !forwarded => {
+                return forward(&ownership, &address, request).await;
+            }
+            Route::Forward(_) | Route::Unavailable { .. } if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Route::Forward(_) | Route::Unavailable { .. } => {
+                return unavailable(&id);
+            }
+        }
+    }
+}
+
+/// A start's body with its `conversation_id`: the one the client chose, else one drawn in
+/// a partition this node owns (so the start is served here); the request rebuilt with it.
+async fn with_conversation_id(
+    ownership: &Ownership,
+    request: Request,
+) -> Result<(Request, String), Response> {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, crate::extract::MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::TooLarge(crate::extract::MAX_BODY_BYTES).into_response())?;
+    let mut start: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(value) => value,
+        // Not JSON: the route's own extractor says what is wrong, here.
+        Err(_) => {
+            let id = ownership
+                .own_id()
+                .map(|id| id.to_string())
+                .unwrap_or_default();
+            return Ok((Request::from_parts(parts, Body::from(bytes)), id));
+        }
+    };
+    if let Some(id) = start.get("conversation_id").and_then(|id| id.as_str()) {
+        let id = id.to_owned();
+        return Ok((Request::from_parts(parts, Body::from(bytes)), id));
+    }
+    let Some(id) = ownership.own_id() else {
+        // This node owns nothing yet: any id, and the start goes to its owner.
+        let id = colloquy_core::engine::new_id();
+        return Ok((rebuilt(parts, &mut start, &id), id.to_string()));
+    };
+    Ok((rebuilt(parts, &mut start, &id), id.to_string()))
+}
+
+fn rebuilt(parts: axum::http::request::Parts, start: &mut serde_json::Value, id: &str) -> Request {
+    if let serde_json::Value::Object(fields) = start {
+        fields.insert("conversation_id".to_owned(), id.into());
+    }
+    let mut parts = parts;
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Request::from_parts(parts, Body::from(start.to_string()))
+}
+
+/// 503 with `Retry-After`: nobody holds the conversation's partition just now.
+fn unavailable(id: &str) -> Response {
+    let mut response = ApiError::Unavailable(format!(
+        "conversation `{id}` is changing owner (its partition's lease is being taken over); \
+         try again shortly"
+    ))
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// Headers that belong to one connection, not to the request or response.
+const HOP_BY_HOP: [HeaderName; 5] = [
+    header::CONNECTION,
+    header::HOST,
+    header::TRANSFER_ENCODING,
+    header::CONTENT_LENGTH,
+    header::UPGRADE,
+];
+
+/// Sends `request` to the owner at `address` and hands its answer back (streamed: an event
+/// stream stays a stream).
+async fn forward(ownership: &Ownership, address: &str, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, crate::extract::MAX_BODY_BYTES).await else {
+        return ApiError::TooLarge(crate::extract::MAX_BODY_BYTES).into_response();
+    };
+    let path = parts.uri.path_and_query().map_or("/", |path| path.as_str());
+    let url = format!("{}{path}", address.trim_end_matches('/'));
+    let mut headers = parts.headers.clone();
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(NODE_SECRET);
+    headers.remove(FORWARDED_BY);
+    if let (Ok(node), Ok(secret)) = (
+        HeaderValue::from_str(ownership.node().as_str()),
+        HeaderValue::from_str(&ownership.secret),
+    ) {
+        headers.insert(FORWARDED_BY, node);
+        headers.insert(NODE_SECRET, secret);
+    }
+    let sent = ownership
+        .client
+        .request(parts.method.clone(), &url)
+        .headers(headers)
+        .body(bytes)
+        .send()
+        .await;
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::debug!(%error, owner = address, "a forward failed");
+            let id = conversation_of(parts.uri.path()).unwrap_or("the conversation");
+            return unavailable(id);
+        }
+    };
+    let mut response = Response::builder().status(answer.status());
+    if let Some(headers) = response.headers_mut() {
+        for (name, value) in answer.headers() {
+            if !HOP_BY_HOP.contains(name) {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+    }
+    response
+        .body(Body::from_stream(answer.bytes_stream()))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conversation_is_read_from_the_path() {
+        assert_eq!(conversation_of("/v1/conversations/c-1"), Some("c-1"));
+        assert_eq!(
+            conversation_of("/v1/conversations/c-1/messages"),
+            Some("c-1")
+        );
+        assert_eq!(conversation_of("/v1/conversations"), None);
+        assert_eq!(conversation_of("/v1/conversations/"), None);
+        assert_eq!(conversation_of("/v1/agents/bob/inbox"), None);
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        assert!(!same_secret(b"s3cret", b"s3creT"));
+        assert!(!same_secret(b"s3cret", b"s3cret!"));
+    }
+}
