@@ -71,9 +71,9 @@ pub async fn open(spec: &str) -> Result<Arc<dyn ConversationStore>, StoreError> 
     }
 }
 
-/// `spec` for a message: a URL's `user:password@` cut to `user@`, so an unknown store
-/// given with credentials does not print them.
-fn redact(spec: &str) -> String {
+/// `spec` for a message or a log line: a URL's `user:password@` cut to `user@`, so a store
+/// given with credentials in its URL never prints them.
+pub fn redact(spec: &str) -> String {
     match spec.split_once("://") {
         Some((scheme, rest)) => {
             let end = rest.find('/').unwrap_or(rest.len());
@@ -88,5 +88,22 @@ fn redact(spec: &str) -> String {
             }
         }
         None => spec.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_password_in_a_store_url_is_never_shown() {
+        assert_eq!(
+            super::redact("postgres://colloquy:s3cret@db:5432/engine?sslmode=disable"),
+            "postgres://colloquy@db:5432/engine?sslmode=disable"
+        );
+        assert_eq!(
+            super::redact("redis://:s3cret@cache:6379/0"),
+            "redis://@cache:6379/0"
+        );
+        assert_eq!(super::redact("sqlite:/a/b.db"), "sqlite:/a/b.db");
+        assert_eq!(super::redact("memory"), "memory");
     }
 }
