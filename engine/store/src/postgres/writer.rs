@@ -12,6 +12,7 @@ use colloquy_protocol::event::EventKind;
 use colloquy_protocol::message::AgentId;
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::ToSql;
 
 use super::{
     CHANGES_KEPT, CHANGES_LOCK, OPERATION_DEADLINE, encode, pool_error, sql_error, to_sql,
@@ -175,7 +176,7 @@ impl Writer {
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        let lock = transaction
+        let lock_rows = transaction
             .prepare_cached(
                 "SELECT id, version FROM conversations WHERE id = ANY($1)
                  ORDER BY id FOR UPDATE",
@@ -183,7 +184,11 @@ impl Writer {
             .await
             .map_err(sql_error)?;
         let mut versions: HashMap<String, u64> = HashMap::with_capacity(ids.len());
-        for row in transaction.query(&lock, &[&ids]).await.map_err(sql_error)? {
+        for row in transaction
+            .query(&lock_rows, &[&ids])
+            .await
+            .map_err(sql_error)?
+        {
             versions.insert(row.get(0), super::from_sql(row.get(1)));
         }
 
@@ -223,7 +228,7 @@ impl Writer {
                 .collect();
             if !raced.is_empty() {
                 for row in transaction
-                    .query(&lock, &[&raced])
+                    .query(&lock_rows, &[&raced])
                     .await
                     .map_err(sql_error)?
                 {
@@ -261,57 +266,29 @@ impl Writer {
             results.push(verdict);
         }
 
-        // 4. Each conversation's final version and wake-up (its last accepted commit's).
+        // 4. What the accepted commits write, as `unnest` columns.
         let mut last: BTreeMap<&str, (i64, Option<i64>)> = BTreeMap::new();
         for commit in &accepted {
+            // Each conversation's final version and wake-up: its last accepted commit's.
             last.insert(
                 &commit.conversation_id,
                 (to_sql(commit.new_version), commit.wake_at),
             );
         }
-        if !last.is_empty() {
-            let (ids, rest): (Vec<&str>, Vec<(i64, Option<i64>)>) = last.into_iter().unzip();
-            let (versions, wakes): (Vec<i64>, Vec<Option<i64>>) = rest.into_iter().unzip();
-            let update = transaction
-                .prepare_cached(
-                    "UPDATE conversations AS c SET version = u.version, wake_at = u.wake_at
-                     FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, version, wake_at)
-                     WHERE c.id = u.id",
-                )
-                .await
-                .map_err(sql_error)?;
-            transaction
-                .execute(&update, &[&ids, &versions, &wakes])
-                .await
-                .map_err(sql_error)?;
-        }
-
-        // 5. The events, one row per commit.
-        let logged: Vec<&&Encoded> = accepted
+        let (updated, rest): (Vec<&str>, Vec<(i64, Option<i64>)>) = last.into_iter().unzip();
+        let (new_versions, wakes): (Vec<i64>, Vec<Option<i64>>) = rest.into_iter().unzip();
+        let logged: Vec<&Encoded> = accepted
             .iter()
+            .copied()
             .filter(|commit| commit.events.is_some())
             .collect();
-        if !logged.is_empty() {
-            let ids: Vec<&str> = logged.iter().map(|c| &*c.conversation_id).collect();
-            let seqs: Vec<i64> = logged.iter().map(|c| to_sql(c.new_version)).collect();
-            let bodies: Vec<&str> = logged
-                .iter()
-                .map(|c| c.events.as_deref().unwrap_or_default())
-                .collect();
-            let insert = transaction
-                .prepare_cached(
-                    "INSERT INTO events (conversation_id, last_seq, body)
-                     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])",
-                )
-                .await
-                .map_err(sql_error)?;
-            transaction
-                .execute(&insert, &[&ids, &seqs, &bodies])
-                .await
-                .map_err(sql_error)?;
-        }
-
-        // 6. The party index of new conversations.
+        let logged_ids: Vec<&str> = logged.iter().map(|c| &*c.conversation_id).collect();
+        let logged_seqs: Vec<i64> = logged.iter().map(|c| to_sql(c.new_version)).collect();
+        let bodies: Vec<&str> = logged
+            .iter()
+            .map(|c| c.events.as_deref().unwrap_or_default())
+            .collect();
+        let notice_agents: Vec<&str> = logged.iter().map(|c| c.agents.as_str()).collect();
         let (party_agents, party_ids): (Vec<&str>, Vec<&str>) = accepted
             .iter()
             .flat_map(|commit| {
@@ -321,64 +298,9 @@ impl Writer {
                     .map(|agent| (&**agent, &*commit.conversation_id))
             })
             .unzip();
-        if !party_agents.is_empty() {
-            let insert = transaction
-                .prepare_cached(
-                    "INSERT INTO parties (agent, conversation_id)
-                     SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING",
-                )
-                .await
-                .map_err(sql_error)?;
-            transaction
-                .execute(&insert, &[&party_agents, &party_ids])
-                .await
-                .map_err(sql_error)?;
-        }
-
-        // 7. Inbox entries: shared messages once, then each agent's head moved by its
-        //    entries in one statement (rows locked in agent order, as the conversations
-        //    are), then the entries numbered from the old heads in queue order.
-        self.deliver(&transaction, &accepted).await?;
-
-        // 8. Change notices for other nodes: under a lock, so `changes.seq` is handed out
-        //    in commit order (see `postgres/changes.rs`), and one NOTIFY for the batch.
-        if !logged.is_empty() {
-            transaction
-                .execute("SELECT pg_advisory_xact_lock($1)", &[&CHANGES_LOCK])
-                .await
-                .map_err(sql_error)?;
-            let ids: Vec<&str> = logged.iter().map(|c| &*c.conversation_id).collect();
-            let seqs: Vec<i64> = logged.iter().map(|c| to_sql(c.new_version)).collect();
-            let agents: Vec<&str> = logged.iter().map(|c| c.agents.as_str()).collect();
-            let insert = transaction
-                .prepare_cached(
-                    "INSERT INTO changes (node, conversation_id, version, agents)
-                     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[])",
-                )
-                .await
-                .map_err(sql_error)?;
-            transaction
-                .execute(&insert, &[&&*self.node, &ids, &seqs, &agents])
-                .await
-                .map_err(sql_error)?;
-            transaction
-                .execute("SELECT pg_notify($1, $2)", &[&self.channel, &&*self.node])
-                .await
-                .map_err(sql_error)?;
-        }
-        transaction.commit().await.map_err(sql_error)?;
-        Ok(results)
-    }
-
-    /// Step 7 of [`Writer::apply`].
-    async fn deliver(
-        &self,
-        transaction: &deadpool_postgres::Transaction<'_>,
-        accepted: &[&Encoded],
-    ) -> Result<(), StoreError> {
         let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
         let mut shared: BTreeMap<(&str, &str), &str> = BTreeMap::new();
-        for commit in accepted {
+        for commit in &accepted {
             for (message_id, body, receivers) in &commit.deliveries {
                 if receivers.len() > 1 {
                     shared.insert((&commit.conversation_id, message_id), body);
@@ -388,52 +310,81 @@ impl Writer {
                 }
             }
         }
-        if counts.is_empty() {
-            return Ok(());
+        let mut shared_columns: (Vec<&str>, Vec<&str>, Vec<&str>) = Default::default();
+        for ((conversation, message), body) in &shared {
+            shared_columns.0.push(conversation);
+            shared_columns.1.push(message);
+            shared_columns.2.push(body);
         }
-        if !shared.is_empty() {
-            let mut columns: (Vec<&str>, Vec<&str>, Vec<&str>) = Default::default();
-            for ((conversation, message), body) in &shared {
-                columns.0.push(conversation);
-                columns.1.push(message);
-                columns.2.push(body);
-            }
-            let insert = transaction
-                .prepare_cached(
-                    "INSERT INTO messages (conversation_id, message_id, body)
-                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
-                     ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body",
-                )
-                .await
-                .map_err(sql_error)?;
-            transaction
-                .execute(&insert, &[&columns.0, &columns.1, &columns.2])
-                .await
-                .map_err(sql_error)?;
-        }
-        let (agents, added): (Vec<&str>, Vec<i64>) = counts.iter().map(|(a, n)| (*a, *n)).unzip();
-        let heads = transaction
-            .prepare_cached(
-                "INSERT INTO inbox_heads (agent, head)
-                 SELECT * FROM unnest($1::text[], $2::bigint[])
-                 ON CONFLICT (agent) DO UPDATE SET head = inbox_heads.head + excluded.head
-                 RETURNING agent, head",
-            )
-            .await
-            .map_err(sql_error)?;
-        let mut next: HashMap<String, i64> = HashMap::with_capacity(agents.len());
-        for row in transaction
-            .query(&heads, &[&agents, &added])
-            .await
-            .map_err(sql_error)?
-        {
+        let (head_agents, added): (Vec<&str>, Vec<i64>) =
+            counts.iter().map(|(agent, n)| (*agent, *n)).unzip();
+
+        // Every statement prepared before any is sent: then the pipelines below send their
+        // statements in the order written, which the lock before `changes` relies on.
+        let statements = futures_util::future::try_join_all(
+            BATCH_STATEMENTS
+                .iter()
+                .map(|sql| transaction.prepare_cached(sql)),
+        )
+        .await
+        .map_err(sql_error)?;
+        let [
+            update,
+            events,
+            parties,
+            messages,
+            heads,
+            inbox,
+            changes,
+            lock,
+            notify,
+        ] = &statements[..]
+        else {
+            return Err(StoreError::Internal(
+                "the batch's statements did not prepare".to_owned(),
+            ));
+        };
+
+        let update_params: [&(dyn ToSql + Sync); 3] = [&updated, &new_versions, &wakes];
+        let events_params: [&(dyn ToSql + Sync); 3] = [&logged_ids, &logged_seqs, &bodies];
+        let parties_params: [&(dyn ToSql + Sync); 2] = [&party_agents, &party_ids];
+        let messages_params: [&(dyn ToSql + Sync); 3] =
+            [&shared_columns.0, &shared_columns.1, &shared_columns.2];
+        let heads_params: [&(dyn ToSql + Sync); 2] = [&head_agents, &added];
+
+        // 5. One pipeline (one round trip): versions and wake-ups, the events (one row per
+        //    commit), the party index of new conversations, shared messages once, and each
+        //    agent's inbox head moved by its entries (rows locked in agent order, as the
+        //    conversations are).
+        let (_, _, _, _, head_rows) = tokio::try_join!(
+            skip_or(updated.is_empty(), || transaction
+                .execute(update, &update_params)),
+            skip_or(logged.is_empty(), || transaction
+                .execute(events, &events_params)),
+            skip_or(party_agents.is_empty(), || transaction
+                .execute(parties, &parties_params)),
+            skip_or(shared.is_empty(), || transaction
+                .execute(messages, &messages_params)),
+            async {
+                if counts.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    transaction.query(heads, &heads_params).await
+                }
+            },
+        )
+        .map_err(sql_error)?;
+
+        // 6. The inbox entries, numbered from the old heads in queue order.
+        let mut next: HashMap<String, i64> = HashMap::with_capacity(head_rows.len());
+        for row in &head_rows {
             let agent: String = row.get(0);
             let head: i64 = row.get(1);
             let count = counts.get(agent.as_str()).copied().unwrap_or(0);
             next.insert(agent, head - count + 1);
         }
         let mut rows: InboxColumns<'_> = Default::default();
-        for commit in accepted {
+        for commit in &accepted {
             for (message_id, body, receivers) in &commit.deliveries {
                 let is_shared = receivers.len() > 1;
                 for (agent, conversation) in receivers {
@@ -449,19 +400,62 @@ impl Writer {
                 }
             }
         }
-        let insert = transaction
-            .prepare_cached(
-                "INSERT INTO inbox (agent, seq, conversation_id, message, shared_id)
-                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[])",
-            )
-            .await
-            .map_err(sql_error)?;
-        transaction
-            .execute(&insert, &[&rows.0, &rows.1, &rows.2, &rows.3, &rows.4])
-            .await
-            .map_err(sql_error)?;
-        Ok(())
+
+        // 7. Another pipeline: the entries, and the change notices for other nodes, under a
+        //    lock so `changes.seq` is handed out in commit order (see `postgres/changes.rs`),
+        //    with one NOTIFY for the batch.
+        let node: &str = &self.node;
+        let inbox_params: [&(dyn ToSql + Sync); 5] = [&rows.0, &rows.1, &rows.2, &rows.3, &rows.4];
+        let lock_params: [&(dyn ToSql + Sync); 1] = [&CHANGES_LOCK];
+        let changes_params: [&(dyn ToSql + Sync); 4] =
+            [&node, &logged_ids, &logged_seqs, &notice_agents];
+        let notify_params: [&(dyn ToSql + Sync); 2] = [&self.channel, &node];
+        tokio::try_join!(
+            skip_or(rows.0.is_empty(), || transaction
+                .execute(inbox, &inbox_params)),
+            skip_or(logged.is_empty(), || transaction
+                .execute(lock, &lock_params)),
+            skip_or(logged.is_empty(), || transaction
+                .execute(changes, &changes_params)),
+            skip_or(logged.is_empty(), || transaction
+                .execute(notify, &notify_params)),
+        )
+        .map_err(sql_error)?;
+        transaction.commit().await.map_err(sql_error)?;
+        Ok(results)
     }
+}
+
+/// The statements of a batch after its checks, in the order [`Writer::apply`] names them.
+const BATCH_STATEMENTS: [&str; 9] = [
+    "UPDATE conversations AS c SET version = u.version, wake_at = u.wake_at
+     FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, version, wake_at)
+     WHERE c.id = u.id",
+    "INSERT INTO events (conversation_id, last_seq, body)
+     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])",
+    "INSERT INTO parties (agent, conversation_id)
+     SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING",
+    "INSERT INTO messages (conversation_id, message_id, body)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+     ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body",
+    "INSERT INTO inbox_heads (agent, head)
+     SELECT * FROM unnest($1::text[], $2::bigint[])
+     ON CONFLICT (agent) DO UPDATE SET head = inbox_heads.head + excluded.head
+     RETURNING agent, head",
+    "INSERT INTO inbox (agent, seq, conversation_id, message, shared_id)
+     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[])",
+    "INSERT INTO changes (node, conversation_id, version, agents)
+     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[])",
+    "SELECT pg_advisory_xact_lock($1)",
+    "SELECT pg_notify($1, $2)",
+];
+
+/// `statement()` unless `skip` (nothing to write), as one future type for `try_join!`.
+async fn skip_or<F>(skip: bool, statement: impl FnOnce() -> F) -> Result<u64, tokio_postgres::Error>
+where
+    F: Future<Output = Result<u64, tokio_postgres::Error>>,
+{
+    if skip { Ok(0) } else { statement().await }
 }
 
 /// Deletes `changes` rows older than [`CHANGES_KEPT`]; a failure waits for the next turn.
