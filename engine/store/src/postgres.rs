@@ -23,7 +23,8 @@
 //!    savepoints needed: nothing can change the locked rows meanwhile);
 //! 3. the accepted commits' versions and wake-ups, events (one row per commit), party rows,
 //!    inbox entries and change notices are written with one statement each (arrays
-//!    `unnest`ed), and the transaction commits.
+//!    `unnest`ed), sent as two pipelines (one round trip each: the inbox entries need the
+//!    heads the first one moves), and the transaction commits.
 //!
 //! An SQL error fails the whole batch: every commit in it is answered
 //! [`StoreError::Unavailable`] (nothing of it was written). So does Postgres not answering

@@ -637,3 +637,51 @@ async fn conversations_of_an_agent_are_in_id_order() {
         expected.into_iter().collect::<Vec<_>>()
     );
 }
+
+/// Every connection of the stores is killed (as a Postgres restart or a failover does):
+/// an operation fails at most once, `Unavailable`, then the pool's new connections serve
+/// it, and the change follower reconnects and goes on from its cursor, so a commit made
+/// meanwhile is still heard.
+#[tokio::test]
+async fn killed_connections_are_replaced_and_the_follower_resumes() {
+    let Some(url) =
+        fresh_database("killed_connections_are_replaced_and_the_follower_resumes").await
+    else {
+        return;
+    };
+    let a = open_store(&url).await;
+    let b = open_store(&url).await;
+    let mut heard_by_b = b.remote_changes().expect("postgres follows changes");
+    a.commit(commit("c", 0, vec![started("c")], None))
+        .await
+        .expect("commit");
+    let killer = raw(&url).await;
+    let killed = count(
+        &killer,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .await;
+    assert!(killed >= 2, "killed {killed} connections");
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match a
+            .commit(commit("c", 1, vec![accepted(2, "after")], None))
+            .await
+        {
+            Ok(()) => break,
+            Err(StoreError::Unavailable(_)) if attempts < 3 => {}
+            Err(error) => panic!("attempt {attempts}: {error:?}"),
+        }
+    }
+    assert_eq!(b.load("c").await.expect("load").expect("c").len(), 2);
+    let mut versions = Vec::new();
+    while !versions.contains(&2) {
+        let change = tokio::time::timeout(Duration::from_secs(10), heard_by_b.recv())
+            .await
+            .expect("B hears A's commits across the reconnection")
+            .expect("channel open");
+        versions.push(change.version);
+    }
+}
