@@ -561,79 +561,102 @@ async fn two_nodes_on_one_redis_act_as_one_engine() {
     timeout(TEST_TIMEOUT, async {
         // A database of its own, emptied first: leftovers must not fire here.
         let url = emptied_database(&redis, 3).await;
-
         let dir = scratch_dir("two-nodes");
-        let templates = templates(&dir);
-        let node_a = Server::start(&dir, &templates, &url, "node-a");
-        let node_b = Server::start(&dir, &templates, &url, "node-b");
-        let alice = node_a.client("alice");
-        let bob = node_b.client("bob");
-
-        // alice on A asks bob on B; bob's long poll on B wakes up for a message sent via A.
-        let poll = tokio::spawn({
-            let bob = bob.clone();
-            async move { bob.poll_inbox(0, 20_000).await }
-        });
-        sleep(Duration::from_millis(300)).await;
-        alice
-            .start(&request("across", "bob", None))
-            .await
-            .expect("start on A");
-        let page = poll.await.expect("poll task").expect("poll on B");
-        assert_eq!(page.items.len(), 1);
-        assert_eq!(&*page.items[0].message.id, "across.request");
-
-        // bob answers through B; alice sees it through A, and A's view is current.
-        bob.send("across", &SendMessage::new("agree", json!({})))
-            .await
-            .expect("agree on B");
-        let page = alice.poll_inbox(0, 20_000).await.expect("poll on A");
-        assert_eq!(page.items[0].message.performative.to_string(), "agree");
-        bob.send("across", &SendMessage::new("inform", json!({"done": true})))
-            .await
-            .expect("inform on B");
-        eventually("A sees the conversation completed", || async {
-            let view = alice.conversation("across").await.ok()?;
-            (view.status == ConversationStatus::Completed).then_some(())
-        })
-        .await;
-        let commitments = alice
-            .commitments(Some("creditor"), None)
-            .await
-            .expect("on A");
-        assert_eq!(commitments.len(), 1);
-        assert_eq!(commitments[0].state, CommitmentState::Fulfilled);
-
-        // A deadline fires once while both nodes run their schedulers.
-        alice
-            .start(&request("both-running", "carol", Some(now_ms() + 1_500)))
-            .await
-            .expect("start");
-        let carol_on_b = node_b.client("carol");
-        eventually("the deadline fired", || {
-            timed_out(&carol_on_b, "both-running")
-        })
-        .await;
-
-        // And still fires when the node that took the request is killed.
-        alice
-            .start(&request("one-killed", "carol", Some(now_ms() + 1_500)))
-            .await
-            .expect("start");
-        node_a.kill();
-        eventually("the deadline fired on the surviving node", || {
-            timed_out(&carol_on_b, "one-killed")
-        })
-        .await;
-        node_b.kill();
-
-        let store = RedisStore::connect(&url).await.expect("connect");
-        assert_eq!(expiries(&store, "both-running").await, 1);
-        assert_eq!(expiries(&store, "one-killed").await, 1);
+        two_nodes_act_as_one_engine(&dir, &url).await;
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await
     .expect("test timed out");
+}
+
+/// The same two nodes on one Postgres database: each follows the other's commits through
+/// the `changes` table, as on Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_on_one_postgres_act_as_one_engine() {
+    let Some(postgres) = test_postgres("two_nodes_on_one_postgres_act_as_one_engine") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let dir = scratch_dir("two-nodes-postgres");
+        two_nodes_act_as_one_engine(&dir, &url).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Two `colloquy serve` nodes on the store at `url`: an inbox long poll on one wakes for a
+/// message sent through the other, each sees the other's commits, a deadline fires once with
+/// both running and once more when the node that took its request is killed.
+async fn two_nodes_act_as_one_engine(dir: &Path, url: &str) {
+    let templates = templates(dir);
+    let node_a = Server::start(dir, &templates, url, "node-a");
+    let node_b = Server::start(dir, &templates, url, "node-b");
+    let alice = node_a.client("alice");
+    let bob = node_b.client("bob");
+
+    // alice on A asks bob on B; bob's long poll on B wakes up for a message sent via A.
+    let poll = tokio::spawn({
+        let bob = bob.clone();
+        async move { bob.poll_inbox(0, 20_000).await }
+    });
+    sleep(Duration::from_millis(300)).await;
+    alice
+        .start(&request("across", "bob", None))
+        .await
+        .expect("start on A");
+    let page = poll.await.expect("poll task").expect("poll on B");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(&*page.items[0].message.id, "across.request");
+
+    // bob answers through B; alice sees it through A, and A's view is current.
+    bob.send("across", &SendMessage::new("agree", json!({})))
+        .await
+        .expect("agree on B");
+    let page = alice.poll_inbox(0, 20_000).await.expect("poll on A");
+    assert_eq!(page.items[0].message.performative.to_string(), "agree");
+    bob.send("across", &SendMessage::new("inform", json!({"done": true})))
+        .await
+        .expect("inform on B");
+    eventually("A sees the conversation completed", || async {
+        let view = alice.conversation("across").await.ok()?;
+        (view.status == ConversationStatus::Completed).then_some(())
+    })
+    .await;
+    let commitments = alice
+        .commitments(Some("creditor"), None)
+        .await
+        .expect("on A");
+    assert_eq!(commitments.len(), 1);
+    assert_eq!(commitments[0].state, CommitmentState::Fulfilled);
+
+    // A deadline fires once while both nodes run their schedulers.
+    alice
+        .start(&request("both-running", "carol", Some(now_ms() + 1_500)))
+        .await
+        .expect("start");
+    let carol_on_b = node_b.client("carol");
+    eventually("the deadline fired", || {
+        timed_out(&carol_on_b, "both-running")
+    })
+    .await;
+
+    // And still fires when the node that took the request is killed.
+    alice
+        .start(&request("one-killed", "carol", Some(now_ms() + 1_500)))
+        .await
+        .expect("start");
+    node_a.kill();
+    eventually("the deadline fired on the surviving node", || {
+        timed_out(&carol_on_b, "one-killed")
+    })
+    .await;
+    node_b.kill();
+
+    let store = colloquy_store::open(url).await.expect("open the store");
+    assert_eq!(expiries(&*store, "both-running").await, 1);
+    assert_eq!(expiries(&*store, "one-killed").await, 1);
 }
 
 /// A `redis-server` of the test's own, which it can kill and restart.
