@@ -204,8 +204,8 @@ enum TemplatesCommand {
     /// the store without writing (a server may run on it). Exit 0 when all replay the same,
     /// 1 when some diverge, 2 when the store or the candidate cannot be read.
     Replay {
-        /// The store: `sqlite:PATH` (read-only, beside a running server) or
-        /// `redis://HOST:PORT[/DB]`.
+        /// The store: `sqlite:PATH` (read-only, beside a running server),
+        /// `redis://HOST:PORT[/DB]` or `postgres://USER@HOST:PORT/DB`.
         #[arg(long)]
         store: String,
         /// Whose conversations: the template's name.

@@ -52,7 +52,8 @@ pub struct PolicyManagerArgs {
     #[arg(long, value_name = "MS", default_value_t = colloquy_policy::compiler::DEFAULT_MAX_HOOK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     max_hook_timeout_ms: u64,
     /// Keep every revision and the history of activations in this store's revision archive
-    /// (`sqlite:PATH`, `redis://HOST:PORT`), so rollbacks and the history survive a restart.
+    /// (`sqlite:PATH`, `redis://HOST:PORT`, `postgres://USER@HOST:PORT/DB`), so rollbacks and
+    /// the history survive a restart.
     /// A SQLite file is one process's: give the manager its own.
     #[arg(long, value_name = "STORE")]
     store: Option<String>,
@@ -71,12 +72,20 @@ pub async fn run(command: PolicyManagerCommand, out: &mut dyn Write) -> anyhow::
     let compiler = TemplateCompiler::new().with_max_hook_timeout_ms(args.max_hook_timeout_ms);
     let mut live = LiveCatalog::new(&dir).with_compiler(compiler);
     if let Some(spec) = &args.store {
-        let store = colloquy_store::open(spec)
-            .await
-            .with_context(|| format!("opening the store `{spec}`"))?;
+        let store = colloquy_store::open(spec).await.with_context(|| {
+            format!(
+                "opening the store `{}`",
+                colloquy_store::redact(spec.as_str())
+            )
+        })?;
         let (sources, history) = colloquy_server::rollout::archive::load(&*store)
             .await
-            .with_context(|| format!("reading the revision archive of `{spec}`"))?;
+            .with_context(|| {
+                format!(
+                    "reading the revision archive of `{}`",
+                    colloquy_store::redact(spec.as_str())
+                )
+            })?;
         live = live
             .with_archive(colloquy_server::rollout::archive::StoreArchive::start(
                 store,

@@ -56,7 +56,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME=VALUE", requires = "auth_jwks", value_parser = parse_claim)]
     auth_admin_claim: Option<(String, String)>,
     /// Where conversations live: `sqlite:PATH` (one file, survives restarts), `redis://HOST:PORT`
-    /// (shared by several `colloquy serve` nodes) or `memory` (lost at exit)
+    /// or `postgres://USER@HOST:PORT/DB` (password from PGPASSWORD or the file named by
+    /// COLLOQUY_PG_PASSWORD_FILE; shared by several `colloquy serve` nodes) or `memory` (lost
+    /// at exit)
     /// [default: sqlite:DATA_DIR/colloquy.db].
     #[arg(long, value_name = "STORE")]
     store: Option<String>,
@@ -292,6 +294,12 @@ fn store_spec(store: Option<String>, data_dir: &std::path::Path) -> (String, Str
         "memory (conversations are lost at exit)".to_owned()
     } else if let Some(path) = spec.strip_prefix("sqlite:") {
         format!("sqlite {path}")
+    } else if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        // The store's own redaction: never the password, also when the URL holds one.
+        match colloquy_store::postgres::Locator::parse(&spec) {
+            Ok(locator) => format!("postgres {}", locator.redacted()),
+            Err(_) => "postgres (a URL that does not parse; see the error below)".to_owned(),
+        }
     } else {
         // A Redis URL may carry a password: show where, not how.
         let host = spec
@@ -377,9 +385,12 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let reads = policy_reads(&identity, args.public_templates);
     let (spec, store_description) = store_spec(args.store, &args.data_dir);
-    let store = colloquy_store::open(&spec)
-        .await
-        .with_context(|| format!("opening the store `{spec}`"))?;
+    let store = colloquy_store::open(&spec).await.with_context(|| {
+        format!(
+            "opening the store `{}`",
+            colloquy_store::redact(spec.as_str())
+        )
+    })?;
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -399,7 +410,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .context("starting the wasm hook runtime")?,
     );
     let shadow = ShadowSettings {
-        off: spec.starts_with("redis").then(|| {
+        off: (spec.starts_with("redis") || spec.starts_with("postgres")).then(|| {
             "several engine nodes may share this store, and a twin must see all of its \
              conversation: shadowing runs on a store one node owns (memory, SQLite)"
                 .to_owned()
@@ -410,7 +421,12 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // restart read them.
     let (sources, history) = colloquy_server::rollout::archive::load(&*store)
         .await
-        .with_context(|| format!("reading the revision archive of `{spec}`"))?;
+        .with_context(|| {
+            format!(
+                "reading the revision archive of `{}`",
+                colloquy_store::redact(spec.as_str())
+            )
+        })?;
     let archive = crate::policy_manager::ArchiveSeed {
         archive: colloquy_server::rollout::archive::StoreArchive::start(store.clone()),
         sources,

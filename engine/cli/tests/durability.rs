@@ -1,5 +1,5 @@
 //! Durability end to end: real `colloquy serve` processes on 127.0.0.1, killed with
-//! SIGKILL, restarted, and pointed at one SQLite file or one Redis.
+//! SIGKILL, restarted, and pointed at one SQLite file, one Redis or one Postgres database.
 //!
 //! These tests need the `colloquy` binary, which only an integration test of the `colloquy`
 //! package can name (`CARGO_BIN_EXE_colloquy`); hence this second test binary beside the
@@ -9,6 +9,10 @@
 //! write to; `.ci/run` starts one) and start their own `redis-server` (from `PATH`) when
 //! they must restart it. Without the variable they print a SKIPPED line, except under CI
 //! (`CI=true`), where they fail.
+//!
+//! Postgres: the tests read `COLLOQUY_TEST_POSTGRES` (`postgres://USER@127.0.0.1:PORT/DB`;
+//! `.ci/run` starts a cluster) and create a database of their own on it; without the
+//! variable they skip as the Redis tests do.
 //!
 //! Every wait is bounded; nothing asserts how long something took.
 //!
@@ -29,7 +33,7 @@ use colloquy_protocol::event::EventKind;
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use colloquy_sdk::Client;
 use colloquy_sdk::client::ConversationQuery;
-use colloquy_store::{RedisStore, SqliteStore};
+use colloquy_store::RedisStore;
 use serde_json::json;
 use tokio::time::{sleep, timeout};
 
@@ -66,6 +70,24 @@ fn templates(dir: &Path) -> PathBuf {
         std::fs::copy(source.join(name), target.join(name)).expect("copy template");
     }
     target
+}
+
+/// The test Postgres, from `COLLOQUY_TEST_POSTGRES` (`postgres://USER@127.0.0.1:PORT/DB`, a
+/// server the tests may create databases on; `.ci/run` starts one). Without it the test
+/// prints a SKIPPED line, except under CI (`CI=true`), where it fails.
+fn test_postgres(test: &str) -> Option<String> {
+    match std::env::var("COLLOQUY_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("{test}: CI=true but COLLOQUY_TEST_POSTGRES is not set; .ci/run starts Postgres")
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: set COLLOQUY_TEST_POSTGRES=postgres://USER@127.0.0.1:PORT/DB to run it"
+            );
+            None
+        }
+    }
 }
 
 fn test_redis(test: &str) -> Option<String> {
@@ -347,163 +369,188 @@ async fn sigterm_stops_the_server_gracefully() {
 async fn sqlite_keeps_everything_acknowledged_across_kill_9() {
     timeout(TEST_TIMEOUT, async {
         let dir = scratch_dir("sqlite-crash");
-        let templates = templates(&dir);
         let store = format!("sqlite:{}", dir.join("data/colloquy.db").display());
-        let first = Server::start(&dir, &templates, &store, "first");
-
-        // A deadline pending across the crash: bob never answers this request.
-        let deadline_at = now_ms() + 4_000;
-        first
-            .client("alice")
-            .start(&request("pending-deadline", "bob", Some(deadline_at)))
-            .await
-            .expect("start the deadline conversation");
-
-        // Clients send until the server dies under them.
-        let sent = Arc::new(AtomicUsize::new(0));
-        let mut clients = Vec::new();
-        for worker in 0..8 {
-            let alice = first.client("alice");
-            let bob = first.client("bob");
-            let sent = sent.clone();
-            clients.push(tokio::spawn(async move {
-                let mut acknowledged = Acknowledged::default();
-                for n in 0.. {
-                    let id = format!("w{worker}-{n}");
-                    if alice.start(&request(&id, "bob", None)).await.is_err() {
-                        break;
-                    }
-                    acknowledged.started.push(id.clone());
-                    let agree = SendMessage {
-                        message_id: Some(format!("{id}.agree")),
-                        ..SendMessage::new("agree", json!({}))
-                    };
-                    if bob.send(&id, &agree).await.is_err() {
-                        break;
-                    }
-                    acknowledged.agreed.push(id);
-                    sent.fetch_add(1, Ordering::Relaxed);
-                }
-                acknowledged
-            }));
-        }
-        eventually("clients got going", || {
-            let sent = sent.load(Ordering::Relaxed);
-            async move { (sent >= 200).then_some(()) }
-        })
-        .await;
-        first.kill();
-        let mut acknowledged = Acknowledged::default();
-        for client in clients {
-            let done = client.await.expect("client task");
-            acknowledged.started.extend(done.started);
-            acknowledged.agreed.extend(done.agreed);
-        }
-        assert!(acknowledged.agreed.len() >= 200);
-
-        let second = Server::start(&dir, &templates, &store, "second");
-        let alice = second.client("alice");
-        let bob = second.client("bob");
-        for id in &acknowledged.started {
-            let view = alice
-                .conversation(id)
-                .await
-                .unwrap_or_else(|error| panic!("acknowledged conversation {id} lost: {error}"));
-            assert_eq!(&*view.messages[0].id, format!("{id}.request").as_str());
-        }
-        for id in &acknowledged.agreed {
-            let view = bob.conversation(id).await.expect("conversation");
-            assert!(
-                view.messages
-                    .iter()
-                    .any(|m| *m.id == *format!("{id}.agree")),
-                "acknowledged agree of {id} lost"
-            );
-        }
-        // Commitments of conversations the new process has not loaded before this call
-        // are there too (the debtor's list reads the store's party index).
-        second.kill();
-        let fresh = Server::start(&dir, &templates, &store, "third");
-        // alice's conversation list reads the store's party index: every acknowledged
-        // conversation is listed although this process has loaded none of them yet.
-        let mut listed = BTreeSet::new();
-        let mut query = ConversationQuery {
-            limit: Some(500),
-            ..ConversationQuery::default()
-        };
-        loop {
-            let page = fresh
-                .client("alice")
-                .conversations(&query)
-                .await
-                .expect("list");
-            listed.extend(page.conversations.iter().map(|c| c.id.to_string()));
-            match page.next_cursor {
-                Some(cursor) => query.cursor = Some(cursor),
-                None => break,
-            }
-        }
-        for id in &acknowledged.started {
-            assert!(
-                listed.contains(id),
-                "{id} missing from the list after restart"
-            );
-        }
-        let commitments = fresh
-            .client("bob")
-            .commitments(Some("debtor"), None)
-            .await
-            .expect("list");
-        let active: BTreeSet<&str> = commitments
-            .iter()
-            .filter(|c| c.state == CommitmentState::Active)
-            .map(|c| &*c.conversation_id)
-            .collect();
-        for id in &acknowledged.agreed {
-            assert!(
-                active.contains(id.as_str()),
-                "commitment of {id} lost after restart"
-            );
-        }
-        // bob's inbox still holds every acknowledged request.
-        let mut requests = BTreeSet::new();
-        let mut after = 0;
-        loop {
-            let page = fresh
-                .client("bob")
-                .poll_inbox(after, 0)
-                .await
-                .expect("poll");
-            if page.items.is_empty() {
-                break;
-            }
-            after = page.next_after;
-            requests.extend(
-                page.items
-                    .into_iter()
-                    .map(|item| item.message.id.to_string()),
-            );
-        }
-        for id in &acknowledged.started {
-            assert!(
-                requests.contains(&format!("{id}.request")),
-                "inbox lost {id}"
-            );
-        }
-
-        // The pending deadline fires after the restart, once.
-        let alice = fresh.client("alice");
-        eventually("the pending deadline fired", || {
-            timed_out(&alice, "pending-deadline")
-        })
-        .await;
-        fresh.kill();
-        let store = SqliteStore::open(dir.join("data/colloquy.db")).expect("open the database");
-        assert_eq!(expiries(&store, "pending-deadline").await, 1);
+        keeps_everything_acknowledged_across_kill_9(&dir, &store).await;
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await
     .expect("test timed out");
+}
+
+/// The same crash on Postgres: a real `colloquy serve --store postgres://…` killed with
+/// SIGKILL under load, restarted twice on the same database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_keeps_everything_acknowledged_across_kill_9() {
+    let Some(postgres) = test_postgres("postgres_keeps_everything_acknowledged_across_kill_9")
+    else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let dir = scratch_dir("postgres-crash");
+        let store = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        keeps_everything_acknowledged_across_kill_9(&dir, &store).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Clients send until a `colloquy serve` on `store` is killed under them (with a deadline
+/// pending); a restarted server has every acknowledged conversation, message, listing,
+/// commitment and inbox entry, and fires the deadline once.
+async fn keeps_everything_acknowledged_across_kill_9(dir: &Path, store: &str) {
+    let templates = templates(dir);
+    let first = Server::start(dir, &templates, store, "first");
+
+    // A deadline pending across the crash: bob never answers this request.
+    let deadline_at = now_ms() + 4_000;
+    first
+        .client("alice")
+        .start(&request("pending-deadline", "bob", Some(deadline_at)))
+        .await
+        .expect("start the deadline conversation");
+
+    // Clients send until the server dies under them.
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for worker in 0..8 {
+        let alice = first.client("alice");
+        let bob = first.client("bob");
+        let sent = sent.clone();
+        clients.push(tokio::spawn(async move {
+            let mut acknowledged = Acknowledged::default();
+            for n in 0.. {
+                let id = format!("w{worker}-{n}");
+                if alice.start(&request(&id, "bob", None)).await.is_err() {
+                    break;
+                }
+                acknowledged.started.push(id.clone());
+                let agree = SendMessage {
+                    message_id: Some(format!("{id}.agree")),
+                    ..SendMessage::new("agree", json!({}))
+                };
+                if bob.send(&id, &agree).await.is_err() {
+                    break;
+                }
+                acknowledged.agreed.push(id);
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            acknowledged
+        }));
+    }
+    eventually("clients got going", || {
+        let sent = sent.load(Ordering::Relaxed);
+        async move { (sent >= 200).then_some(()) }
+    })
+    .await;
+    first.kill();
+    let mut acknowledged = Acknowledged::default();
+    for client in clients {
+        let done = client.await.expect("client task");
+        acknowledged.started.extend(done.started);
+        acknowledged.agreed.extend(done.agreed);
+    }
+    assert!(acknowledged.agreed.len() >= 200);
+
+    let second = Server::start(dir, &templates, store, "second");
+    let alice = second.client("alice");
+    let bob = second.client("bob");
+    for id in &acknowledged.started {
+        let view = alice
+            .conversation(id)
+            .await
+            .unwrap_or_else(|error| panic!("acknowledged conversation {id} lost: {error}"));
+        assert_eq!(&*view.messages[0].id, format!("{id}.request").as_str());
+    }
+    for id in &acknowledged.agreed {
+        let view = bob.conversation(id).await.expect("conversation");
+        assert!(
+            view.messages
+                .iter()
+                .any(|m| *m.id == *format!("{id}.agree")),
+            "acknowledged agree of {id} lost"
+        );
+    }
+    // Commitments of conversations the new process has not loaded before this call
+    // are there too (the debtor's list reads the store's party index).
+    second.kill();
+    let fresh = Server::start(dir, &templates, store, "third");
+    // alice's conversation list reads the store's party index: every acknowledged
+    // conversation is listed although this process has loaded none of them yet.
+    let mut listed = BTreeSet::new();
+    let mut query = ConversationQuery {
+        limit: Some(500),
+        ..ConversationQuery::default()
+    };
+    loop {
+        let page = fresh
+            .client("alice")
+            .conversations(&query)
+            .await
+            .expect("list");
+        listed.extend(page.conversations.iter().map(|c| c.id.to_string()));
+        match page.next_cursor {
+            Some(cursor) => query.cursor = Some(cursor),
+            None => break,
+        }
+    }
+    for id in &acknowledged.started {
+        assert!(
+            listed.contains(id),
+            "{id} missing from the list after restart"
+        );
+    }
+    let commitments = fresh
+        .client("bob")
+        .commitments(Some("debtor"), None)
+        .await
+        .expect("list");
+    let active: BTreeSet<&str> = commitments
+        .iter()
+        .filter(|c| c.state == CommitmentState::Active)
+        .map(|c| &*c.conversation_id)
+        .collect();
+    for id in &acknowledged.agreed {
+        assert!(
+            active.contains(id.as_str()),
+            "commitment of {id} lost after restart"
+        );
+    }
+    // bob's inbox still holds every acknowledged request.
+    let mut requests = BTreeSet::new();
+    let mut after = 0;
+    loop {
+        let page = fresh
+            .client("bob")
+            .poll_inbox(after, 0)
+            .await
+            .expect("poll");
+        if page.items.is_empty() {
+            break;
+        }
+        after = page.next_after;
+        requests.extend(
+            page.items
+                .into_iter()
+                .map(|item| item.message.id.to_string()),
+        );
+    }
+    for id in &acknowledged.started {
+        assert!(
+            requests.contains(&format!("{id}.request")),
+            "inbox lost {id}"
+        );
+    }
+
+    // The pending deadline fires after the restart, once.
+    let alice = fresh.client("alice");
+    eventually("the pending deadline fired", || {
+        timed_out(&alice, "pending-deadline")
+    })
+    .await;
+    fresh.kill();
+    let store = colloquy_store::open(store).await.expect("open the store");
+    assert_eq!(expiries(&*store, "pending-deadline").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -514,79 +561,102 @@ async fn two_nodes_on_one_redis_act_as_one_engine() {
     timeout(TEST_TIMEOUT, async {
         // A database of its own, emptied first: leftovers must not fire here.
         let url = emptied_database(&redis, 3).await;
-
         let dir = scratch_dir("two-nodes");
-        let templates = templates(&dir);
-        let node_a = Server::start(&dir, &templates, &url, "node-a");
-        let node_b = Server::start(&dir, &templates, &url, "node-b");
-        let alice = node_a.client("alice");
-        let bob = node_b.client("bob");
-
-        // alice on A asks bob on B; bob's long poll on B wakes up for a message sent via A.
-        let poll = tokio::spawn({
-            let bob = bob.clone();
-            async move { bob.poll_inbox(0, 20_000).await }
-        });
-        sleep(Duration::from_millis(300)).await;
-        alice
-            .start(&request("across", "bob", None))
-            .await
-            .expect("start on A");
-        let page = poll.await.expect("poll task").expect("poll on B");
-        assert_eq!(page.items.len(), 1);
-        assert_eq!(&*page.items[0].message.id, "across.request");
-
-        // bob answers through B; alice sees it through A, and A's view is current.
-        bob.send("across", &SendMessage::new("agree", json!({})))
-            .await
-            .expect("agree on B");
-        let page = alice.poll_inbox(0, 20_000).await.expect("poll on A");
-        assert_eq!(page.items[0].message.performative.to_string(), "agree");
-        bob.send("across", &SendMessage::new("inform", json!({"done": true})))
-            .await
-            .expect("inform on B");
-        eventually("A sees the conversation completed", || async {
-            let view = alice.conversation("across").await.ok()?;
-            (view.status == ConversationStatus::Completed).then_some(())
-        })
-        .await;
-        let commitments = alice
-            .commitments(Some("creditor"), None)
-            .await
-            .expect("on A");
-        assert_eq!(commitments.len(), 1);
-        assert_eq!(commitments[0].state, CommitmentState::Fulfilled);
-
-        // A deadline fires once while both nodes run their schedulers.
-        alice
-            .start(&request("both-running", "carol", Some(now_ms() + 1_500)))
-            .await
-            .expect("start");
-        let carol_on_b = node_b.client("carol");
-        eventually("the deadline fired", || {
-            timed_out(&carol_on_b, "both-running")
-        })
-        .await;
-
-        // And still fires when the node that took the request is killed.
-        alice
-            .start(&request("one-killed", "carol", Some(now_ms() + 1_500)))
-            .await
-            .expect("start");
-        node_a.kill();
-        eventually("the deadline fired on the surviving node", || {
-            timed_out(&carol_on_b, "one-killed")
-        })
-        .await;
-        node_b.kill();
-
-        let store = RedisStore::connect(&url).await.expect("connect");
-        assert_eq!(expiries(&store, "both-running").await, 1);
-        assert_eq!(expiries(&store, "one-killed").await, 1);
+        two_nodes_act_as_one_engine(&dir, &url).await;
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await
     .expect("test timed out");
+}
+
+/// The same two nodes on one Postgres database: each follows the other's commits through
+/// the `changes` table, as on Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_on_one_postgres_act_as_one_engine() {
+    let Some(postgres) = test_postgres("two_nodes_on_one_postgres_act_as_one_engine") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let dir = scratch_dir("two-nodes-postgres");
+        two_nodes_act_as_one_engine(&dir, &url).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Two `colloquy serve` nodes on the store at `url`: an inbox long poll on one wakes for a
+/// message sent through the other, each sees the other's commits, a deadline fires once with
+/// both running and once more when the node that took its request is killed.
+async fn two_nodes_act_as_one_engine(dir: &Path, url: &str) {
+    let templates = templates(dir);
+    let node_a = Server::start(dir, &templates, url, "node-a");
+    let node_b = Server::start(dir, &templates, url, "node-b");
+    let alice = node_a.client("alice");
+    let bob = node_b.client("bob");
+
+    // alice on A asks bob on B; bob's long poll on B wakes up for a message sent via A.
+    let poll = tokio::spawn({
+        let bob = bob.clone();
+        async move { bob.poll_inbox(0, 20_000).await }
+    });
+    sleep(Duration::from_millis(300)).await;
+    alice
+        .start(&request("across", "bob", None))
+        .await
+        .expect("start on A");
+    let page = poll.await.expect("poll task").expect("poll on B");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(&*page.items[0].message.id, "across.request");
+
+    // bob answers through B; alice sees it through A, and A's view is current.
+    bob.send("across", &SendMessage::new("agree", json!({})))
+        .await
+        .expect("agree on B");
+    let page = alice.poll_inbox(0, 20_000).await.expect("poll on A");
+    assert_eq!(page.items[0].message.performative.to_string(), "agree");
+    bob.send("across", &SendMessage::new("inform", json!({"done": true})))
+        .await
+        .expect("inform on B");
+    eventually("A sees the conversation completed", || async {
+        let view = alice.conversation("across").await.ok()?;
+        (view.status == ConversationStatus::Completed).then_some(())
+    })
+    .await;
+    let commitments = alice
+        .commitments(Some("creditor"), None)
+        .await
+        .expect("on A");
+    assert_eq!(commitments.len(), 1);
+    assert_eq!(commitments[0].state, CommitmentState::Fulfilled);
+
+    // A deadline fires once while both nodes run their schedulers.
+    alice
+        .start(&request("both-running", "carol", Some(now_ms() + 1_500)))
+        .await
+        .expect("start");
+    let carol_on_b = node_b.client("carol");
+    eventually("the deadline fired", || {
+        timed_out(&carol_on_b, "both-running")
+    })
+    .await;
+
+    // And still fires when the node that took the request is killed.
+    alice
+        .start(&request("one-killed", "carol", Some(now_ms() + 1_500)))
+        .await
+        .expect("start");
+    node_a.kill();
+    eventually("the deadline fired on the surviving node", || {
+        timed_out(&carol_on_b, "one-killed")
+    })
+    .await;
+    node_b.kill();
+
+    let store = colloquy_store::open(url).await.expect("open the store");
+    assert_eq!(expiries(&*store, "both-running").await, 1);
+    assert_eq!(expiries(&*store, "one-killed").await, 1);
 }
 
 /// A `redis-server` of the test's own, which it can kill and restart.

@@ -164,6 +164,14 @@ pub async fn emptied_redis_database(redis: &str, db: u8) -> String {
     url
 }
 
+/// A new, empty database on the Postgres server `url` names, as a URL: a test that owns a
+/// database sees no other run's leftovers.
+pub async fn fresh_postgres_database(url: &str) -> String {
+    crate::postgres::create_test_database(url)
+        .await
+        .expect("create a database on the test Postgres")
+}
+
 /// Whether the Redis at `url` answers PING now.
 pub async fn redis_answers(url: &str) -> bool {
     let Ok(client) = ::redis::Client::open(url) else {

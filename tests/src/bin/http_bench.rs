@@ -1,5 +1,7 @@
 //! The HTTP benchmark: request conversations against `colloquy serve` (memory store, token
-//! auth), next to an axum JSON echo server measured in the same run.
+//! auth), next to an axum JSON echo server measured in the same run. `--store SPEC` adds
+//! colloquy on a durable store (SQLite, Postgres, Redis), reported against the memory store
+//! of the same run.
 //!
 //! ```sh
 //! cargo build --release -p colloquy --bin colloquy -p colloquy-tests --bin bench-echo --bin http-bench
@@ -40,6 +42,13 @@
 //! Figure, 2026-12-04: `--pin --retention 1` at c29eeb4 gave a server CPU ratio
 //! (echo/colloquy) of 0.42–0.47 over three runs, and 0.45–0.48 with issue 37's four hot-path
 //! commits on top, on a shared two-core VM under a concurrent build (load average 4–5).
+//!
+//! Figure, 2026-12-05: `--store sqlite:PATH --store postgres://…` (Postgres 15 on loopback,
+//! fsync on, `synchronous_commit = on`, its own processes unpinned on the same two cores)
+//! gave rates of 0.47x (SQLite) and 0.22x (Postgres) the memory store's in one run, 0.46x and
+//! 0.16x in a run before the Postgres writer pipelined its statements; pgbench alone on the
+//! same cluster appended 4.7k messages/s at one per transaction (64 clients) and 21.8k/s at
+//! 32 per transaction (one client): docs/stores.md.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -111,6 +120,19 @@ fn variant(spec: &str) -> anyhow::Result<Variant> {
             .map(str::to_owned)
             .collect(),
     })
+}
+
+/// `--store SPEC`: colloquy on that store, named by its kind (`sqlite`, `postgres`, …).
+fn store_variant(spec: &str) -> Variant {
+    let kind = spec
+        .split_once(':')
+        .map_or(spec, |(kind, _)| kind)
+        .trim_end_matches("ql");
+    Variant {
+        name: kind.to_owned(),
+        colloquy: None,
+        args: vec!["--store".to_owned(), spec.to_owned()],
+    }
 }
 
 /// The placeholder of `--variant`'s flags for the discarding OTLP receiver's URL.
@@ -251,6 +273,9 @@ Options:
                        before a change) and/or with more `serve` flags ARGS, comma-separated,
                        where {sink} is the URL of an OTLP/HTTP receiver in this process that
                        discards what it gets (e.g. traced=:--otlp-endpoint,{sink}); repeatable
+  --store SPEC         also measure colloquy on the store SPEC (`sqlite:PATH`,
+                       `postgres://USER@HOST:PORT/DB`, `redis://HOST:PORT`), one server each,
+                       reported as a variant against colloquy on the memory store; repeatable
   --retention SECONDS  run colloquy with --retention SECONDSs and warm up past it
   --seconds N          measure for N seconds (default 8)
   --colloquy PATH      the colloquy binary (default: beside this one)
@@ -301,6 +326,10 @@ fn options() -> anyhow::Result<Option<Options>> {
             "--variant" => options.variants.push(variant(
                 &args.next().context("--variant NAME=[PATH][:ARGS]")?,
             )?),
+            "--store" => {
+                let spec = args.next().context("--store SPEC")?;
+                options.variants.push(store_variant(&spec));
+            }
             "--colloquy" => options.colloquy = args.next().context("--colloquy PATH")?.into(),
             "--echo" => options.echo = args.next().context("--echo PATH")?.into(),
             "--retention" => {
@@ -891,19 +920,22 @@ fn bench(
     let serve_as = |colloquy: &Path, templates: &Path, extra: &[String]| {
         let templates = templates.to_string_lossy();
         let (agents, data) = (agents.to_string_lossy(), data.to_string_lossy());
-        let mut args = vec![
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            "memory",
+        // The memory store unless the extra flags name another (`--store SPEC`).
+        let store = if extra.iter().any(|arg| arg == "--store") {
+            &[][..]
+        } else {
+            &["--store", "memory"][..]
+        };
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend(store);
+        args.extend([
             "--templates",
             &templates,
             "--agents",
             &agents,
             "--data-dir",
             &data,
-        ];
+        ]);
         if let Some(retention) = &retention {
             args.extend(["--retention", retention]);
         }

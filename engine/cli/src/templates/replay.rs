@@ -20,7 +20,7 @@ use colloquy_store::sqlite::recorded::RecordedLogs;
 
 /// What `templates replay` was asked.
 pub struct ReplayOptions {
-    /// Where the conversations are: `sqlite:PATH` or `redis://…`.
+    /// Where the conversations are: `sqlite:PATH`, `redis://…` or `postgres://…`.
     pub store: String,
     /// Whose conversations.
     pub template: String,
@@ -161,11 +161,12 @@ pub fn run(
 enum Logs {
     /// A SQLite file, opened read-only without the server's lock.
     Sqlite(RecordedLogs),
-    /// Redis, through the store's own reads (no write is ever sent).
-    Redis(Arc<dyn colloquy_core::store::ConversationStore>),
+    /// Redis or Postgres, through the store's own reads (no write is ever sent; a Postgres
+    /// database an engine has migrated is left as it is).
+    Shared(Arc<dyn colloquy_core::store::ConversationStore>),
 }
 
-/// Conversation ids read per page from Redis.
+/// Conversation ids read per page from Redis or Postgres.
 const PAGE: usize = 1000;
 
 impl Logs {
@@ -180,17 +181,25 @@ impl Logs {
             let redis = colloquy_store::RedisStore::connect(store)
                 .await
                 .map_err(|error| error.to_string())?;
-            return Ok(Logs::Redis(Arc::new(redis)));
+            return Ok(Logs::Shared(Arc::new(redis)));
         }
-        Err(format!(
-            "cannot replay from `{store}`: give `sqlite:PATH` or `redis://HOST:PORT[/DB]`"
-        ))
+        if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+            let postgres = colloquy_store::PostgresStore::connect(store)
+                .await
+                .map_err(|error| error.to_string())?;
+            return Ok(Logs::Shared(Arc::new(postgres)));
+        }
+        Err(
+            "cannot replay from that store: give `sqlite:PATH`, `redis://HOST:PORT[/DB]` or \
+             `postgres://USER@HOST:PORT/DB`"
+                .to_owned(),
+        )
     }
 
     async fn conversation_ids(&self) -> Result<Vec<String>, String> {
         match self {
             Logs::Sqlite(logs) => logs.conversation_ids().map_err(|error| error.to_string()),
-            Logs::Redis(store) => {
+            Logs::Shared(store) => {
                 let mut ids = Vec::new();
                 loop {
                     let after = ids.last().map(String::as_str);
@@ -215,7 +224,7 @@ impl Logs {
     ) -> Result<Vec<colloquy_protocol::event::ConversationEvent>, String> {
         match self {
             Logs::Sqlite(logs) => logs.load(id).map_err(|error| error.to_string()),
-            Logs::Redis(store) => store
+            Logs::Shared(store) => store
                 .load(id)
                 .await
                 .map(Option::unwrap_or_default)

@@ -1,0 +1,190 @@
+//! Other nodes' commits: the `changes` table read after a cursor, woken by `LISTEN`.
+//!
+//! Each batch the writer commits adds a `changes` row per commit with events and sends one
+//! `NOTIFY` whose payload is the writing node's id. The NOTIFY is a wake-up only: the
+//! follower, on a connection of its own, reads the rows after its cursor and passes on
+//! those other nodes wrote. It ignores its own node's NOTIFYs (nothing to read there) and
+//! also reads every [`POLL_EVERY`], so a NOTIFY lost while its connection was down delays a
+//! notice, never loses it: a reconnected follower goes on from its cursor.
+//!
+//! The cursor is only right because `changes.seq` is handed out in commit order: the
+//! writer takes a transaction-level advisory lock ([`super::CHANGES_LOCK`]) before it inserts
+//! its rows and holds it until the commit, so a row with a lower seq is committed (or
+//! rolled back) before a higher one is handed out. Once the follower sees `max(seq) = M`,
+//! no row at or below M can still appear.
+//!
+//! Rows older than `CHANGES_KEPT` are trimmed (`postgres/writer.rs`): a follower cut off for
+//! longer skips what was trimmed, as a Redis subscriber misses what was published while it
+//! was away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use colloquy_core::store::RemoteChange;
+use colloquy_protocol::message::AgentId;
+use futures_util::StreamExt as _;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// How often the follower reads `changes` without being woken.
+pub const POLL_EVERY: Duration = Duration::from_secs(1);
+/// Longest pause between reconnection attempts of the follower.
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+/// Rows read per query.
+const PAGE: i64 = 1000;
+
+/// Follows `changes` through `config` until the store is dropped; `ready` is told once the
+/// first `LISTEN` is in place and the cursor set at the newest row ("from now on").
+pub(super) async fn follow(
+    config: tokio_postgres::Config,
+    channel: String,
+    node: Arc<str>,
+    changes: broadcast::Sender<RemoteChange>,
+    ready: oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    let mut cursor: Option<i64> = None;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let error = follow_once(
+            &config,
+            &channel,
+            &node,
+            &changes,
+            (&mut cursor, &mut ready, &mut delay),
+        )
+        .await;
+        tracing::debug!(%error, "Postgres change follower lost its connection");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+    }
+}
+
+/// What the follower keeps across connections: its cursor, the readiness signal not yet
+/// sent, the pause before the next reconnection.
+type Progress<'a> = (
+    &'a mut Option<i64>,
+    &'a mut Option<oneshot::Sender<()>>,
+    &'a mut Duration,
+);
+
+/// One connection's worth of following, until the connection fails.
+async fn follow_once(
+    config: &tokio_postgres::Config,
+    channel: &str,
+    node: &Arc<str>,
+    changes: &broadcast::Sender<RemoteChange>,
+    (cursor, ready, delay): Progress<'_>,
+) -> tokio_postgres::Error {
+    match follow_connected(config, channel, node, changes, cursor, ready, delay).await {
+        Ok(never) => match never {},
+        Err(error) => error,
+    }
+}
+
+async fn follow_connected(
+    config: &tokio_postgres::Config,
+    channel: &str,
+    node: &Arc<str>,
+    changes: &broadcast::Sender<RemoteChange>,
+    cursor: &mut Option<i64>,
+    ready: &mut Option<oneshot::Sender<()>>,
+    delay: &mut Duration,
+) -> Result<std::convert::Infallible, tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    // The connection's messages: NOTIFYs go to `wakes` (a woken flag is all they carry);
+    // the task ends with the connection.
+    let (wakes, mut woken) = mpsc::channel::<()>(1);
+    let own = node.to_string();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(tokio_postgres::AsyncMessage::Notification(notice))
+                    if notice.payload() != own =>
+                {
+                    let _ = wakes.try_send(());
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    let _driver = AbortOnDrop(driver);
+    client
+        .batch_execute(&format!("LISTEN {}", quote_identifier(channel)))
+        .await?;
+    if cursor.is_none() {
+        let newest: i64 = client
+            .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
+            .await?
+            .get(0);
+        *cursor = Some(newest);
+    }
+    if let Some(ready) = ready.take() {
+        let _ = ready.send(());
+    }
+    *delay = Duration::from_millis(50);
+    let newest = client
+        .prepare("SELECT coalesce(max(seq), 0) FROM changes")
+        .await?;
+    let others = client
+        .prepare(
+            "SELECT seq, conversation_id, version, agents FROM changes
+             WHERE seq > $1 AND seq <= $2 AND node <> $3 ORDER BY seq LIMIT $4",
+        )
+        .await?;
+    loop {
+        let top: i64 = client.query_one(&newest, &[]).await?.get(0);
+        let mut from = cursor.unwrap_or(top);
+        while from < top {
+            let rows = client
+                .query(&others, &[&from, &top, &&**node, &PAGE])
+                .await?;
+            let full = rows.len() as i64 == PAGE;
+            for row in &rows {
+                from = row.get(0);
+                let conversation: String = row.get(1);
+                let version: i64 = row.get(2);
+                let agents: String = row.get(3);
+                let agents: Vec<AgentId> = match serde_json::from_str(&agents) {
+                    Ok(agents) => agents,
+                    Err(error) => {
+                        tracing::warn!(%error, "unreadable agents in a Postgres change notice");
+                        Vec::new()
+                    }
+                };
+                // No receiver: no engine follows this store (yet).
+                let _ = changes.send(RemoteChange {
+                    conversation_id: Arc::from(conversation),
+                    version: super::from_sql(version),
+                    agents,
+                });
+            }
+            if !full {
+                from = top;
+            }
+        }
+        *cursor = Some(from);
+        tokio::select! {
+            wake = woken.recv() => if wake.is_none() {
+                // The connection ended: this query fails and says why.
+                client.batch_execute("SELECT 1").await?;
+            },
+            () = tokio::time::sleep(POLL_EVERY) => {}
+        }
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `name` as a quoted SQL identifier.
+pub(super) fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

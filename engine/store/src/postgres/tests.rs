@@ -1,0 +1,687 @@
+//! Tests of `postgres`: every shared store fixture, and what only Postgres does (group
+//! commit, migrations, several nodes on one database).
+
+use std::collections::BTreeSet;
+
+use super::*;
+use colloquy_core::store::fixtures::{
+    accepted, assert_a_large_acknowledgement_leaves_the_rest,
+    assert_a_message_to_several_reaches_each, assert_a_refusal_reads_back,
+    assert_acknowledged_entries_go, assert_conversation_ids_page_in_order,
+    assert_inbox_agents_are_listed, assert_push_configs_are_kept_replaced_and_forgotten,
+    assert_refuses_stale_writes, assert_remote_tasks_are_kept_replaced_and_forgotten,
+    assert_the_archive_is_as_left, assert_the_archive_keeps_revisions_modules_and_activations,
+    assert_webhook_cursors_only_advance, commit, started,
+};
+use futures_util::future::join_all;
+
+/// The Postgres the tests use, from `COLLOQUY_TEST_POSTGRES` (a `postgres://` URL of a
+/// database the tests may create databases from; `.ci/run` starts a cluster). Under CI
+/// (`CI=true`) its absence fails the test; elsewhere the test says it was skipped.
+fn test_postgres(test: &str) -> Option<String> {
+    match std::env::var("COLLOQUY_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("{test}: CI=true but COLLOQUY_TEST_POSTGRES is not set; .ci/run starts Postgres")
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: set COLLOQUY_TEST_POSTGRES=postgres://USER@127.0.0.1:PORT/DB to run it"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh, empty database of the test's own on the test server, as a URL: tests run in
+/// parallel and never meet.
+async fn fresh_database(test: &str) -> Option<String> {
+    let base = test_postgres(test)?;
+    Some(
+        create_test_database(&base)
+            .await
+            .expect("create a database on the test Postgres"),
+    )
+}
+
+async fn open_store(url: &str) -> PostgresStore {
+    PostgresStore::connect(url)
+        .await
+        .expect("connect to the test database")
+}
+
+/// A plain connection to `url`'s database, for looking at the tables.
+async fn raw(url: &str) -> tokio_postgres::Client {
+    let locator = Locator::parse(url).expect("parse");
+    let (client, connection) = locator.config.connect(NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.expect(sql).get(0)
+}
+
+#[tokio::test]
+async fn a_refusal_reads_back() {
+    let Some(url) = fresh_database("a_refusal_reads_back").await else {
+        return;
+    };
+    assert_a_refusal_reads_back(&open_store(&url).await, "c1").await;
+}
+
+#[tokio::test]
+async fn conversation_ids_page_in_order() {
+    let Some(url) = fresh_database("conversation_ids_page_in_order").await else {
+        return;
+    };
+    assert_conversation_ids_page_in_order(&open_store(&url).await).await;
+}
+
+#[tokio::test]
+async fn commits_check_versions_and_fill_logs_and_inboxes() {
+    let Some(url) = fresh_database("commits_check_versions_and_fill_logs_and_inboxes").await else {
+        return;
+    };
+    let store = open_store(&url).await;
+    store
+        .commit(commit("c1", 0, vec![started("c1")], Some(100)))
+        .await
+        .expect("create");
+    store
+        .commit(commit("c1", 1, vec![accepted(2, "m1")], None))
+        .await
+        .expect("append");
+    assert_refuses_stale_writes(&store, "c1", 2).await;
+
+    // A second node sees the same data.
+    let other = open_store(&url).await;
+    let events = other.load("c1").await.expect("load").expect("exists");
+    assert_eq!(events, vec![started("c1"), accepted(2, "m1")]);
+    assert_eq!(
+        other.events_after("c1", 1).await.expect("after"),
+        vec![accepted(2, "m1")]
+    );
+    assert!(other.load("nope").await.expect("load").is_none());
+    let batch = vec![accepted(3, "m3"), accepted(4, "m4"), accepted(5, "m5")];
+    store
+        .commit(commit("c1", 2, batch.clone(), None))
+        .await
+        .expect("append");
+    // Reading from inside a commit's row skips the events before.
+    assert_eq!(
+        other.events_after("c1", 3).await.expect("after"),
+        batch[1..].to_vec()
+    );
+    let inbox = other.inbox("bob", 0, 10).await.expect("inbox");
+    assert_eq!(
+        inbox.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(&*inbox[1].message.id, "m3");
+    assert_eq!(&*inbox[1].conversation_id, "c1");
+    assert_eq!(other.inbox("bob", 1, 10).await.expect("inbox").len(), 3);
+    assert_eq!(other.inbox("bob", 0, 1).await.expect("inbox").len(), 1);
+    assert_eq!(other.inbox_head("bob").await.expect("head"), 4);
+    assert_eq!(other.inbox_head("nobody").await.expect("head"), 0);
+    assert_eq!(
+        other.conversations_of("bob").await.expect("parties"),
+        Some(vec![Arc::from("c1")])
+    );
+    other.remove("c1").await.expect("remove");
+    assert!(store.load("c1").await.expect("load").is_none());
+    assert_eq!(
+        store.conversations_of("bob").await.expect("parties"),
+        Some(Vec::new())
+    );
+    assert!(
+        store
+            .claim_due(u64::MAX / 2, 10)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+}
+
+/// A message to several agents is one `messages` row that their inbox rows name; a
+/// message to one agent is in its row.
+#[tokio::test]
+async fn a_message_to_several_agents_is_stored_once() {
+    let Some(url) = fresh_database("a_message_to_several_agents_is_stored_once").await else {
+        return;
+    };
+    let store = open_store(&url).await;
+    assert_a_message_to_several_reaches_each(&store, "c1").await;
+    let client = raw(&url).await;
+    assert_eq!(count(&client, "SELECT count(*) FROM messages").await, 1);
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM inbox WHERE message IS NULL AND shared_id = 'to-all'"
+        )
+        .await,
+        3
+    );
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM inbox WHERE message IS NOT NULL AND shared_id IS NULL"
+        )
+        .await,
+        1
+    );
+}
+
+/// Acknowledged entries are deleted, a shared message with the last entry naming it, and
+/// the sequence goes on from the head.
+#[tokio::test]
+async fn acknowledged_entries_and_unnamed_shared_messages_are_deleted() {
+    let Some(url) =
+        fresh_database("acknowledged_entries_and_unnamed_shared_messages_are_deleted").await
+    else {
+        return;
+    };
+    let store = open_store(&url).await;
+    assert_a_message_to_several_reaches_each(&store, "c1").await;
+    let client = Arc::new(raw(&url).await);
+    assert_acknowledged_entries_go(&store, "c1", |stored| {
+        let client = client.clone();
+        async move {
+            let rows = count(&client, "SELECT count(*) FROM messages").await;
+            assert_eq!(rows, i64::from(stored), "shared message rows");
+        }
+    })
+    .await;
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM inbox WHERE agent <> 'bob'").await,
+        0
+    );
+}
+
+/// An acknowledgement of more entries than one transaction deletes takes several.
+#[tokio::test]
+async fn a_large_acknowledgement_runs_in_batches() {
+    let Some(url) = fresh_database("a_large_acknowledgement_runs_in_batches").await else {
+        return;
+    };
+    let store = open_store(&url).await;
+    assert_a_large_acknowledgement_leaves_the_rest(&store, "c1", ACK_BATCH as u64).await;
+}
+
+/// Every node lists the agents with inbox entries.
+#[tokio::test]
+async fn agents_with_inbox_entries_are_listed_by_every_node() {
+    let Some(url) = fresh_database("agents_with_inbox_entries_are_listed_by_every_node").await
+    else {
+        return;
+    };
+    assert_inbox_agents_are_listed(&open_store(&url).await, "c1").await;
+    let listed = open_store(&url).await.inbox_agents().await.expect("agents");
+    for agent in ["bob", "dave"] {
+        assert!(listed.iter().any(|listed| &**listed == agent), "{listed:?}");
+    }
+}
+
+/// Webhook cursors only advance and are shared: a second node reads where the first got.
+#[tokio::test]
+async fn webhook_cursors_only_advance_and_are_shared_by_nodes() {
+    let Some(url) = fresh_database("webhook_cursors_only_advance_and_are_shared_by_nodes").await
+    else {
+        return;
+    };
+    assert_webhook_cursors_only_advance(&open_store(&url).await).await;
+    let other_node = open_store(&url).await;
+    assert_eq!(other_node.webhook_cursor("bob").await.expect("cursor"), 3);
+}
+
+#[tokio::test]
+async fn remote_tasks_are_kept_replaced_forgotten_and_shared_by_nodes() {
+    let Some(url) =
+        fresh_database("remote_tasks_are_kept_replaced_forgotten_and_shared_by_nodes").await
+    else {
+        return;
+    };
+    assert_remote_tasks_are_kept_replaced_and_forgotten(&open_store(&url).await).await;
+    let other_node = open_store(&url).await;
+    assert_eq!(
+        other_node.remote_tasks("bob").await.expect("tasks").len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn push_configs_are_kept_replaced_forgotten_and_shared_by_nodes() {
+    let Some(url) =
+        fresh_database("push_configs_are_kept_replaced_forgotten_and_shared_by_nodes").await
+    else {
+        return;
+    };
+    assert_push_configs_are_kept_replaced_and_forgotten(&open_store(&url).await).await;
+    let other_node = open_store(&url).await;
+    assert_eq!(other_node.push_configs().await.expect("configs").len(), 2);
+}
+
+/// The archive is in the database: a new connection reads every revision, module and
+/// activation as they were.
+#[tokio::test]
+async fn the_archive_keeps_revisions_modules_and_activations_for_a_new_connection() {
+    let Some(url) =
+        fresh_database("the_archive_keeps_revisions_modules_and_activations_for_a_new_connection")
+            .await
+    else {
+        return;
+    };
+    {
+        let store = open_store(&url).await;
+        assert_the_archive_keeps_revisions_modules_and_activations(&store).await;
+    }
+    assert_the_archive_is_as_left(&open_store(&url).await).await;
+}
+
+/// Commits of several conversations that wait together go into one transaction: their
+/// rows carry the same `xmin` (the id of the transaction that wrote them).
+#[tokio::test]
+async fn commits_of_several_conversations_share_a_transaction() {
+    let Some(url) = fresh_database("commits_of_several_conversations_share_a_transaction").await
+    else {
+        return;
+    };
+    let store = open_store(&url).await;
+    let ids: Vec<String> = (0..20).map(|n| format!("c{n}")).collect();
+    let results = join_all(
+        ids.iter()
+            .map(|id| store.commit(commit(id, 0, vec![started(id)], None))),
+    )
+    .await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let client = raw(&url).await;
+    let transactions = count(
+        &client,
+        "SELECT count(DISTINCT xmin::text) FROM conversations",
+    )
+    .await;
+    assert!(
+        transactions < 20,
+        "20 commits queued together took {transactions} transactions"
+    );
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 20);
+}
+
+/// A stale commit in a batch is refused alone: the commits beside it (also a later one of
+/// the same conversation, which reads the version the batch left) are applied.
+#[tokio::test]
+async fn a_conflict_in_a_batch_fails_only_itself() {
+    let Some(url) = fresh_database("a_conflict_in_a_batch_fails_only_itself").await else {
+        return;
+    };
+    let store = open_store(&url).await;
+    for id in ["c1", "c2", "c3"] {
+        store
+            .commit(commit(id, 0, vec![started(id)], None))
+            .await
+            .expect("create");
+    }
+    let results = join_all([
+        store.commit(commit("c1", 1, vec![accepted(2, "m2")], None)),
+        store.commit(commit("c2", 5, vec![accepted(6, "stale")], None)),
+        store.commit(commit("c3", 0, vec![started("c3")], None)),
+        store.commit(commit("c4", 0, vec![started("c4")], None)),
+        store.commit(commit("c1", 2, vec![accepted(3, "m3")], None)),
+        store.commit(commit("c4", 0, vec![started("c4")], None)),
+    ])
+    .await;
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert!(
+        matches!(
+            results[1],
+            Err(StoreError::Conflict {
+                expected: 5,
+                actual: 1,
+                ..
+            })
+        ),
+        "{:?}",
+        results[1]
+    );
+    assert!(
+        matches!(results[2], Err(StoreError::Duplicate(_))),
+        "{:?}",
+        results[2]
+    );
+    assert!(results[3].is_ok(), "{:?}", results[3]);
+    assert!(results[4].is_ok(), "{:?}", results[4]);
+    assert!(
+        matches!(results[5], Err(StoreError::Duplicate(_))),
+        "{:?}",
+        results[5]
+    );
+    assert_eq!(store.load("c1").await.expect("load").expect("c1").len(), 3);
+    assert_eq!(store.load("c2").await.expect("load").expect("c2").len(), 1);
+    assert_eq!(store.load("c4").await.expect("load").expect("c4").len(), 1);
+    let bob: Vec<String> = store
+        .inbox("bob", 0, 10)
+        .await
+        .expect("inbox")
+        .iter()
+        .map(|entry| entry.message.id.to_string())
+        .collect();
+    assert_eq!(bob, ["m2", "m3"], "the stale commit delivered nothing");
+}
+
+/// Nodes starting at once on an empty database migrate it once; opening it again changes
+/// nothing; the partition count is recorded; a database from a newer engine is refused.
+#[tokio::test]
+async fn migrations_run_once_under_concurrent_starts_and_are_idempotent() {
+    let Some(url) =
+        fresh_database("migrations_run_once_under_concurrent_starts_and_are_idempotent").await
+    else {
+        return;
+    };
+    let stores = join_all((0..4).map(|_| PostgresStore::connect(&url))).await;
+    for store in &stores {
+        assert!(store.is_ok(), "{:?}", store.as_ref().err());
+    }
+    let store = open_store(&url).await;
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        schema::MIGRATIONS.len()
+    );
+    assert_eq!(store.partitions().await.expect("partitions"), PARTITIONS);
+    let client = raw(&url).await;
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM schema_version").await,
+        schema::MIGRATIONS.len() as i64
+    );
+    client
+        .batch_execute("INSERT INTO schema_version (version) VALUES (1000)")
+        .await
+        .expect("pretend a newer engine migrated");
+    let refused = PostgresStore::connect(&url)
+        .await
+        .expect_err("a newer schema is refused")
+        .to_string();
+    assert!(refused.contains("newer than this engine"), "{refused}");
+}
+
+#[tokio::test]
+async fn each_due_wake_up_goes_to_one_node_and_returns_after_the_lease() {
+    let Some(url) =
+        fresh_database("each_due_wake_up_goes_to_one_node_and_returns_after_the_lease").await
+    else {
+        return;
+    };
+    let a = Arc::new(open_store(&url).await);
+    let b = Arc::new(open_store(&url).await);
+    for n in 0..50 {
+        let id = format!("c{n}");
+        a.commit(commit(&id, 0, vec![started(&id)], Some(100 + n)))
+            .await
+            .expect("create");
+    }
+    let claims = [a.clone(), b.clone(), a.clone(), b.clone()].map(|store| {
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = store.claim_due(1_000, 3).await.expect("claim");
+                if batch.is_empty() {
+                    return got;
+                }
+                got.extend(batch);
+            }
+        })
+    });
+    let mut all = Vec::new();
+    for claim in claims {
+        all.extend(claim.await.expect("task"));
+    }
+    all.sort_unstable();
+    let mut unique = all.clone();
+    unique.dedup();
+    assert_eq!(all.len(), 50, "every wake-up handed out");
+    assert_eq!(unique.len(), 50, "none handed out twice");
+    // Nobody committed: after the lease the wake-ups are handed out again.
+    assert!(
+        a.claim_due(100 + CLAIM_LEASE_MS - 1, 100)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    assert_eq!(
+        b.claim_due(1_000 + CLAIM_LEASE_MS, 100)
+            .await
+            .expect("claim")
+            .len(),
+        50
+    );
+}
+
+/// Two nodes delivering to one agent at once: its inbox is numbered 1..=n without gaps.
+#[tokio::test]
+async fn inbox_sequences_have_no_gaps_across_nodes() {
+    let Some(url) = fresh_database("inbox_sequences_have_no_gaps_across_nodes").await else {
+        return;
+    };
+    let (a, b) = (open_store(&url).await, open_store(&url).await);
+    let commits = (0..40).map(|n| {
+        let id = format!("c{n}");
+        let store = if n % 2 == 0 { &a } else { &b };
+        async move {
+            store
+                .commit(commit(&id, 0, vec![started(&id)], None))
+                .await?;
+            store
+                .commit(commit(&id, 1, vec![accepted(2, &format!("m{n}"))], None))
+                .await
+        }
+    });
+    for result in join_all(commits).await {
+        result.expect("commit");
+    }
+    let seqs: Vec<u64> = a
+        .inbox("bob", 0, 100)
+        .await
+        .expect("inbox")
+        .iter()
+        .map(|entry| entry.seq)
+        .collect();
+    assert_eq!(seqs, (1..=40).collect::<Vec<u64>>());
+    assert_eq!(b.inbox_head("bob").await.expect("head"), 40);
+}
+
+/// One node leads a role at a time; the lead passes on when its lease runs out.
+#[tokio::test]
+async fn one_node_leads_a_role_until_its_lease_runs_out() {
+    let Some(url) = fresh_database("one_node_leads_a_role_until_its_lease_runs_out").await else {
+        return;
+    };
+    let (a, b) = (open_store(&url).await, open_store(&url).await);
+    assert!(a.lead("webhooks", 60_000).await.expect("lead"));
+    assert!(!b.lead("webhooks", 60_000).await.expect("lead"));
+    assert!(a.lead("webhooks", 60_000).await.expect("renew"));
+    assert!(b.lead("other-role", 60_000).await.expect("another role"));
+    // a stops renewing: its lease (shortened here) runs out and b takes over.
+    assert!(a.lead("webhooks", 1).await.expect("renew briefly"));
+    let mut waited = 0;
+    while !b.lead("webhooks", 60_000).await.expect("lead") {
+        waited += 1;
+        assert!(waited < 500, "the lease never ran out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!a.lead("webhooks", 60_000).await.expect("lead"));
+}
+
+/// A node hears of the commits other nodes make, each once, and not of its own.
+#[tokio::test]
+async fn other_nodes_hear_of_commits() {
+    let Some(url) = fresh_database("other_nodes_hear_of_commits").await else {
+        return;
+    };
+    let a = open_store(&url).await;
+    let b = open_store(&url).await;
+    let mut heard_by_a = a.remote_changes().expect("postgres follows changes");
+    let mut heard_by_b = b.remote_changes().expect("postgres follows changes");
+    a.commit(commit("c", 0, vec![started("c")], None))
+        .await
+        .expect("commit");
+    a.commit(commit("c", 1, vec![accepted(2, "m2")], None))
+        .await
+        .expect("commit");
+    let mut versions = Vec::new();
+    while versions.len() < 2 {
+        let change = tokio::time::timeout(Duration::from_secs(10), heard_by_b.recv())
+            .await
+            .expect("node B hears node A")
+            .expect("channel open");
+        assert_eq!(&*change.conversation_id, "c");
+        versions.push(change.version);
+    }
+    assert_eq!(versions, [1, 2]);
+    b.commit(commit("c", 2, vec![accepted(3, "from-b")], None))
+        .await
+        .expect("commit through b");
+    let first = tokio::time::timeout(Duration::from_secs(10), heard_by_a.recv())
+        .await
+        .expect("node A hears node B")
+        .expect("channel open");
+    assert_eq!(first.version, 3, "A heard its own commit back: {first:?}");
+    assert_eq!(first.agents, vec![Arc::from("bob")]);
+    // B does not hear its own commit.
+    assert!(
+        tokio::time::timeout(POLL_WAIT, heard_by_b.recv())
+            .await
+            .is_err(),
+        "B heard its own commit"
+    );
+}
+
+/// Longer than the follower's poll: what it has not sent by then it will not send.
+const POLL_WAIT: Duration = Duration::from_millis(1500);
+
+/// The password never shows: not in errors (a server that cannot be reached, a URL that
+/// does not parse), not in the store's `Debug`.
+#[tokio::test]
+async fn the_password_never_appears_in_an_error() {
+    const SECRET: &str = "pw-s3cret-never-shown";
+    let unreachable = PostgresStore::connect(&format!("postgres://u:{SECRET}@127.0.0.1:1/d"))
+        .await
+        .expect_err("nothing listens on port 1");
+    assert!(
+        matches!(unreachable, StoreError::Unavailable(_)),
+        "{unreachable:?}"
+    );
+    let shown = format!("{unreachable} {unreachable:?}");
+    assert!(!shown.contains(SECRET), "{shown}");
+    assert!(shown.contains("postgres://u@127.0.0.1:1/d"), "{shown}");
+    let from_file = Locator::parse_with("postgres://u@127.0.0.1:1/d?sslmode=require", |_| {
+        Some(SECRET.to_owned())
+    })
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(!from_file.contains(SECRET), "{from_file}");
+
+    let Some(url) = fresh_database("the_password_never_appears_in_an_error").await else {
+        return;
+    };
+    // The test cluster trusts loopback, so any password logs in.
+    let user = user_of(&url);
+    let with_password = url.replacen(&format!("://{user}@"), &format!("://{user}:{SECRET}@"), 1);
+    assert!(with_password.contains(SECRET));
+    let store = open_store(&with_password).await;
+    assert!(!format!("{store:?}").contains(SECRET));
+}
+
+/// The user of a `postgres://USER@…` URL.
+fn user_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split_once('@')
+        .map_or("", |(user, _)| user)
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Nothing listening: every operation fails `Unavailable` (the API's 503), within the
+/// deadline.
+#[tokio::test]
+async fn an_unreachable_database_is_unavailable() {
+    let error = PostgresStore::connect("postgres://u@127.0.0.1:1/d")
+        .await
+        .expect_err("nothing listens on port 1");
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+}
+
+/// Conversations listed by a party come back in id order (bytes, not the locale).
+#[tokio::test]
+async fn conversations_of_an_agent_are_in_id_order() {
+    let Some(url) = fresh_database("conversations_of_an_agent_are_in_id_order").await else {
+        return;
+    };
+    let store = open_store(&url).await;
+    let ids = ["b", "B", "a", "_x", "A"];
+    for id in ids {
+        store
+            .commit(commit(id, 0, vec![started(id)], None))
+            .await
+            .expect("create");
+    }
+    let listed = store
+        .conversations_of("bob")
+        .await
+        .expect("parties")
+        .expect("indexed");
+    let expected: BTreeSet<&str> = ids.into_iter().collect();
+    assert_eq!(
+        listed.iter().map(|id| &**id).collect::<Vec<_>>(),
+        expected.into_iter().collect::<Vec<_>>()
+    );
+}
+
+/// Every connection of the stores is killed (as a Postgres restart or a failover does):
+/// an operation fails at most once, `Unavailable`, then the pool's new connections serve
+/// it, and the change follower reconnects and goes on from its cursor, so a commit made
+/// meanwhile is still heard.
+#[tokio::test]
+async fn killed_connections_are_replaced_and_the_follower_resumes() {
+    let Some(url) =
+        fresh_database("killed_connections_are_replaced_and_the_follower_resumes").await
+    else {
+        return;
+    };
+    let a = open_store(&url).await;
+    let b = open_store(&url).await;
+    let mut heard_by_b = b.remote_changes().expect("postgres follows changes");
+    a.commit(commit("c", 0, vec![started("c")], None))
+        .await
+        .expect("commit");
+    let killer = raw(&url).await;
+    let killed = count(
+        &killer,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .await;
+    assert!(killed >= 2, "killed {killed} connections");
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match a
+            .commit(commit("c", 1, vec![accepted(2, "after")], None))
+            .await
+        {
+            Ok(()) => break,
+            Err(StoreError::Unavailable(_)) if attempts < 3 => {}
+            Err(error) => panic!("attempt {attempts}: {error:?}"),
+        }
+    }
+    assert_eq!(b.load("c").await.expect("load").expect("c").len(), 2);
+    let mut versions = Vec::new();
+    while !versions.contains(&2) {
+        let change = tokio::time::timeout(Duration::from_secs(10), heard_by_b.recv())
+            .await
+            .expect("B hears A's commits across the reconnection")
+            .expect("channel open");
+        versions.push(change.version);
+    }
+}
