@@ -63,7 +63,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use colloquy_core::store::{
-    Activation, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
+    Activation, AgentKey, ArchivedRevision, CLAIM_LEASE_MS, Commit, ConversationStore, InboxEntry,
     PushConfig, RemoteChange, RemoteTask, StoreError,
 };
 use colloquy_protocol::event::ConversationEvent;
@@ -670,6 +670,23 @@ impl ConversationStore for PostgresStore {
         self.execute(
             "DELETE FROM push_configs WHERE conversation_id = $1 AND id = $2",
             &[&conversation_id, &id],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn agent_keys(&self, agent: &str) -> Result<Vec<AgentKey>, StoreError> {
+        let rows = self
+            .query("SELECT body FROM agent_keys WHERE agent = $1", &[&agent])
+            .await?;
+        PostgresStore::bodies(&rows, "agent key")
+    }
+
+    async fn keep_agent_key(&self, key: &AgentKey) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO agent_keys (agent, kid, body) VALUES ($1, $2, $3)
+             ON CONFLICT (agent, kid) DO UPDATE SET body = excluded.body",
+            &[&&*key.agent, &key.kid, &encode(key)?],
         )
         .await?;
         Ok(())

@@ -122,6 +122,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
          agents text NOT NULL,
          at timestamptz NOT NULL DEFAULT now()
      );",
+    // 2: agents' signing keys the server learnt (registered by the administrator, bound to
+    //    a JWT by `cnf`), as JSON, one row per agent and kid; never deleted (revoked keys
+    //    stay, for the audit records of what they signed).
+    "CREATE TABLE agent_keys (
+         agent text NOT NULL,
+         kid text NOT NULL,
+         body text NOT NULL,
+         PRIMARY KEY (agent, kid)
+     );",
 ];
 
 /// Applies the migrations this database lacks (see the module docs) and records

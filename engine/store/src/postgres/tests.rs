@@ -261,6 +261,19 @@ async fn push_configs_are_kept_replaced_forgotten_and_shared_by_nodes() {
     assert_eq!(other_node.push_configs().await.expect("configs").len(), 2);
 }
 
+#[tokio::test]
+async fn agent_keys_are_kept_replaced_and_shared_by_nodes() {
+    let Some(url) = fresh_database("agent_keys_are_kept_replaced_and_shared_by_nodes").await else {
+        return;
+    };
+    colloquy_core::store::fixtures::assert_agent_keys_are_kept_and_replaced(
+        &open_store(&url).await,
+    )
+    .await;
+    let other_node = open_store(&url).await;
+    assert_eq!(other_node.agent_keys("bob").await.expect("keys").len(), 2);
+}
+
 /// The archive is in the database: a new connection reads every revision, module and
 /// activation as they were.
 #[tokio::test]
