@@ -52,11 +52,13 @@
 //! Every node follows every other node's commits, as on Redis: each batch writes a row per
 //! commit into `changes` and sends one `NOTIFY`; each node reads the rows after its cursor
 //! (`postgres/changes.rs`) and hands them to its engine through
-//! [`ConversationStore::remote_changes`], skipping its own. Partition ownership, which would
-//! let a node hear only of the conversations it serves, is not part of this store.
+//! [`ConversationStore::remote_changes`], skipping its own.
 //!
-//! The number of partitions the ownership layer will spread conversations over is recorded
-//! in the `settings` table ([`PARTITIONS`]) when the schema is made (`postgres/schema.rs`).
+//! The number of partitions the ownership layer spreads conversations over is recorded in
+//! the `settings` table ([`PARTITIONS`]) when the schema is made (`postgres/schema.rs`), and
+//! the store is that layer's lease table too (`postgres/leases.rs`: a
+//! `colloquy_cluster::LeaseStore`). Its commits are not fenced yet, and no server runs
+//! ownership on it yet (docs/scale.md).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +76,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::NoTls;
 
 mod changes;
+mod leases;
 mod locator;
 mod schema;
 mod writer;

@@ -131,6 +131,25 @@ pub(super) const MIGRATIONS: &[&str] = &[
          body text NOT NULL,
          PRIMARY KEY (agent, kid)
      );",
+    // 3: ownership (`colloquy_cluster`, `postgres/leases.rs`): one lease row per partition,
+    //    pre-created free at epoch 0 for the partition count `settings` records, so an
+    //    acquire is one compare-and-set UPDATE; and the live nodes. Times are milliseconds
+    //    of the database's clock.
+    "CREATE TABLE partition_leases (
+         partition integer PRIMARY KEY,
+         owner text,
+         address text,
+         epoch bigint NOT NULL DEFAULT 0,
+         expires_at bigint NOT NULL DEFAULT 0
+     );
+     INSERT INTO partition_leases (partition)
+         SELECT generate_series(0, (SELECT value::integer FROM settings
+                                    WHERE name = 'partitions') - 1);
+     CREATE TABLE members (
+         node text PRIMARY KEY,
+         address text NOT NULL,
+         expires_at bigint NOT NULL
+     );",
 ];
 
 /// Applies the migrations this database lacks (see the module docs) and records
@@ -167,6 +186,10 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             .batch_execute(migration)
             .await
             .map_err(sql_error)?;
+        if index == 0 {
+            // The partition count, before a later migration (3: the lease rows) reads it.
+            record_partitions(&transaction).await?;
+        }
         let version = i32::try_from(index + 1).unwrap_or(i32::MAX);
         transaction
             .execute(
@@ -176,8 +199,15 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             .await
             .map_err(sql_error)?;
     }
-    // Recorded, not merely assumed: the ownership layer reads it, and a database made with
-    // another count keeps that count.
+    record_partitions(&transaction).await?;
+    transaction.commit().await.map_err(sql_error)
+}
+
+/// Records the partition count. Recorded, not merely assumed: the ownership layer reads
+/// it, and a database made with another count keeps that count.
+async fn record_partitions(
+    transaction: &tokio_postgres::Transaction<'_>,
+) -> Result<(), StoreError> {
     transaction
         .execute(
             "INSERT INTO settings (name, value) VALUES ('partitions', $1)
@@ -186,5 +216,5 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         )
         .await
         .map_err(sql_error)?;
-    transaction.commit().await.map_err(sql_error)
+    Ok(())
 }

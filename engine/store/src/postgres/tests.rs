@@ -698,3 +698,158 @@ async fn killed_connections_are_replaced_and_the_follower_resumes() {
         versions.push(change.version);
     }
 }
+
+/// The lease table (`postgres/leases.rs`) keeps `colloquy_cluster`'s contract, judged by
+/// the database's clock: a compare-and-set acquire that starts a new epoch (also for the
+/// same owner), no acquire of another node's live lease, renewals of live leases only, a
+/// release that ends the tenure it names and no other, heartbeats and leaving, and the
+/// fencing check.
+#[tokio::test]
+async fn the_lease_table_keeps_the_ownership_contract() {
+    use colloquy_cluster::{Epoch, Fence, LeaseStore, NodeId, PartitionId};
+    let Some(url) = fresh_database("the_lease_table_keeps_the_ownership_contract").await else {
+        return;
+    };
+    let (a, b) = (NodeId::new("node-a"), NodeId::new("node-b"));
+    let (node_a, node_b) = (open_store(&url).await, open_store(&url).await);
+    let p = PartitionId(7);
+
+    // Membership: each heartbeat sees the live nodes; nobody owns anything yet.
+    node_a
+        .heartbeat(&a, "http://a", 5_000)
+        .await
+        .expect("a beats");
+    let view = node_b
+        .heartbeat(&b, "http://b", 5_000)
+        .await
+        .expect("b beats");
+    let mut members: Vec<_> = view.members.iter().map(|m| m.node.as_str()).collect();
+    members.sort_unstable();
+    assert_eq!(members, ["node-a", "node-b"]);
+    assert!(view.leases.is_empty(), "{view:?}");
+    assert!(
+        view.now > 1_700_000_000_000,
+        "the database's clock in ms: {}",
+        view.now
+    );
+
+    // A compare-and-set at the epoch seen: a takes p at epoch 1; b, at the same seen epoch
+    // or the new one, cannot while a's lease is live.
+    let lease = (node_a.acquire(p, &a, "http://a", Epoch(0), 5_000).await)
+        .expect("answered")
+        .expect("a takes p");
+    assert_eq!((lease.owner.as_str(), lease.epoch), ("node-a", Epoch(1)));
+    for seen in [Epoch(0), Epoch(1)] {
+        let refused = node_b.acquire(p, &b, "http://b", seen, 5_000).await;
+        assert_eq!(refused.expect("answered"), None, "seen {seen:?}");
+    }
+    // a re-takes its own lease: a new tenure.
+    let again = (node_a.acquire(p, &a, "http://a", Epoch(1), 5_000).await)
+        .expect("answered")
+        .expect("a re-takes p");
+    assert_eq!(again.epoch, Epoch(2));
+    let fence = |node: &NodeId, epoch| Fence {
+        partition: p,
+        node: node.clone(),
+        epoch: Epoch(epoch),
+    };
+    assert_eq!(
+        node_b.check_fence(&fence(&a, 2)).await.expect("answered"),
+        Ok(())
+    );
+    assert!(
+        node_b
+            .check_fence(&fence(&a, 1))
+            .await
+            .expect("answered")
+            .is_err()
+    );
+
+    // Renewals extend only what is held at that epoch.
+    let renewed = node_a
+        .renew(&a, &[(p, Epoch(2)), (PartitionId(8), Epoch(1))], 5_000)
+        .await
+        .expect("answered");
+    assert_eq!(renewed, [p]);
+    assert_eq!(
+        node_a
+            .renew(&a, &[(p, Epoch(1))], 5_000)
+            .await
+            .expect("answered"),
+        []
+    );
+
+    // A late release of an earlier tenure does nothing; the current one's ends it, and b
+    // takes p at the next epoch; a's fence fails from then on.
+    node_a.release(p, &a, Epoch(1)).await.expect("answered");
+    assert_eq!(
+        node_b
+            .acquire(p, &b, "http://b", Epoch(2), 5_000)
+            .await
+            .expect("answered"),
+        None
+    );
+    node_a.release(p, &a, Epoch(2)).await.expect("answered");
+    assert_eq!(
+        node_a
+            .renew(&a, &[(p, Epoch(2))], 5_000)
+            .await
+            .expect("answered"),
+        []
+    );
+    let taken = (node_b.acquire(p, &b, "http://b", Epoch(2), 5_000).await)
+        .expect("answered")
+        .expect("b takes the released p");
+    assert_eq!(
+        (taken.owner.as_str(), taken.epoch, &*taken.address),
+        ("node-b", Epoch(3), "http://b")
+    );
+    assert!(
+        node_a
+            .check_fence(&fence(&a, 2))
+            .await
+            .expect("answered")
+            .is_err()
+    );
+
+    // An expired lease is taken without a release (a short TTL, then a wait).
+    let q = PartitionId(9);
+    node_a
+        .acquire(q, &a, "http://a", Epoch(0), 50)
+        .await
+        .expect("answered")
+        .expect("a takes q");
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    assert_eq!(
+        node_a
+            .renew(&a, &[(q, Epoch(1))], 5_000)
+            .await
+            .expect("answered"),
+        []
+    );
+    let q_lease = (node_b.acquire(q, &b, "http://b", Epoch(1), 5_000).await)
+        .expect("answered")
+        .expect("b takes the expired q");
+    assert_eq!(q_lease.epoch, Epoch(2));
+
+    // Every partition that had an owner is in the view; a node that leaves is not.
+    node_a.leave(&a).await.expect("answered");
+    let view = node_b
+        .heartbeat(&b, "http://b", 5_000)
+        .await
+        .expect("b beats");
+    let members: Vec<_> = view.members.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(members, ["node-b"]);
+    let mut owned: Vec<_> = view
+        .leases
+        .iter()
+        .map(|l| (l.partition.0, l.owner.as_str()))
+        .collect();
+    owned.sort_unstable();
+    assert_eq!(owned, [(7, "node-b"), (9, "node-b")]);
+    // The table has a row per recorded partition, for acquires to update.
+    assert_eq!(
+        count(&raw(&url).await, "SELECT count(*) FROM partition_leases").await,
+        i64::from(node_a.partitions().await.expect("partitions"))
+    );
+}
