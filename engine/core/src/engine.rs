@@ -99,6 +99,23 @@ pub struct EngineConfig {
     /// escalation notices, hook and rule `send` actions) as a party signs its own; `None`
     /// leaves them unsigned. `colloquy serve` gives it its `--audit-key`.
     pub message_signer: Option<Arc<colloquy_trust::jws::Signer>>,
+    /// When nodes share the store's partitions: the fence each commit carries
+    /// ([`Commit::fence`]); `None`, commits carry none.
+    pub fencer: Option<Arc<dyn Fencer>>,
+}
+
+/// The fence of a commit to a conversation: the lease this node holds its partition by
+/// (`colloquy_server::ownership`). A conversation whose partition the node does not hold
+/// gets a fence at epoch 0, which no lease has, so its commit is refused.
+pub trait Fencer: Send + Sync + 'static {
+    /// The fence for a commit to `conversation_id` now.
+    fn fence(&self, conversation_id: &str) -> colloquy_cluster::Fence;
+}
+
+impl std::fmt::Debug for dyn Fencer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fencer")
+    }
 }
 
 impl Default for EngineConfig {
@@ -108,6 +125,7 @@ impl Default for EngineConfig {
             inboxless: HashSet::new(),
             inbox_ttl_ms: DEFAULT_INBOX_TTL_MS,
             message_signer: None,
+            fencer: None,
         }
     }
 }
@@ -575,7 +593,16 @@ impl Engine {
         }
         let changed = !commit.events.is_empty();
         let readers = parties::readers_added(&commit.events);
-        self.store.commit(commit).await?;
+        if let Some(fencer) = &self.config.fencer {
+            commit.fence = Some(fencer.fence(&conversation_id));
+        }
+        if let Err(error) = self.store.commit(commit).await {
+            if matches!(error, StoreError::Fenced(_)) {
+                // Another node owns it now: this copy may be behind what it commits.
+                self.live.remove(&*conversation_id);
+            }
+            return Err(error);
+        }
         self.parties.add(&conversation_id, &readers);
         if changed {
             self.ring(&conversation_id, &agents);

@@ -196,9 +196,8 @@ impl EngineError {
             | EngineError::HookFailed { .. } => ErrorKind::Unprocessable,
             EngineError::ContextTooLarge { .. } => ErrorKind::TooLarge,
             EngineError::ConversationEnded(_) => ErrorKind::Gone,
-            EngineError::Store(StoreError::Unavailable(_)) | EngineError::HooksBusy(_) => {
-                ErrorKind::Unavailable
-            }
+            EngineError::Store(StoreError::Unavailable(_) | StoreError::Fenced(_))
+            | EngineError::HooksBusy(_) => ErrorKind::Unavailable,
             EngineError::Store(StoreError::Conflict { .. } | StoreError::Internal(_)) => {
                 ErrorKind::Internal
             }
@@ -231,6 +230,7 @@ impl EngineError {
             EngineError::MessageIdTaken { .. } => "message_id_taken",
             EngineError::BadSignature(_) => "bad_signature",
             EngineError::Store(StoreError::Unavailable(_)) => "store_unavailable",
+            EngineError::Store(StoreError::Fenced(_)) => "moved",
             EngineError::HooksBusy(_) => "hooks_busy",
             EngineError::Store(_) | EngineError::HookNeedsPool => "internal",
         }

@@ -134,6 +134,7 @@ impl<'a> Step<'a> {
             wake_at: self.conversation.next_wake(retention_ms),
             events: self.events,
             deliveries: self.deliveries,
+            fence: None,
         }
     }
 }

@@ -14,10 +14,13 @@
 //! - A start without a `conversation_id` gets one here, drawn until it falls in a partition
 //!   this node owns, so starts are served where they arrive.
 //!
-//! Not here yet: fencing of commits (the store's commit does not check the lease: a node
-//! paused past its lease could still commit), deadlines limited to owned partitions (every
-//! node's scheduler claims due wake-ups), and a store with a shared lease table other than
-//! the in-memory one. See docs/scale.md.
+//! - **Fencing**: every commit carries the lease this node holds its partition by
+//!   (`Ownership` is the engine's `Fencer`), and a store with a lease table (Postgres)
+//!   refuses it in the commit's own transaction once another node took the partition; the
+//!   engine then drops its copy and the caller gets 503 `moved`, to retry at the new owner.
+//!
+//! Not here yet: deadlines limited to owned partitions (every node's scheduler claims due
+//! wake-ups), and `colloquy serve` flags to run it on Postgres. See docs/scale.md.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -27,7 +30,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use colloquy_cluster::{LeaseStore, LocalLeases, NodeId, OwnershipConfig, Route, partition_of};
+use colloquy_cluster::{
+    Fence, LeaseStore, LocalLeases, NodeId, OwnershipConfig, Route, partition_of,
+};
 use colloquy_core::engine::Engine;
 use tokio::task::JoinHandle;
 
@@ -200,6 +205,20 @@ impl Ownership {
             && headers
                 .get(NODE_SECRET)
                 .is_some_and(|secret| same_secret(secret.as_bytes(), self.secret.as_bytes()))
+    }
+}
+
+impl colloquy_core::engine::Fencer for Ownership {
+    /// The lease this node holds the conversation's partition by; epoch 0 (which no lease
+    /// has, so the store refuses the commit) when it does not hold it now.
+    fn fence(&self, conversation_id: &str) -> Fence {
+        let local = self.snapshot();
+        let partition = partition_of(conversation_id, local.config().partitions);
+        Fence {
+            partition,
+            node: self.node.clone(),
+            epoch: local.valid_epoch(partition, self.now()).unwrap_or_default(),
+        }
     }
 }
 

@@ -165,8 +165,17 @@ pub fn launch(
         Some(source) => source,
         None => Arc::new(catalog),
     };
+    let ownership = options.ownership.map(|settings| {
+        Arc::new(crate::ownership::Ownership::new(
+            settings,
+            &format!("http://{addr}"),
+        ))
+    });
     let mut config = options.engine;
     config.inboxless.extend(options.identity.inboxless());
+    if let Some(ownership) = &ownership {
+        config.fencer = Some(ownership.clone());
+    }
     let engine = Engine::new(source, store, options.clock, config);
     let engine = Arc::new(match options.hooks {
         Some(runtime) => engine.with_hooks(runtime),
@@ -199,12 +208,6 @@ pub fn launch(
             options.a2a.trust_store.clone(),
         ));
     }
-    let ownership = options.ownership.map(|settings| {
-        Arc::new(crate::ownership::Ownership::new(
-            settings,
-            &format!("http://{addr}"),
-        ))
-    });
     if let Some(ownership) = &ownership {
         background.push(ownership.spawn_ticks(engine.clone()));
     }

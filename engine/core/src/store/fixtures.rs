@@ -126,6 +126,7 @@ pub fn commit(
         events,
         deliveries,
         wake_at: wake,
+        fence: None,
     }
 }
 
@@ -205,6 +206,7 @@ pub async fn assert_a_message_to_several_reaches_each(store: &dyn ConversationSt
             events: vec![started(id), accepted(2, &shared), accepted(3, &alone)],
             deliveries,
             wake_at: None,
+            fence: None,
         })
         .await
         .expect("commit");

@@ -69,6 +69,12 @@ pub struct Commit {
     /// When the conversation next needs the scheduler (a deadline, a retry, retention);
     /// `None` removes it from the deadline index.
     pub wake_at: Option<u64>,
+    /// The lease this node holds the conversation's partition by, when nodes share the
+    /// store's partitions (`colloquy_cluster`): a store with a lease table refuses the
+    /// commit ([`StoreError::Fenced`]) unless the lease is still the node's at that epoch,
+    /// checked in the commit's own transaction. Stores without one (memory, SQLite, Redis)
+    /// ignore it. Set by the engine ([`crate::engine::EngineConfig::fencer`]).
+    pub fence: Option<colloquy_cluster::Fence>,
 }
 
 /// One message for one agent's inbox.
@@ -184,6 +190,11 @@ pub enum StoreError {
         /// The version the store has.
         actual: u64,
     },
+    /// The node no longer holds the conversation's partition at the epoch it committed
+    /// with (another node took it over): the write did not happen, and the node's copy of
+    /// the conversation may be stale.
+    #[error("store refused a fenced commit: {0}")]
+    Fenced(colloquy_cluster::Fenced),
     /// The backend cannot be reached; the write did not happen.
     #[error("store unavailable: {0}")]
     Unavailable(String),

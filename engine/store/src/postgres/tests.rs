@@ -853,3 +853,71 @@ async fn the_lease_table_keeps_the_ownership_contract() {
         i64::from(node_a.partitions().await.expect("partitions"))
     );
 }
+
+/// A commit carrying a fence is refused (`Fenced`) and writes nothing unless its node still
+/// holds the partition at that epoch; in a batch, only the fenced commit is refused.
+#[tokio::test]
+async fn a_fenced_commit_is_refused_alone_when_its_lease_moved() {
+    use colloquy_cluster::{Epoch, Fence, LeaseStore, NodeId, PartitionId, partition_of};
+    use colloquy_core::store::fixtures::{commit, started};
+    let Some(url) = fresh_database("a_fenced_commit_is_refused_alone_when_its_lease_moved").await
+    else {
+        return;
+    };
+    let store = open_store(&url).await;
+    let partitions = store.partitions().await.expect("partitions");
+    let (a, b) = (NodeId::new("node-a"), NodeId::new("node-b"));
+    let (held, lost) = ("fenced-held", "fenced-lost");
+    let (p_held, p_lost) = (
+        partition_of(held, partitions),
+        partition_of(lost, partitions),
+    );
+    assert_ne!(p_held, p_lost, "two ids in two partitions");
+    for partition in [p_held, p_lost] {
+        store
+            .acquire(partition, &a, "http://a", Epoch(0), 60_000)
+            .await
+            .expect("answered")
+            .expect("a takes it");
+    }
+    // b takes over `lost`'s partition after a gives it back.
+    store.release(p_lost, &a, Epoch(1)).await.expect("answered");
+    store
+        .acquire(p_lost, &b, "http://b", Epoch(1), 60_000)
+        .await
+        .expect("answered")
+        .expect("b takes it");
+
+    let fenced = |id: &str, partition: PartitionId| {
+        let mut commit = commit(id, 0, vec![started(id)], None);
+        commit.fence = Some(Fence {
+            partition,
+            node: a.clone(),
+            epoch: Epoch(1),
+        });
+        commit
+    };
+    let (ok, refused) = tokio::join!(
+        store.commit(fenced(held, p_held)),
+        store.commit(fenced(lost, p_lost)),
+    );
+    ok.expect("a still holds its partition");
+    assert!(
+        matches!(refused, Err(StoreError::Fenced(ref f)) if f.partition == p_lost && f.epoch == Epoch(1)),
+        "{refused:?}"
+    );
+    assert!(store.load(held).await.expect("load").is_some());
+    assert_eq!(
+        store.load(lost).await.expect("load"),
+        None,
+        "nothing of it was written"
+    );
+    // With b's fence, the same commit goes through.
+    let mut by_b = fenced(lost, p_lost);
+    by_b.fence = Some(Fence {
+        partition: p_lost,
+        node: b.clone(),
+        epoch: Epoch(2),
+    });
+    store.commit(by_b).await.expect("b holds it");
+}

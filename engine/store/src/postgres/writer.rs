@@ -39,6 +39,9 @@ pub(super) struct Encoded {
     deliveries: Vec<EncodedMessage>,
     /// The receivers, each once, as a JSON array: the change notice's `agents`.
     agents: String,
+    /// The lease the committing node holds the conversation's partition by, if it is to be
+    /// checked (`Commit::fence`).
+    fence: Option<colloquy_cluster::Fence>,
 }
 
 impl Encoded {
@@ -49,6 +52,7 @@ impl Encoded {
             events,
             deliveries,
             wake_at,
+            fence,
             ..
         } = commit;
         let mut parties: Vec<AgentId> = Vec::new();
@@ -91,6 +95,7 @@ impl Encoded {
             parties,
             deliveries,
             agents,
+            fence,
         })
     }
 }
@@ -168,6 +173,12 @@ impl Writer {
         let mut client = self.pool.get().await.map_err(pool_error)?;
         let transaction = client.transaction().await.map_err(sql_error)?;
 
+        // 0. The fences: each fenced commit's partition lease, read and locked `FOR SHARE`
+        //    (an acquire of it waits for this transaction), must still be its node's at its
+        //    epoch and live by the database's clock; a commit that fails it is refused
+        //    below and writes nothing (`postgres/leases.rs`).
+        let fenced = fenced_commits(&transaction, commits).await?;
+
         // 1. Lock the batch's conversations, in id order (two nodes' batches lock them in
         //    one order, so they queue instead of deadlocking), and read their versions.
         let mut ids: Vec<&str> = commits
@@ -197,9 +208,13 @@ impl Writer {
         //    creation is then refused as a duplicate below.
         let mut creations: Vec<&str> = commits
             .iter()
-            .filter(|commit| {
-                commit.expected_version == 0 && !versions.contains_key(&*commit.conversation_id)
+            .enumerate()
+            .filter(|(index, commit)| {
+                commit.expected_version == 0
+                    && !versions.contains_key(&*commit.conversation_id)
+                    && !fenced.contains(index)
             })
+            .map(|(_, commit)| commit)
             .map(|commit| &*commit.conversation_id)
             .collect();
         creations.sort_unstable();
@@ -241,24 +256,30 @@ impl Writer {
         //    them: a refused commit writes nothing, and the others go on.
         let mut results = Vec::with_capacity(commits.len());
         let mut accepted: Vec<&Encoded> = Vec::with_capacity(commits.len());
-        for commit in commits {
+        for (index, commit) in commits.iter().enumerate() {
             let id = &*commit.conversation_id;
             let actual = versions.get(id).copied();
-            let verdict = if commit.expected_version == 0 {
-                if placeholders.remove(id) {
+            let verdict =
+                if let Some(fence) = commit.fence.as_ref().filter(|_| fenced.contains(&index)) {
+                    Err(StoreError::Fenced(colloquy_cluster::Fenced {
+                        partition: fence.partition,
+                        epoch: fence.epoch,
+                    }))
+                } else if commit.expected_version == 0 {
+                    if placeholders.remove(id) {
+                        Ok(())
+                    } else {
+                        Err(StoreError::Duplicate(commit.conversation_id.clone()))
+                    }
+                } else if actual == Some(commit.expected_version) {
                     Ok(())
                 } else {
-                    Err(StoreError::Duplicate(commit.conversation_id.clone()))
-                }
-            } else if actual == Some(commit.expected_version) {
-                Ok(())
-            } else {
-                Err(StoreError::Conflict {
-                    id: commit.conversation_id.clone(),
-                    expected: commit.expected_version,
-                    actual: actual.unwrap_or(0),
-                })
-            };
+                    Err(StoreError::Conflict {
+                        id: commit.conversation_id.clone(),
+                        expected: commit.expected_version,
+                        actual: actual.unwrap_or(0),
+                    })
+                };
             if verdict.is_ok() {
                 versions.insert(id.to_owned(), commit.new_version);
                 accepted.push(commit);
@@ -475,4 +496,47 @@ async fn trim_changes(pool: Pool) {
         Ok(Err(error)) => tracing::debug!(%error, "cannot trim Postgres change notices"),
         Err(_) => tracing::debug!("trimming Postgres change notices timed out"),
     }
+}
+
+/// The indexes of the fenced commits of `commits` whose fence does not hold: the partition's
+/// lease is another node's, at another epoch, or has run out by the database's clock. The
+/// lease rows are locked `FOR SHARE` until the batch commits, so no acquire slips between
+/// this check and the batch's writes.
+async fn fenced_commits(
+    transaction: &tokio_postgres::Transaction<'_>,
+    commits: &[Encoded],
+) -> Result<HashSet<usize>, StoreError> {
+    let mut partitions: Vec<i32> = (commits.iter())
+        .filter_map(|commit| commit.fence.as_ref())
+        .map(|fence| i32::try_from(fence.partition.0).unwrap_or(i32::MAX))
+        .collect();
+    if partitions.is_empty() {
+        return Ok(HashSet::new());
+    }
+    partitions.sort_unstable();
+    partitions.dedup();
+    let rows = transaction
+        .query(
+            "SELECT partition, owner, epoch FROM partition_leases
+              WHERE partition = ANY($1)
+                AND expires_at > (extract(epoch FROM now()) * 1000)::bigint
+              ORDER BY partition FOR SHARE",
+            &[&partitions],
+        )
+        .await
+        .map_err(sql_error)?;
+    let held: HashMap<i32, (Option<String>, i64)> = rows
+        .iter()
+        .map(|row| (row.get(0), (row.get(1), row.get(2))))
+        .collect();
+    Ok((commits.iter().enumerate())
+        .filter(|(_, commit)| {
+            commit.fence.as_ref().is_some_and(|fence| {
+                let partition = i32::try_from(fence.partition.0).unwrap_or(i32::MAX);
+                let epoch = i64::try_from(fence.epoch.0).unwrap_or(i64::MAX);
+                held.get(&partition) != Some(&(Some(fence.node.as_str().to_owned()), epoch))
+            })
+        })
+        .map(|(index, _)| index)
+        .collect())
 }

@@ -620,6 +620,7 @@ async fn recent_inbox_entries_and_parties_are_moved_in_bulk_and_read_throughout(
                 events: Vec::new(),
                 deliveries,
                 wake_at: None,
+                fence: None,
             })
             .await
             .expect("bulk deliveries");
