@@ -182,6 +182,20 @@ pub struct ServeArgs {
     /// `traceparent` follows its caller's sampling decision instead.
     #[arg(long, value_name = "RATIO", default_value = "1", requires = "otlp_endpoint", value_parser = trace_export::parse_sample_ratio)]
     trace_sample: f64,
+    /// Share a Postgres store's conversations with other `colloquy serve` nodes by
+    /// partition: each conversation is served by the node holding its partition's lease,
+    /// and any node forwards its requests there. FILE holds the secret every node of the
+    /// deployment shares (it marks requests forwarded between them). See docs/scale.md.
+    #[arg(long, value_name = "FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// The URL the other nodes reach this one at [default: `http://` and the --listen
+    /// address, which must then not be 0.0.0.0].
+    #[arg(long, value_name = "URL", requires = "cluster_secret_file")]
+    cluster_advertise: Option<String>,
+    /// How long a partition lease lasts unless renewed: a node that dies hands its
+    /// conversations over after it (renewed every third of it; ticks every tenth).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, requires = "cluster_secret_file")]
+    cluster_lease_ttl: Duration,
 }
 
 impl ServeArgs {
@@ -255,6 +269,59 @@ fn parse_inbox_ttl(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses `90s`, `5m`, `250ms`, `2h`, `7d` (a whole number and a unit).
+/// This node's part in ownership, from the --cluster-* flags: its id (its address and a
+/// fresh UUID, so a restarted process is a new incarnation whose predecessor's commits can
+/// never pass as its own), the shared secret, and lease timings.
+fn cluster_settings(
+    secret_file: &std::path::Path,
+    advertise: Option<&str>,
+    lease_ttl: Duration,
+    addr: std::net::SocketAddr,
+    (leases, partitions): (Arc<dyn colloquy_cluster::LeaseStore>, u32),
+) -> anyhow::Result<colloquy_server::ownership::OwnershipSettings> {
+    let secret = std::fs::read_to_string(secret_file)
+        .with_context(|| format!("--cluster-secret-file {}", secret_file.display()))?;
+    let secret = secret.trim();
+    if secret.len() < 16 {
+        anyhow::bail!(
+            "--cluster-secret-file {}: the node secret is shorter than 16 characters",
+            secret_file.display()
+        );
+    }
+    let address = match advertise {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None if addr.ip().is_unspecified() => anyhow::bail!(
+            "--listen {addr} is every interface: say with --cluster-advertise where the other \
+             nodes reach this one"
+        ),
+        None => format!("http://{addr}"),
+    };
+    let ttl_ms = u64::try_from(lease_ttl.as_millis()).unwrap_or(u64::MAX);
+    let config = colloquy_cluster::OwnershipConfig {
+        partitions,
+        lease_ttl_ms: ttl_ms,
+        tick_ms: (ttl_ms / 10).max(50),
+        safety_margin_ms: (ttl_ms / 20).min(colloquy_cluster::config::SAFETY_MARGIN_MS),
+        // A dead node's partitions are taken in a few ticks, not 1024/64 of them: the two
+        // nodes of the durability test measured TTL + 1.4 s at 64 and TTL + 0.2-0.3 s here.
+        max_moves_per_tick: 256,
+        ..colloquy_cluster::OwnershipConfig::default()
+    };
+    config
+        .validate()
+        .map_err(|why| anyhow::anyhow!("--cluster-lease-ttl {ttl_ms} ms: {why}"))?;
+    Ok(colloquy_server::ownership::OwnershipSettings {
+        leases,
+        node: colloquy_cluster::NodeId::new(format!(
+            "{address}/{}",
+            colloquy_core::engine::new_id()
+        )),
+        address: Some(address),
+        secret: Arc::from(secret),
+        config,
+    })
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -385,17 +452,57 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let reads = policy_reads(&identity, args.public_templates);
     let (spec, store_description) = store_spec(args.store, &args.data_dir);
-    let store = colloquy_store::open(&spec).await.with_context(|| {
+    let opening = || {
         format!(
             "opening the store `{}`",
             colloquy_store::redact(spec.as_str())
         )
-    })?;
+    };
+    // With --cluster-secret-file the Postgres store is the lease table too.
+    let (store, leases): (Arc<dyn colloquy_core::store::ConversationStore>, _) =
+        match &args.cluster_secret_file {
+            None => (
+                colloquy_store::open(&spec).await.with_context(opening)?,
+                None,
+            ),
+            Some(_) if !spec.starts_with("postgres") => anyhow::bail!(
+                "--cluster-secret-file needs a Postgres store (--store postgres://…), which \
+                 keeps the partition leases; on Redis every node follows every commit instead"
+            ),
+            Some(_) => {
+                let postgres = Arc::new(
+                    colloquy_store::PostgresStore::connect(&spec)
+                        .await
+                        .with_context(opening)?,
+                );
+                let partitions = postgres.partitions().await.with_context(opening)?;
+                let leases: Arc<dyn colloquy_cluster::LeaseStore> = postgres.clone();
+                (postgres, Some((leases, partitions)))
+            }
+        };
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
     writeln!(out, "colloquy listening on http://{addr}")?;
+    let ownership = match (leases, &args.cluster_secret_file) {
+        (Some((leases, partitions)), Some(secret_file)) => {
+            let settings = cluster_settings(
+                secret_file,
+                args.cluster_advertise.as_deref(),
+                args.cluster_lease_ttl,
+                addr,
+                (leases, partitions),
+            )?;
+            writeln!(
+                out,
+                "ownership: node {}, {} partitions, leases of {:?}",
+                settings.node, partitions, args.cluster_lease_ttl
+            )?;
+            Some(settings)
+        }
+        _ => None,
+    };
     let hooks = Arc::new(
         HookRuntime::new(HookRuntimeConfig {
             cache_dir: Some(args.data_dir.join(HOOK_CACHE_DIR)),
@@ -494,6 +601,7 @@ pub async fn run(args: ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let options = ServiceOptions {
         identity,
+        ownership,
         audit_key: audit_key.clone(),
         store: Some(store),
         commit_observer: Some(templates.rollouts.clone()),

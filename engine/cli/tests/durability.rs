@@ -586,6 +586,118 @@ async fn two_nodes_on_one_postgres_act_as_one_engine() {
     .expect("test timed out");
 }
 
+/// Two nodes sharing a Postgres store's partitions (`--cluster-secret-file`): conversations
+/// started through either are read and answered through both (forwarded to their owner);
+/// after `kill -9` of one, the other takes its partitions when their leases run out and
+/// serves its conversations with every acknowledged message in them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn owners_on_postgres_hand_over_after_kill_9() {
+    let Some(postgres) = test_postgres("owners_on_postgres_hand_over_after_kill_9") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let dir = scratch_dir("owners-postgres");
+        let templates = templates(&dir);
+        let secret = dir.join("node-secret");
+        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
+        let secret = secret.to_string_lossy().into_owned();
+        let ttl_ms = 2_000;
+        let extra = [
+            "--cluster-secret-file",
+            &secret,
+            "--cluster-lease-ttl",
+            "2s",
+        ];
+        let node_a = Server::start_with(&dir, &templates, &url, "owner-a", &extra);
+        let node_b = Server::start_with(&dir, &templates, &url, "owner-b", &extra);
+        let (alice_a, alice_b) = (node_a.client("alice"), node_b.client("alice"));
+        let (bob_a, bob_b) = (node_a.client("bob"), node_b.client("bob"));
+
+        // Starts through either node, agreed to through the other.
+        let ids: Vec<String> = (0..16).map(|n| format!("owned-{n}")).collect();
+        for (n, id) in ids.iter().enumerate() {
+            let (starter, answerer) = if n % 2 == 0 {
+                (&alice_a, &bob_b)
+            } else {
+                (&alice_b, &bob_a)
+            };
+            starter
+                .start(&request(id, "bob", None))
+                .await
+                .expect("start");
+            answerer
+                .send(
+                    id,
+                    &SendMessage::new("agree", json!({})).with_id(format!("{id}.agree")),
+                )
+                .await
+                .expect("agree");
+        }
+        let mut versions = std::collections::HashMap::new();
+        for id in &ids {
+            let on_a = alice_a.conversation(id).await.expect("read through node-a");
+            let on_b = alice_b.conversation(id).await.expect("read through node-b");
+            assert_eq!(on_a.version, on_b.version, "{id}: one owner answers both");
+            assert_eq!(on_a.threads[0].state.as_ref(), "agreed", "{id}");
+            versions.insert(id.clone(), on_a.version);
+        }
+
+        // Deadlines fire on their partition's owner, once: one while both run, one due
+        // after node-a dies (on whichever node owns it then).
+        alice_a
+            .start(&request("owned-deadline", "carol", Some(now_ms() + 1_000)))
+            .await
+            .expect("start");
+        eventually("the deadline fired", || {
+            timed_out(&alice_b, "owned-deadline")
+        })
+        .await;
+        alice_b
+            .start(&request("owned-late", "carol", Some(now_ms() + 2_500)))
+            .await
+            .expect("start");
+
+        // node-a dies; node-b serves everything once node-a's leases run out.
+        node_a.kill();
+        let killed = std::time::Instant::now();
+        for id in &ids {
+            let view = eventually("node-b serves the conversation", || async {
+                alice_b.conversation(id).await.ok()
+            })
+            .await;
+            assert_eq!(
+                view.version, versions[id],
+                "{id}: every acknowledged message is there"
+            );
+        }
+        let takeover = killed.elapsed();
+        eprintln!("takeover after kill -9: {takeover:?} (lease TTL {ttl_ms} ms)");
+        for id in &ids {
+            bob_b
+                .send(id, &SendMessage::new("inform", json!({"done": true})))
+                .await
+                .expect("inform through the survivor");
+            let view = alice_b.conversation(id).await.expect("read");
+            assert_eq!(view.status, ConversationStatus::Completed, "{id}");
+        }
+        eventually("the late deadline fired", || {
+            timed_out(&alice_b, "owned-late")
+        })
+        .await;
+        node_b.kill();
+        let store = colloquy_store::PostgresStore::connect(&url)
+            .await
+            .expect("connect");
+        for id in ["owned-deadline", "owned-late"] {
+            assert_eq!(expiries(&store, id).await, 1, "{id} fired once");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// Two `colloquy serve` nodes on the store at `url`: an inbox long poll on one wakes for a
 /// message sent through the other, each sees the other's commits, a deadline fires once with
 /// both running and once more when the node that took its request is killed.

@@ -110,6 +110,9 @@ pub struct EngineConfig {
 pub trait Fencer: Send + Sync + 'static {
     /// The fence for a commit to `conversation_id` now.
     fn fence(&self, conversation_id: &str) -> colloquy_cluster::Fence;
+
+    /// The partitions this node holds now: the scheduler fires their deadlines only.
+    fn owned(&self) -> Vec<colloquy_cluster::PartitionId>;
 }
 
 impl std::fmt::Debug for dyn Fencer {

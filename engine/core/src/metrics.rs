@@ -481,6 +481,15 @@ impl ConversationStore for MeteredStore {
         self.inner.events_after(id, after_seq).await
     }
 
+    async fn claim_due_in(
+        &self,
+        now: u64,
+        limit: usize,
+        partitions: &[colloquy_cluster::PartitionId],
+    ) -> Result<Vec<Arc<str>>, StoreError> {
+        self.inner.claim_due_in(now, limit, partitions).await
+    }
+
     async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError> {
         self.inner.claim_due(now, limit).await
     }

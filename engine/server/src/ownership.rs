@@ -220,6 +220,15 @@ impl colloquy_core::engine::Fencer for Ownership {
             epoch: local.valid_epoch(partition, self.now()).unwrap_or_default(),
         }
     }
+
+    fn owned(&self) -> Vec<colloquy_cluster::PartitionId> {
+        let local = self.snapshot();
+        let now = self.now();
+        (local.held().keys())
+            .filter(|partition| local.valid_epoch(**partition, now).is_some())
+            .copied()
+            .collect()
+    }
 }
 
 /// Compares two secrets in time that does not depend on where they differ.

@@ -173,6 +173,20 @@ impl PostgresStore {
                 .await
                 .map_err(|error| unreachable(error.to_string()))?;
         }
+        let partitions: u32 = {
+            let client = pool
+                .get()
+                .await
+                .map_err(|error| unreachable(error.to_string()))?;
+            let value: String = client
+                .query_one("SELECT value FROM settings WHERE name = 'partitions'", &[])
+                .await
+                .map_err(|error| unreachable(error.to_string()))?
+                .get(0);
+            value
+                .parse()
+                .map_err(|_| StoreError::Internal(format!("unreadable partition count {value}")))?
+        };
         let node: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let (ready, following) = oneshot::channel();
@@ -200,6 +214,7 @@ impl PostgresStore {
                 pool: pool.clone(),
                 node: node.clone(),
                 channel: CHANGES_CHANNEL.to_owned(),
+                partitions,
             }
             .run(queue),
         );
@@ -514,6 +529,35 @@ impl ConversationStore for PostgresStore {
                     &to_sql(now),
                     &to_sql(now.saturating_add(CLAIM_LEASE_MS)),
                     &to_sql(limit as u64),
+                ],
+            )
+            .await?;
+        Ok(ids(&rows))
+    }
+
+    async fn claim_due_in(
+        &self,
+        now: u64,
+        limit: usize,
+        partitions: &[colloquy_cluster::PartitionId],
+    ) -> Result<Vec<Arc<str>>, StoreError> {
+        let partitions: Vec<i32> = (partitions.iter())
+            .map(|partition| i32::try_from(partition.0).unwrap_or(i32::MAX))
+            .collect();
+        let rows = self
+            .query(
+                "UPDATE conversations SET wake_at = $2
+                 WHERE id IN (SELECT id FROM conversations
+                              WHERE wake_at IS NOT NULL AND wake_at <= $1
+                                AND (partition = ANY($4) OR partition IS NULL)
+                              ORDER BY wake_at LIMIT $3
+                              FOR UPDATE SKIP LOCKED)
+                 RETURNING id",
+                &[
+                    &to_sql(now),
+                    &to_sql(now.saturating_add(CLAIM_LEASE_MS)),
+                    &to_sql(limit as u64),
+                    &partitions,
                 ],
             )
             .await?;

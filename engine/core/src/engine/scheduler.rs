@@ -20,11 +20,27 @@ impl Engine {
     /// `on_timeout` hook runs to its budget holds up no other.
     pub async fn run_due(&self) -> Result<usize, EngineError> {
         let now = self.now();
-        let due = self.store.claim_due(now, SCHEDULER_BATCH).await?;
+        let due = self.claim(now).await?;
         futures_util::stream::iter(&due)
             .for_each_concurrent(MAX_CONCURRENT_WAKES, |id| self.wake_logged(id, now))
             .await;
         Ok(due.len())
+    }
+
+    /// Claims the wake-ups due at `now` this node fires: with ownership, those of the
+    /// partitions it holds (others' would fail their fences, and wait out the claim's lease
+    /// before their owner could fire them); else all.
+    async fn claim(&self, now: u64) -> Result<Vec<Arc<str>>, StoreError> {
+        match &self.config.fencer {
+            Some(fencer) => {
+                let owned = fencer.owned();
+                if owned.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.store.claim_due_in(now, SCHEDULER_BATCH, &owned).await
+            }
+            None => self.store.claim_due(now, SCHEDULER_BATCH).await,
+        }
     }
 
     /// Fires a claimed wake-up, logging a failure (the lease brings it back later). While
@@ -134,7 +150,7 @@ impl Engine {
             loop {
                 ticker.tick().await;
                 let now = engine.now();
-                let due = match engine.store.claim_due(now, SCHEDULER_BATCH).await {
+                let due = match engine.claim(now).await {
                     Ok(due) => due,
                     Err(error) => {
                         tracing::warn!(%error, "scheduler pass failed");

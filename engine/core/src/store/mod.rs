@@ -237,6 +237,19 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// [`CLAIM_LEASE_MS`] rather than delete it (see the module docs).
     async fn claim_due(&self, now: u64, limit: usize) -> Result<Vec<Arc<str>>, StoreError>;
 
+    /// [`claim_due`](Self::claim_due) of the conversations in `partitions` only: with
+    /// ownership, each node fires the deadlines of the partitions it holds (their commits
+    /// pass its fence). A store that does not know conversations' partitions claims from
+    /// all (the default).
+    async fn claim_due_in(
+        &self,
+        now: u64,
+        limit: usize,
+        _partitions: &[colloquy_cluster::PartitionId],
+    ) -> Result<Vec<Arc<str>>, StoreError> {
+        self.claim_due(now, limit).await
+    }
+
     /// Deletes a conversation, its log and its wake-up (retention). The revision archive
     /// stays as it is, also the revision the conversation started on.
     async fn remove(&self, id: &str) -> Result<(), StoreError>;

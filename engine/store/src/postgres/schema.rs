@@ -150,6 +150,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
          address text NOT NULL,
          expires_at bigint NOT NULL
      );",
+    // 4: each conversation's partition (`colloquy_cluster::partition_of`, computed by the
+    //    writer when it creates the row), so a node claims the deadlines of the partitions
+    //    it holds only. Rows from before have none, and any node claims them.
+    "ALTER TABLE conversations ADD COLUMN partition integer;
+     CREATE INDEX conversations_partition_wake ON conversations (partition, wake_at)
+         WHERE wake_at IS NOT NULL;",
 ];
 
 /// Applies the migrations this database lacks (see the module docs) and records

@@ -921,3 +921,45 @@ async fn a_fenced_commit_is_refused_alone_when_its_lease_moved() {
     });
     store.commit(by_b).await.expect("b holds it");
 }
+
+/// With ownership, a node claims the deadlines of the partitions it holds only
+/// (`claim_due_in`): each new conversation's row records its partition.
+#[tokio::test]
+async fn deadlines_are_claimed_by_partition() {
+    use colloquy_cluster::partition_of;
+    use colloquy_core::store::fixtures::{commit, started};
+    let Some(url) = fresh_database("deadlines_are_claimed_by_partition").await else {
+        return;
+    };
+    let store = open_store(&url).await;
+    let partitions = store.partitions().await.expect("partitions");
+    let (mine, theirs) = ("due-mine", "due-theirs");
+    let (p_mine, p_theirs) = (
+        partition_of(mine, partitions),
+        partition_of(theirs, partitions),
+    );
+    assert_ne!(p_mine, p_theirs);
+    for id in [mine, theirs] {
+        store
+            .commit(commit(id, 0, vec![started(id)], Some(100)))
+            .await
+            .expect("commit");
+    }
+    let claimed = store
+        .claim_due_in(1_000, 10, &[p_mine])
+        .await
+        .expect("claim");
+    assert_eq!(claimed, [Arc::<str>::from(mine)]);
+    assert!(
+        store
+            .claim_due_in(1_000, 10, &[])
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    let claimed = store
+        .claim_due_in(1_000, 10, &[p_theirs])
+        .await
+        .expect("claim");
+    assert_eq!(claimed, [Arc::<str>::from(theirs)]);
+}

@@ -122,6 +122,9 @@ pub(super) struct Writer {
     pub(super) node: Arc<str>,
     /// The channel each batch notifies.
     pub(super) channel: String,
+    /// The partition count `settings` records: each new conversation's row gets its
+    /// partition, for the deadlines of owned partitions (`claim_due_in`).
+    pub(super) partitions: u32,
 }
 
 impl Writer {
@@ -223,14 +226,22 @@ impl Writer {
         if !creations.is_empty() {
             let create = transaction
                 .prepare_cached(
-                    "INSERT INTO conversations (id, version)
-                     SELECT id, 0 FROM unnest($1::text[]) AS created(id) ORDER BY id
+                    "INSERT INTO conversations (id, version, partition)
+                     SELECT id, 0, partition
+                       FROM unnest($1::text[], $2::integer[]) AS created(id, partition)
+                      ORDER BY id
                      ON CONFLICT (id) DO NOTHING RETURNING id",
                 )
                 .await
                 .map_err(sql_error)?;
+            let partitions: Vec<i32> = (creations.iter())
+                .map(|id| {
+                    let partition = colloquy_cluster::partition_of(id, self.partitions);
+                    i32::try_from(partition.0).unwrap_or(i32::MAX)
+                })
+                .collect();
             for row in transaction
-                .query(&create, &[&creations])
+                .query(&create, &[&creations, &partitions])
                 .await
                 .map_err(sql_error)?
             {
