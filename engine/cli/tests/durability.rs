@@ -698,6 +698,109 @@ async fn owners_on_postgres_hand_over_after_kill_9() {
     .expect("test timed out");
 }
 
+/// A node paused (`SIGSTOP`) past its lease TTL loses its partitions to the other node, and
+/// when it resumes (`SIGCONT`) it never answers from its stale copies: every read through it
+/// shows what the new owner committed meanwhile, and a message sent through it lands once,
+/// at the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_owner_resumes_without_stale_answers() {
+    let Some(postgres) = test_postgres("a_paused_owner_resumes_without_stale_answers") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let dir = scratch_dir("paused-owner");
+        let templates = templates(&dir);
+        let secret = dir.join("node-secret");
+        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
+        let secret = secret.to_string_lossy().into_owned();
+        let extra = [
+            "--cluster-secret-file",
+            &secret,
+            "--cluster-lease-ttl",
+            "2s",
+        ];
+        let node_a = Server::start_with(&dir, &templates, &url, "paused-a", &extra);
+        let node_b = Server::start_with(&dir, &templates, &url, "paused-b", &extra);
+        let (alice_a, alice_b) = (node_a.client("alice"), node_b.client("alice"));
+        let (bob_a, bob_b) = (node_a.client("bob"), node_b.client("bob"));
+        let ids: Vec<String> = (0..12).map(|n| format!("paused-{n}")).collect();
+        for id in &ids {
+            alice_a
+                .start(&request(id, "bob", None))
+                .await
+                .expect("start");
+            bob_b
+                .send(
+                    id,
+                    &SendMessage::new("agree", json!({})).with_id(format!("{id}.agree")),
+                )
+                .await
+                .expect("agree");
+        }
+
+        // node-a stops answering anything; node-b takes its partitions after the TTL and
+        // completes every conversation.
+        let signal = |signal: &str| {
+            let sent = Command::new("kill")
+                .args([signal, &node_a.child.id().to_string()])
+                .status()
+                .expect("run kill");
+            assert!(sent.success(), "kill {signal} failed");
+        };
+        signal("-STOP");
+        let mut done = std::collections::HashMap::new();
+        for id in &ids {
+            eventually("node-b completes the conversation", || async {
+                bob_b
+                    .send(
+                        id,
+                        &SendMessage::new("inform", json!({"done": true}))
+                            .with_id(format!("{id}.inform")),
+                    )
+                    .await
+                    .ok()
+            })
+            .await;
+            let view = alice_b.conversation(id).await.expect("read through node-b");
+            assert_eq!(view.status, ConversationStatus::Completed, "{id}");
+            done.insert(id.clone(), view.version);
+        }
+
+        // node-a resumes: whatever it answers is the new owner's state, never its own stale
+        // copy (its leases ran out by its own clock while it was stopped).
+        signal("-CONT");
+        for id in &ids {
+            let view = eventually("node-a answers again", || async {
+                alice_a.conversation(id).await.ok()
+            })
+            .await;
+            assert_eq!(view.version, done[id], "{id}: as node-b left it");
+            assert_eq!(view.status, ConversationStatus::Completed, "{id}");
+        }
+        // The same inform sent again through node-a is the same message: recorded once.
+        for id in &ids {
+            let retried = bob_a
+                .send(
+                    id,
+                    &SendMessage::new("inform", json!({"done": true}))
+                        .with_id(format!("{id}.inform")),
+                )
+                .await;
+            let view = alice_a.conversation(id).await.expect("read through node-a");
+            assert_eq!(
+                view.version, done[id],
+                "{id}: nothing recorded twice ({retried:?})"
+            );
+        }
+        drop(node_a);
+        drop(node_b);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// Two `colloquy serve` nodes on the store at `url`: an inbox long poll on one wakes for a
 /// message sent through the other, each sees the other's commits, a deadline fires once with
 /// both running and once more when the node that took its request is killed.

@@ -85,6 +85,9 @@ pub struct Ownership {
     /// The node's monotonic clock starts here.
     started: Instant,
     client: reqwest::Client,
+    /// How long a forward waits for the owner's answer to begin (the lease TTL): an owner
+    /// that stalls (paused, overloaded) has lost its partitions by then anyway.
+    forward_timeout: Duration,
 }
 
 impl std::fmt::Debug for Ownership {
@@ -99,6 +102,7 @@ impl Ownership {
     /// The ownership of a node listening at `listening` (`http://…`).
     pub fn new(settings: OwnershipSettings, listening: &str) -> Ownership {
         let address = settings.address.unwrap_or_else(|| listening.to_owned());
+        let forward_timeout = Duration::from_millis(settings.config.lease_ttl_ms.max(1));
         let local = LocalLeases::new(settings.node.clone(), address, settings.config);
         Ownership {
             leases: settings.leases,
@@ -110,6 +114,7 @@ impl Ownership {
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default(),
+            forward_timeout,
         }
     }
 
@@ -377,17 +382,25 @@ async fn forward(ownership: &Ownership, address: &str, request: Request) -> Resp
         headers.insert(FORWARDED_BY, node);
         headers.insert(NODE_SECRET, secret);
     }
-    let sent = ownership
-        .client
-        .request(parts.method.clone(), &url)
-        .headers(headers)
-        .body(bytes)
-        .send()
-        .await;
+    // Bounded until the answer begins, not after: an event stream goes on as long as it
+    // lasts.
+    let sent = tokio::time::timeout(
+        ownership.forward_timeout,
+        (ownership.client)
+            .request(parts.method.clone(), &url)
+            .headers(headers)
+            .body(bytes)
+            .send(),
+    )
+    .await;
     let answer = match sent {
-        Ok(answer) => answer,
-        Err(error) => {
-            tracing::debug!(%error, owner = address, "a forward failed");
+        Ok(Ok(answer)) => answer,
+        failed => {
+            let why = match failed {
+                Ok(Err(error)) => error.to_string(),
+                _ => format!("no answer within {:?}", ownership.forward_timeout),
+            };
+            tracing::debug!(%why, owner = address, "a forward failed");
             let id = conversation_of(parts.uri.path()).unwrap_or("the conversation");
             return unavailable(id);
         }
