@@ -170,18 +170,8 @@ async fn read_dialect(peer: &Peer) -> Result<Dialect, CallError> {
     let endpoint = &peer.endpoint;
     for (index, url) in dialect::card_urls(&endpoint.url).iter().enumerate() {
         let span = card_span(url);
-        let mut get = peer
-            .client
-            .get(url)
-            .timeout(endpoint.timeout.min(CARD_TIMEOUT));
-        if !span.is_disabled() {
-            let mut headers = reqwest::header::HeaderMap::new();
-            let context = span.context();
-            TraceContextPropagator::new()
-                .inject_context(&context, &mut HeaderInjector(&mut headers));
-            get = get.headers(headers);
-        }
-        let sent = get.send().instrument(span.clone()).await;
+        let get = (peer.client.get(url)).timeout(endpoint.timeout.min(CARD_TIMEOUT));
+        let sent = traced(get, &span).send().instrument(span.clone()).await;
         match &sent {
             Ok(response) => {
                 span.record("http.response.status_code", response.status().as_u16());
@@ -795,6 +785,18 @@ pub(crate) fn bridge_span(peer: &Peer, item: &InboxItem) -> tracing::Span {
     span
 }
 
+/// `request` carrying `span`'s W3C trace context (`traceparent`, `tracestate`), when the
+/// span is exported.
+fn traced(request: reqwest::RequestBuilder, span: &tracing::Span) -> reqwest::RequestBuilder {
+    if span.is_disabled() {
+        return request;
+    }
+    let mut headers = reqwest::header::HeaderMap::new();
+    TraceContextPropagator::new()
+        .inject_context(&span.context(), &mut HeaderInjector(&mut headers));
+    request.headers(headers)
+}
+
 /// The client span of one GET of a remote agent's card (while traces are exported).
 fn card_span(url: &str) -> tracing::Span {
     if !colloquy_core::trace_origins::exporting() {
@@ -865,13 +867,10 @@ async fn call_traced(
     span: &tracing::Span,
 ) -> Result<Received, CallError> {
     let streamed = method == "SendStreamingMessage";
-    let mut post = client.post(url).timeout(endpoint.timeout).json(request);
-    if !span.is_disabled() {
-        let mut headers = reqwest::header::HeaderMap::new();
-        let context = span.context();
-        TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(&mut headers));
-        post = post.headers(headers);
-    }
+    let mut post = traced(
+        client.post(url).timeout(endpoint.timeout).json(request),
+        span,
+    );
     if dialect.is_v1() {
         post = post.header(crate::VERSION_HEADER, dialect::V1_VERSION);
     }

@@ -142,22 +142,24 @@ impl Ownership {
 
     /// A fresh conversation id in a partition this node owns now, if it owns any.
     pub fn own_id(&self) -> Option<Arc<str>> {
-        let local = self.snapshot();
-        let now = self.now();
-        let partitions = local.config().partitions;
-        let owned = (local.held().keys())
-            .filter(|partition| local.valid_epoch(**partition, now).is_some())
-            .count();
-        if owned == 0 {
+        let owned: std::collections::HashSet<_> = self.held_now().into_iter().collect();
+        if owned.is_empty() {
             return None;
         }
+        let partitions = self.snapshot().config().partitions;
         (0..MAX_ID_DRAWS)
             .map(|_| colloquy_core::engine::new_id())
-            .find(|id| {
-                local
-                    .valid_epoch(partition_of(id, partitions), now)
-                    .is_some()
-            })
+            .find(|id| owned.contains(&partition_of(id, partitions)))
+    }
+
+    /// The partitions this node holds by a locally valid lease now.
+    fn held_now(&self) -> Vec<colloquy_cluster::PartitionId> {
+        let local = self.snapshot();
+        let now = self.now();
+        (local.held().keys())
+            .filter(|partition| local.valid_epoch(**partition, now).is_some())
+            .copied()
+            .collect()
     }
 
     /// One tick: leases taken, renewed and given back; the engine's cache of the
@@ -227,12 +229,7 @@ impl colloquy_core::engine::Fencer for Ownership {
     }
 
     fn owned(&self) -> Vec<colloquy_cluster::PartitionId> {
-        let local = self.snapshot();
-        let now = self.now();
-        (local.held().keys())
-            .filter(|partition| local.valid_epoch(**partition, now).is_some())
-            .copied()
-            .collect()
+        self.held_now()
     }
 }
 
@@ -321,11 +318,8 @@ async fn with_conversation_id(
         let id = id.to_owned();
         return Ok((Request::from_parts(parts, Body::from(bytes)), id));
     }
-    let Some(id) = ownership.own_id() else {
-        // This node owns nothing yet: any id, and the start goes to its owner.
-        let id = colloquy_core::engine::new_id();
-        return Ok((rebuilt(parts, &mut start, &id), id.to_string()));
-    };
+    // When this node owns nothing yet, any id: the start goes to its owner.
+    let id = (ownership.own_id()).unwrap_or_else(colloquy_core::engine::new_id);
     Ok((rebuilt(parts, &mut start, &id), id.to_string()))
 }
 

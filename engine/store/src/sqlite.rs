@@ -398,6 +398,28 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
     Ok(connection)
 }
 
+/// The JSON bodies `sql` selects (its one column), decoded; `what` names one in an error.
+fn json_bodies<T: serde::de::DeserializeOwned>(
+    connection: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    what: &str,
+) -> Result<Vec<T>, StoreError> {
+    let mut statement = connection.prepare_cached(sql).map_err(internal)?;
+    let bodies = statement
+        .query_map(params, |row| row.get::<_, String>(0))
+        .map_err(internal)?
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(internal)?;
+    bodies
+        .iter()
+        .map(|body| {
+            serde_json::from_str(body)
+                .map_err(|error| StoreError::Internal(format!("unreadable {what}: {error}")))
+        })
+        .collect()
+}
+
 fn internal(error: rusqlite::Error) -> StoreError {
     StoreError::Internal(error.to_string())
 }
@@ -490,22 +512,12 @@ impl ConversationStore for SqliteStore {
 
     async fn push_configs(&self) -> Result<Vec<PushConfig>, StoreError> {
         self.read(|connection| {
-            let mut statement = connection
-                .prepare_cached("SELECT body FROM push_configs")
-                .map_err(internal)?;
-            let bodies = statement
-                .query_map([], |row| row.get::<_, String>(0))
-                .map_err(internal)?
-                .collect::<Result<Vec<String>, _>>()
-                .map_err(internal)?;
-            bodies
-                .iter()
-                .map(|body| {
-                    serde_json::from_str(body).map_err(|error| {
-                        StoreError::Internal(format!("unreadable push config: {error}"))
-                    })
-                })
-                .collect()
+            json_bodies(
+                connection,
+                "SELECT body FROM push_configs",
+                [],
+                "push config",
+            )
         })
         .await
     }
@@ -519,22 +531,12 @@ impl ConversationStore for SqliteStore {
     async fn agent_keys(&self, agent: &str) -> Result<Vec<AgentKey>, StoreError> {
         let agent = agent.to_owned();
         self.read(move |connection| {
-            let mut statement = connection
-                .prepare_cached("SELECT body FROM agent_keys WHERE agent = ?1")
-                .map_err(internal)?;
-            let bodies = statement
-                .query_map([&agent], |row| row.get::<_, String>(0))
-                .map_err(internal)?
-                .collect::<Result<Vec<String>, _>>()
-                .map_err(internal)?;
-            bodies
-                .iter()
-                .map(|body| {
-                    serde_json::from_str(body).map_err(|error| {
-                        StoreError::Internal(format!("unreadable agent key: {error}"))
-                    })
-                })
-                .collect()
+            json_bodies(
+                connection,
+                "SELECT body FROM agent_keys WHERE agent = ?1",
+                [&agent],
+                "agent key",
+            )
         })
         .await
     }

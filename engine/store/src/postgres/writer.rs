@@ -545,7 +545,10 @@ async fn fenced_commits(
             commit.fence.as_ref().is_some_and(|fence| {
                 let partition = i32::try_from(fence.partition.0).unwrap_or(i32::MAX);
                 let epoch = i64::try_from(fence.epoch.0).unwrap_or(i64::MAX);
-                held.get(&partition) != Some(&(Some(fence.node.as_str().to_owned()), epoch))
+                let holds = held.get(&partition).is_some_and(|(owner, held_epoch)| {
+                    owner.as_deref() == Some(fence.node.as_str()) && *held_epoch == epoch
+                });
+                !holds
             })
         })
         .map(|(index, _)| index)
