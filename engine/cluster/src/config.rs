@@ -41,7 +41,8 @@ pub struct OwnershipConfig {
     pub max_drift_ppm: u64,
     /// Cut off each local validity besides the drift (see [`SAFETY_MARGIN_MS`]).
     pub safety_margin_ms: u64,
-    /// At most this many partitions taken, and at most this many released, per tick.
+    /// At most this many partitions given back per tick, so a joining node is filled
+    /// gradually (taking a free partition is never rationed: it serves no one meanwhile).
     pub max_moves_per_tick: usize,
 }
 

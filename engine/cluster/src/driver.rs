@@ -2,12 +2,17 @@
 //! runs [`tick`] every [`tick_ms`](crate::OwnershipConfig::tick_ms) on one task and
 //! [`leave`] at shutdown; everything it decides comes from [`plan`] and [`LocalLeases`].
 //!
-//! Requests go one at a time, each stamped with the node's clock just before it is sent:
-//! a lease counts from that stamp. On the first store error the tick stops; what it did
-//! not send is planned again on the next tick, and what it sent without an answer is
-//! marked unanswered (the lease, if held, lapses on its own clock).
+//! A tick sends at most three requests after its heartbeat, one at a time: every release
+//! in one, every acquire in one, every renewal in one (a store answers each in one
+//! transaction, so a node taking 512 partitions waits for one commit, not 512). Each is
+//! stamped with the node's clock just before it is sent: a lease counts from that stamp.
+//! On the first store error the tick stops; what it did not send is planned again on the
+//! next tick, and what it sent without an answer is marked unanswered (the lease, if
+//! held, lapses on its own clock).
 
-use crate::lease::{LeaseError, LeaseStore};
+use std::collections::BTreeSet;
+
+use crate::lease::{Epoch, LeaseError, LeaseStore};
 use crate::local::LocalLeases;
 use crate::partition::PartitionId;
 use crate::plan::{Action, plan};
@@ -40,68 +45,138 @@ where
         }
     };
     outcome.dropped = local.observe(&view);
+    let mut releases = Vec::new();
+    let mut acquires = Vec::new();
+    let mut renewals = Vec::new();
     for action in plan(&view, local, now()) {
-        let result = match action {
-            Action::Release { partition, epoch } => {
-                let ticket = local.release(partition, now());
-                outcome.dropped.push(partition);
-                store
-                    .release(partition, &me, epoch)
-                    .await
-                    .map(|()| local.released(ticket, partition))
-                    .inspect_err(|_| local.unanswered(ticket, partition))
-            }
+        match action {
+            Action::Release { partition, epoch } => releases.push((partition, epoch)),
             Action::Acquire {
                 partition,
                 seen_epoch,
-            } => {
-                let ticket = local.sent([partition], now());
-                match store
-                    .acquire(partition, &me, &address, seen_epoch, ttl)
-                    .await
-                {
-                    Ok(Some(lease)) => {
-                        outcome.dropped.extend(local.acquired(ticket, &lease));
-                        Ok(())
-                    }
-                    Ok(None) => {
-                        outcome.dropped.extend(local.refused(ticket, partition));
-                        Ok(())
-                    }
-                    Err(error) => {
-                        local.unanswered(ticket, partition);
-                        Err(error)
-                    }
-                }
-            }
-            Action::Renew { leases } => {
-                let ticket = local.sent(leases.iter().map(|(partition, _)| *partition), now());
-                match store.renew(&me, &leases, ttl).await {
-                    Ok(renewed) => {
-                        for (partition, epoch) in leases {
-                            if renewed.contains(&partition) {
-                                local.renewed(ticket, partition, epoch);
-                            } else {
-                                outcome.dropped.extend(local.refused(ticket, partition));
-                            }
-                        }
-                        Ok(())
-                    }
-                    Err(error) => {
-                        for (partition, _) in leases {
-                            local.unanswered(ticket, partition);
-                        }
-                        Err(error)
-                    }
-                }
-            }
-        };
-        if let Err(error) = result {
-            outcome.error = Some(error);
-            break;
+            } => acquires.push((partition, seen_epoch)),
+            Action::Renew { leases } => renewals = leases,
         }
     }
+    let sent = release(store, local, &releases, &now, &mut outcome.dropped).await;
+    let sent = match sent {
+        Ok(()) => acquire(store, local, &acquires, &now, &mut outcome.dropped).await,
+        Err(error) => Err(error),
+    };
+    let sent = match sent {
+        Ok(()) => renew(store, local, renewals, &now, &mut outcome.dropped).await,
+        Err(error) => Err(error),
+    };
+    outcome.error = sent.err();
     outcome
+}
+
+/// Gives `leases` back in one request; the node stops serving them before it is sent.
+async fn release<S>(
+    store: &S,
+    local: &mut LocalLeases,
+    leases: &[(PartitionId, Epoch)],
+    now: &impl Fn() -> u64,
+    dropped: &mut Vec<PartitionId>,
+) -> Result<(), LeaseError>
+where
+    S: LeaseStore + ?Sized,
+{
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let me = local.me().clone();
+    let tickets: Vec<_> = leases
+        .iter()
+        .map(|(partition, _)| (local.release(*partition, now()), *partition))
+        .collect();
+    dropped.extend(leases.iter().map(|(partition, _)| *partition));
+    let answer = store.release_many(&me, leases).await;
+    for (ticket, partition) in tickets {
+        match answer {
+            Ok(()) => local.released(ticket, partition),
+            Err(_) => local.unanswered(ticket, partition),
+        }
+    }
+    answer
+}
+
+/// Takes `wanted` (partition, epoch seen) in one request.
+async fn acquire<S>(
+    store: &S,
+    local: &mut LocalLeases,
+    wanted: &[(PartitionId, Epoch)],
+    now: &impl Fn() -> u64,
+    dropped: &mut Vec<PartitionId>,
+) -> Result<(), LeaseError>
+where
+    S: LeaseStore + ?Sized,
+{
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let me = local.me().clone();
+    let address = local.address().to_owned();
+    let ttl = local.config().lease_ttl_ms;
+    let ticket = local.sent(wanted.iter().map(|(partition, _)| *partition), now());
+    match store.acquire_many(&me, &address, wanted, ttl).await {
+        Ok(taken) => {
+            let mut refused: BTreeSet<PartitionId> =
+                wanted.iter().map(|(partition, _)| *partition).collect();
+            for lease in &taken {
+                if refused.remove(&lease.partition) {
+                    dropped.extend(local.acquired(ticket, lease));
+                }
+            }
+            for partition in refused {
+                dropped.extend(local.refused(ticket, partition));
+            }
+            Ok(())
+        }
+        Err(error) => {
+            for (partition, _) in wanted {
+                local.unanswered(ticket, *partition);
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Extends the held `leases` in one request.
+async fn renew<S>(
+    store: &S,
+    local: &mut LocalLeases,
+    leases: Vec<(PartitionId, Epoch)>,
+    now: &impl Fn() -> u64,
+    dropped: &mut Vec<PartitionId>,
+) -> Result<(), LeaseError>
+where
+    S: LeaseStore + ?Sized,
+{
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let me = local.me().clone();
+    let ttl = local.config().lease_ttl_ms;
+    let ticket = local.sent(leases.iter().map(|(partition, _)| *partition), now());
+    match store.renew(&me, &leases, ttl).await {
+        Ok(renewed) => {
+            for (partition, epoch) in leases {
+                if renewed.contains(&partition) {
+                    local.renewed(ticket, partition, epoch);
+                } else {
+                    dropped.extend(local.refused(ticket, partition));
+                }
+            }
+            Ok(())
+        }
+        Err(error) => {
+            for (partition, _) in leases {
+                local.unanswered(ticket, partition);
+            }
+            Err(error)
+        }
+    }
 }
 
 /// A clean shutdown: gives back every lease this node holds and leaves the membership,
@@ -121,11 +196,7 @@ where
         .iter()
         .map(|(partition, held)| (*partition, held.epoch))
         .collect();
-    for (partition, epoch) in held {
-        let ticket = local.release(partition, now());
-        store.release(partition, &me, epoch).await?;
-        local.released(ticket, partition);
-    }
+    release(store, local, &held, &now, &mut Vec::new()).await?;
     store.leave(&me).await
 }
 
@@ -174,10 +245,8 @@ mod tests {
                 }
             }
         };
-        // Alone, a takes everything, four per tick.
+        // Alone, a takes everything in its first tick: free partitions are not rationed.
         run(&mut [&mut a], 1, &mut now);
-        assert_eq!(a.held().len(), 4);
-        run(&mut [&mut a], 3, &mut now);
         assert_eq!(a.held().len(), 16);
         // b joins: a gives back four per tick, b takes them.
         run(&mut [&mut a, &mut b], 4, &mut now);

@@ -215,6 +215,43 @@ pub trait LeaseStore: Send + Sync + 'static {
         epoch: Epoch,
     ) -> Result<(), LeaseError>;
 
+    /// [`acquire`](Self::acquire) of each of `wanted` (partition, seen epoch) in **one**
+    /// transaction, so a node taking many partitions (a cold start, a dead node's share)
+    /// waits for one commit instead of one per partition. Returns the leases it took; a
+    /// partition not among them was refused. `Err`: the answer did not arrive, and which of
+    /// them applied is unknown. The default sends them one at a time.
+    async fn acquire_many(
+        &self,
+        node: &NodeId,
+        address: &str,
+        wanted: &[(PartitionId, Epoch)],
+        ttl_ms: u64,
+    ) -> Result<Vec<Lease>, LeaseError> {
+        let mut taken = Vec::new();
+        for &(partition, seen_epoch) in wanted {
+            if let Some(lease) = self
+                .acquire(partition, node, address, seen_epoch, ttl_ms)
+                .await?
+            {
+                taken.push(lease);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// [`release`](Self::release) of each of `leases` (partition, epoch) in one
+    /// transaction. The default sends them one at a time.
+    async fn release_many(
+        &self,
+        node: &NodeId,
+        leases: &[(PartitionId, Epoch)],
+    ) -> Result<(), LeaseError> {
+        for &(partition, epoch) in leases {
+            self.release(partition, node, epoch).await?;
+        }
+        Ok(())
+    }
+
     /// Removes `node` from the membership (a clean shutdown, after releasing its leases),
     /// so the others count it out at once rather than after its heartbeat runs out.
     async fn leave(&self, node: &NodeId) -> Result<(), LeaseError>;

@@ -11,10 +11,10 @@
 //! - **Renew** each held lease a third of the TTL (by the node's clock) after the request
 //!   that last confirmed it was sent; **re-take** at the same epoch one the store shows
 //!   expired but still this node's.
-//! - **Take** free or expired partitions while below target, at most
-//!   [`max_moves_per_tick`](crate::OwnershipConfig::max_moves_per_tick) per tick, never one
-//!   whose lease is live for another node (the store's compare-and-set would refuse it
-//!   anyway). Each node prefers partitions in its own order (rendezvous hashing: the highest
+//! - **Take** every free or expired partition it can while below target, never one whose
+//!   lease is live for another node (the store's compare-and-set would refuse it anyway).
+//!   Takes are not rationed: a free partition serves no one until it is taken, and a
+//!   cold start or a dead node's share is one batched request (see the driver). Each node prefers partitions in its own order (rendezvous hashing: the highest
 //!   `fnv1a64(node ‖ partition)` first, ties by partition id), so nodes that see the same
 //!   free partitions mostly reach for different ones.
 //! - **Give back** the excess above target, least preferred first, at most
@@ -162,10 +162,9 @@ pub fn plan(view: &ClusterView, local: &LocalLeases, now: u64) -> Vec<Action> {
 
     if owned < target {
         free.sort_by(by_preference);
-        let wanted = (target - owned).min(moves);
         acquire.extend(
             free.into_iter()
-                .take(wanted)
+                .take(target - owned)
                 .map(|(partition, seen_epoch)| Action::Acquire {
                     partition,
                     seen_epoch,
@@ -257,13 +256,14 @@ mod tests {
     }
 
     #[test]
-    fn a_node_takes_free_and_expired_partitions_up_to_its_moves_never_a_live_one() {
-        let local = LocalLeases::new(NodeId::new("a"), "a", config(8, 3));
+    fn a_node_takes_free_and_expired_partitions_up_to_its_share_never_a_live_one() {
+        let local = LocalLeases::new(NodeId::new("a"), "a", config(8, 1));
         let leases = vec![lease(0, "b", 4, 2_000), lease(1, "b", 2, 1_000)];
-        // Alone with b: a's share is 4; at most 3 per tick; p0 is live for b.
+        // Alone with b: a's share is 4, all taken in one tick (moves ration only
+        // give-backs); p0 is live for b.
         let actions = plan(&view(1_000, &["a", "b"], leases), &local, 0);
         let taken = acquired(&actions);
-        assert_eq!(taken.len(), 3);
+        assert_eq!(taken.len(), 4);
         assert!(!taken.contains(&0), "{actions:?}");
         // The expired p1 is taken with the epoch seen, free ones with 0.
         for action in &actions {

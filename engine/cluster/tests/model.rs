@@ -862,12 +862,12 @@ impl Sim {
         self.network.clear();
         self.held_back.clear();
         // Dead nodes' leases and heartbeats run out within a TTL; then the nodes below
-        // their share take what is free, `max_moves` per tick. After that a partition is
-        // without an owner only while it is handed over: released on one tick, taken on the
-        // next.
+        // their share take what is free, all of it in a tick (takes are not rationed).
+        // After that a partition is without an owner only while it is handed over:
+        // released on one tick, taken on the next. Give-backs go `max_moves` per tick.
         let moves = self.config.max_moves_per_tick as u64;
         let refill = u64::from(self.config.partitions).div_ceil(moves);
-        let owned_within = TTL_MS / TICK_MS + refill + 3;
+        let owned_within = TTL_MS / TICK_MS + 3;
         let balanced_within = owned_within + refill + 3;
         let mut unowned_for = vec![0u64; self.config.partitions as usize];
         for round in 1..=balanced_within {

@@ -113,6 +113,10 @@ pub trait Fencer: Send + Sync + 'static {
 
     /// The partitions this node holds now: the scheduler fires their deadlines only.
     fn owned(&self) -> Vec<colloquy_cluster::PartitionId>;
+
+    /// The store refused a commit by `fenced`: this node lost the partition at that epoch
+    /// (or earlier) and must stop serving it before its next tick finds out.
+    fn lost(&self, fenced: &colloquy_cluster::Fenced);
 }
 
 impl std::fmt::Debug for dyn Fencer {
@@ -600,9 +604,12 @@ impl Engine {
             commit.fence = Some(fencer.fence(&conversation_id));
         }
         if let Err(error) = self.store.commit(commit).await {
-            if matches!(error, StoreError::Fenced(_)) {
+            if let StoreError::Fenced(fenced) = &error {
                 // Another node owns it now: this copy may be behind what it commits.
                 self.live.remove(&*conversation_id);
+                if let Some(fencer) = &self.config.fencer {
+                    fencer.lost(fenced);
+                }
             }
             return Err(error);
         }

@@ -144,6 +144,17 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"colloquy\""),
             );
         }
+        if matches!(
+            self,
+            ApiError::Engine(EngineError::Store(
+                colloquy_core::store::StoreError::Fenced(_)
+            ))
+        ) {
+            // Nothing was applied: the ownership layer routes the request again.
+            response
+                .headers_mut()
+                .insert(crate::ownership::MOVED, HeaderValue::from_static("fenced"));
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             // The store is out of reach (e.g. Redis restarting), or the hook pool is full;
             // the write did not happen.

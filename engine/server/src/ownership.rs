@@ -18,9 +18,11 @@
 //!   (`Ownership` is the engine's `Fencer`), and a store with a lease table (Postgres)
 //!   refuses it in the commit's own transaction once another node took the partition; the
 //!   engine then drops its copy and the caller gets 503 `moved`, to retry at the new owner.
+//! - **Deadlines** fire on the owner: the scheduler claims due wake-ups of the partitions
+//!   this node holds only (`Fencer::owned`).
 //!
-//! Not here yet: deadlines limited to owned partitions (every node's scheduler claims due
-//! wake-ups), and `colloquy serve` flags to run it on Postgres. See docs/scale.md.
+//! `colloquy serve --store postgres://… --cluster-secret-file FILE` turns it on; see
+//! docs/scale.md.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -45,6 +47,11 @@ pub const FORWARDED_BY: &str = "x-colloquy-forwarded-by";
 pub const NODE_SECRET: &str = "x-colloquy-node-secret";
 /// The header naming the node that served a conversation's request.
 pub const SERVED_BY: &str = "x-colloquy-node";
+/// The header on a 503 whose request was **not applied** because the node answering does
+/// not own the conversation (any more): a commit refused by fencing, or a forwarded
+/// request reaching a node that no longer holds the partition. The node that routed the
+/// request takes it as "route again", not as the answer.
+pub const MOVED: &str = "x-colloquy-moved";
 /// How long a request waits for a partition changing hands before it is answered 503.
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 /// Most ids a start draws to find one in a partition this node owns.
@@ -231,6 +238,18 @@ impl colloquy_core::engine::Fencer for Ownership {
     fn owned(&self) -> Vec<colloquy_cluster::PartitionId> {
         self.held_now()
     }
+
+    fn lost(&self, fenced: &colloquy_cluster::Fenced) {
+        let mut local = self
+            .local
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if local.valid_epoch(fenced.partition, self.now()).is_some() {
+            // A tick running now may put its own copy back; its view then shows the
+            // partition's new owner, which drops it again.
+            Arc::make_mut(&mut local).fenced(fenced.partition, fenced.epoch);
+        }
+    }
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
@@ -246,6 +265,14 @@ fn conversation_of(path: &str) -> Option<&str> {
 }
 
 /// Middleware: serves a conversation's requests on its owner (see the module docs).
+///
+/// The node a client called keeps the request until it has an answer: it serves it when it
+/// owns the conversation, forwards it when another node does, and routes it again (every
+/// 25 ms, for at most [`HANDOVER_WAIT`]) while nobody does, or when the answer says the
+/// request was not applied there ([`MOVED`]: fenced, or the owner gave the partition away
+/// meanwhile). A node that gets a forwarded request it cannot serve at once says so at
+/// once instead of waiting: the waiting is the caller's node's, so that two nodes never
+/// wait on each other.
 pub async fn route_to_owner(
     State(state): State<AppState>,
     request: Request,
@@ -270,25 +297,37 @@ pub async fn route_to_owner(
                 None => return next.run(request).await,
             }
         };
+    // Kept whole so that it can be served or forwarded again after a `MOVED` answer.
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, crate::extract::MAX_BODY_BYTES).await else {
+        return ApiError::TooLarge(crate::extract::MAX_BODY_BYTES).into_response();
+    };
     let deadline = Instant::now() + HANDOVER_WAIT;
     loop {
-        match ownership.route(&id) {
+        let answer = match ownership.route(&id) {
             Route::Serve { .. } => {
-                let mut response = next.run(request).await;
+                let request = Request::from_parts(parts.clone(), Body::from(body.clone()));
+                let mut response = next.clone().run(request).await;
                 if let Ok(node) = HeaderValue::from_str(ownership.node().as_str()) {
                     response.headers_mut().insert(SERVED_BY, node);
                 }
-                return response;
+                Some(response)
             }
             Route::Forward(address) if !forwarded => {
-                return forward(&ownership, &address, request).await;
+                forward(&ownership, &address, parts.clone(), body.clone()).await
             }
-            Route::Forward(_) | Route::Unavailable { .. } if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(25)).await;
+            Route::Forward(_) | Route::Unavailable { .. } if forwarded => {
+                return not_here(&id);
             }
-            Route::Forward(_) | Route::Unavailable { .. } => {
-                return unavailable(&id);
+            Route::Forward(_) | Route::Unavailable { .. } => None,
+        };
+        match answer {
+            Some(response) if forwarded || !response.headers().contains_key(MOVED) => {
+                return response;
             }
+            Some(response) if Instant::now() >= deadline => return response,
+            _ if Instant::now() >= deadline => return unavailable(&id),
+            _ => tokio::time::sleep(Duration::from_millis(25)).await,
         }
     }
 }
@@ -332,6 +371,16 @@ fn rebuilt(parts: axum::http::request::Parts, start: &mut serde_json::Value, id:
     Request::from_parts(parts, Body::from(start.to_string()))
 }
 
+/// The answer to a forwarded request this node cannot serve now: 503 marked [`MOVED`],
+/// which the forwarding node takes as "route again".
+fn not_here(id: &str) -> Response {
+    let mut response = unavailable(id);
+    response
+        .headers_mut()
+        .insert(MOVED, HeaderValue::from_static("not-owner"));
+    response
+}
+
 /// 503 with `Retry-After`: nobody holds the conversation's partition just now.
 fn unavailable(id: &str) -> Response {
     let mut response = ApiError::Unavailable(format!(
@@ -354,13 +403,16 @@ const HOP_BY_HOP: [HeaderName; 5] = [
     header::UPGRADE,
 ];
 
-/// Sends `request` to the owner at `address` and hands its answer back (streamed: an event
-/// stream stays a stream).
-async fn forward(ownership: &Ownership, address: &str, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, crate::extract::MAX_BODY_BYTES).await else {
-        return ApiError::TooLarge(crate::extract::MAX_BODY_BYTES).into_response();
-    };
+/// Sends the request to the owner at `address` and hands its answer back (streamed: an
+/// event stream stays a stream). `None`: the owner could not be reached and nothing was
+/// sent (route again). No answer in time, or a connection lost mid-request, is answered
+/// 503 here: the owner may have applied the request.
+async fn forward(
+    ownership: &Ownership,
+    address: &str,
+    parts: axum::http::request::Parts,
+    body: axum::body::Bytes,
+) -> Option<Response> {
     let path = parts.uri.path_and_query().map_or("/", |path| path.as_str());
     let url = format!("{}{path}", address.trim_end_matches('/'));
     let mut headers = parts.headers.clone();
@@ -383,12 +435,16 @@ async fn forward(ownership: &Ownership, address: &str, request: Request) -> Resp
         (ownership.client)
             .request(parts.method.clone(), &url)
             .headers(headers)
-            .body(bytes)
+            .body(body)
             .send(),
     )
     .await;
     let answer = match sent {
         Ok(Ok(answer)) => answer,
+        Ok(Err(error)) if error.is_connect() => {
+            tracing::debug!(%error, owner = address, "the owner could not be reached");
+            return None;
+        }
         failed => {
             let why = match failed {
                 Ok(Err(error)) => error.to_string(),
@@ -396,7 +452,7 @@ async fn forward(ownership: &Ownership, address: &str, request: Request) -> Resp
             };
             tracing::debug!(%why, owner = address, "a forward failed");
             let id = conversation_of(parts.uri.path()).unwrap_or("the conversation");
-            return unavailable(id);
+            return Some(unavailable(id));
         }
     };
     let mut response = Response::builder().status(answer.status());
@@ -407,9 +463,11 @@ async fn forward(ownership: &Ownership, address: &str, request: Request) -> Resp
             }
         }
     }
-    response
-        .body(Body::from_stream(answer.bytes_stream()))
-        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+    Some(
+        response
+            .body(Body::from_stream(answer.bytes_stream()))
+            .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()),
+    )
 }
 
 #[cfg(test)]

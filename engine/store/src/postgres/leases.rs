@@ -8,8 +8,8 @@
 //! compare-and-set `UPDATE` and no row is ever inserted under contention. `members` holds
 //! each live node's heartbeat.
 //!
-//! [`PostgresStore::check_fence`] is the fencing check a commit of an owned partition must
-//! pass in its own transaction; the store's commit does not call it yet (docs/scale.md).
+//! [`PostgresStore::check_fence`] is the fencing check alone; the writer runs the same
+//! check in every commit's own transaction (`writer.rs`).
 
 use async_trait::async_trait;
 use colloquy_cluster::{
@@ -41,6 +41,14 @@ fn millis(ms: u64) -> i64 {
 
 fn partition_number(partition: PartitionId) -> i32 {
     i32::try_from(partition.0).unwrap_or(i32::MAX)
+}
+
+/// (partition, epoch) pairs as the two arrays `unnest` reads.
+fn columns(pairs: &[(PartitionId, Epoch)]) -> (Vec<i32>, Vec<i64>) {
+    pairs
+        .iter()
+        .map(|(partition, epoch)| (partition_number(*partition), millis(epoch.0)))
+        .unzip()
 }
 
 #[async_trait]
@@ -122,6 +130,44 @@ impl LeaseStore for PostgresStore {
         Ok(rows.first().map(lease_of))
     }
 
+    async fn acquire_many(
+        &self,
+        node: &NodeId,
+        address: &str,
+        wanted: &[(PartitionId, Epoch)],
+        ttl_ms: u64,
+    ) -> Result<Vec<Lease>, LeaseError> {
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (partitions, epochs) = columns(wanted);
+        // `acquire`'s compare-and-set for each row, in one statement.
+        let rows = self
+            .query(
+                &format!(
+                    "UPDATE partition_leases AS lease
+                        SET owner = $1, address = $2, epoch = lease.epoch + 1,
+                            expires_at = {NOW_MS} + $5
+                       FROM unnest($3::integer[], $4::bigint[]) AS wanted (partition, epoch)
+                      WHERE lease.partition = wanted.partition AND lease.epoch = wanted.epoch
+                        AND (lease.owner = $1 OR lease.owner IS NULL
+                             OR lease.expires_at <= {NOW_MS})
+                  RETURNING lease.partition, lease.owner, lease.address, lease.epoch,
+                            lease.expires_at"
+                ),
+                &[
+                    &node.as_str(),
+                    &address,
+                    &partitions,
+                    &epochs,
+                    &millis(ttl_ms),
+                ],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(rows.iter().map(lease_of).collect())
+    }
+
     async fn renew(
         &self,
         node: &NodeId,
@@ -131,8 +177,7 @@ impl LeaseStore for PostgresStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let partitions: Vec<i32> = leases.iter().map(|(p, _)| partition_number(*p)).collect();
-        let epochs: Vec<i64> = leases.iter().map(|(_, e)| millis(e.0)).collect();
+        let (partitions, epochs) = columns(leases);
         let rows = self
             .query(
                 &format!(
@@ -170,6 +215,29 @@ impl LeaseStore for PostgresStore {
                 &node.as_str(),
                 &millis(epoch.0),
             ],
+        )
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn release_many(
+        &self,
+        node: &NodeId,
+        leases: &[(PartitionId, Epoch)],
+    ) -> Result<(), LeaseError> {
+        if leases.is_empty() {
+            return Ok(());
+        }
+        let (partitions, epochs) = columns(leases);
+        self.execute(
+            &format!(
+                "UPDATE partition_leases AS lease SET expires_at = {NOW_MS}
+                   FROM unnest($2::integer[], $3::bigint[]) AS held (partition, epoch)
+                  WHERE lease.partition = held.partition AND lease.epoch = held.epoch
+                    AND lease.owner = $1 AND lease.expires_at > {NOW_MS}"
+            ),
+            &[&node.as_str(), &partitions, &epochs],
         )
         .await
         .map_err(unavailable)?;

@@ -854,6 +854,85 @@ async fn the_lease_table_keeps_the_ownership_contract() {
     );
 }
 
+/// `acquire_many` and `release_many` apply `acquire`'s and `release`'s rules to each
+/// partition of the batch in one statement: the free ones and the node's own are taken,
+/// one live for another node or at another epoch is refused alone.
+#[tokio::test]
+async fn batched_takes_and_give_backs_judge_each_partition_alone() {
+    use colloquy_cluster::{Epoch, LeaseStore, NodeId, PartitionId};
+    let Some(url) = fresh_database("batched_takes_and_give_backs_judge_each_partition_alone").await
+    else {
+        return;
+    };
+    let (a, b) = (NodeId::new("node-a"), NodeId::new("node-b"));
+    let store = open_store(&url).await;
+    let b_holds = (store
+        .acquire(PartitionId(3), &b, "http://b", Epoch(0), 5_000)
+        .await)
+        .expect("answered")
+        .expect("b takes p3");
+    assert_eq!(b_holds.epoch, Epoch(1));
+
+    // p0..p4 at epoch 0: p3 is b's (and at epoch 1), the rest are free; p5 is asked at a
+    // wrong epoch.
+    let wanted: Vec<_> = (0..5)
+        .map(|p| (PartitionId(p), Epoch(0)))
+        .chain([(PartitionId(5), Epoch(4))])
+        .collect();
+    let mut taken = store
+        .acquire_many(&a, "http://a", &wanted, 5_000)
+        .await
+        .expect("answered");
+    taken.sort_by_key(|lease| lease.partition);
+    let taken_ids: Vec<u32> = taken.iter().map(|lease| lease.partition.0).collect();
+    assert_eq!(taken_ids, [0, 1, 2, 4]);
+    assert!(
+        taken.iter().all(|lease| lease.owner == a
+            && lease.epoch == Epoch(1)
+            && &*lease.address == "http://a")
+    );
+
+    // Giving back p0 and p1 at their epoch, and p2 at a stale one: p0 and p1 are free to
+    // b at once, p2 is still a's.
+    store
+        .release_many(
+            &a,
+            &[
+                (PartitionId(0), Epoch(1)),
+                (PartitionId(1), Epoch(1)),
+                (PartitionId(2), Epoch(0)),
+            ],
+        )
+        .await
+        .expect("answered");
+    let mut for_b = store
+        .acquire_many(
+            &b,
+            "http://b",
+            &[
+                (PartitionId(0), Epoch(1)),
+                (PartitionId(1), Epoch(1)),
+                (PartitionId(2), Epoch(1)),
+            ],
+            5_000,
+        )
+        .await
+        .expect("answered");
+    for_b.sort_by_key(|lease| lease.partition);
+    let for_b: Vec<(u32, Epoch)> = for_b
+        .iter()
+        .map(|lease| (lease.partition.0, lease.epoch))
+        .collect();
+    assert_eq!(for_b, [(0, Epoch(2)), (1, Epoch(2))]);
+    // Empty batches need no round trip and change nothing.
+    assert!(
+        (store.acquire_many(&a, "http://a", &[], 5_000).await)
+            .expect("answered")
+            .is_empty()
+    );
+    store.release_many(&a, &[]).await.expect("answered");
+}
+
 /// A commit carrying a fence is refused (`Fenced`) and writes nothing unless its node still
 /// holds the partition at that epoch; in a batch, only the fenced commit is refused.
 #[tokio::test]
