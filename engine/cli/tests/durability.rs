@@ -801,6 +801,245 @@ async fn a_paused_owner_resumes_without_stale_answers() {
     .expect("test timed out");
 }
 
+/// Partition owners hear of other nodes' commits only for the inboxes someone waits on
+/// there: commits to carol's inbox on node-b, whom nobody on node-a waits for, bring node-a
+/// no notice; one to bob's, whose long poll is open on node-a, brings exactly one, and wakes
+/// the poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partition_owners_hear_only_of_the_inboxes_someone_waits_on() {
+    let Some(postgres) =
+        test_postgres("partition_owners_hear_only_of_the_inboxes_someone_waits_on")
+    else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let dir = scratch_dir("narrowed-notices");
+        let templates = templates(&dir);
+        let secret = dir.join("node-secret");
+        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
+        let secret = secret.to_string_lossy().into_owned();
+        let extra = [
+            "--cluster-secret-file",
+            &secret,
+            "--cluster-lease-ttl",
+            "2s",
+        ];
+        let node_a = Server::start_with(&dir, &templates, &url, "notices-a", &extra);
+        let node_b = Server::start_with(&dir, &templates, &url, "notices-b", &extra);
+        eventually("both nodes hold a share", || async {
+            let held = colloquy_store::raw::postgres_live_leases(&url).await;
+            (held.len() == 2 && held.values().all(|n| n.abs_diff(512) <= 1)).then_some(())
+        })
+        .await;
+        let http = reqwest::Client::new();
+        let notices = |node: &Server| {
+            let request = http.get(format!("{}/metrics", node.url)).send();
+            async move {
+                let text = request.await.expect("metrics").text().await.expect("text");
+                text.lines()
+                    .find_map(|line| line.strip_prefix("colloquy_remote_notices_total "))
+                    .expect("the notices counter")
+                    .parse::<u64>()
+                    .expect("a count")
+            }
+        };
+
+        // bob waits on node-a.
+        let bob = node_a.client("bob");
+        let poll = tokio::spawn(async move { bob.poll_inbox(0, 20_000).await });
+        eventually("bob's long poll is open on node-a", || async {
+            let list: serde_json::Value = (http.get(format!("{}/v1/agents", node_a.url)))
+                .header("x-agent-id", "bob")
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (list["agents"][0]["inbox_streams"].as_u64() > Some(0)).then_some(())
+        })
+        .await;
+        let before = notices(&node_a).await;
+
+        // Conversations node-b starts (ids in its own partitions) for carol: nobody on
+        // node-a waits for her.
+        let alice_b = node_b.client("alice");
+        let opening = |to: &str| StartConversation {
+            template: "fipa-request".to_owned(),
+            participants: vec![to.to_owned()],
+            conversation_id: None,
+            message: Some(SendMessage::new("request", json!({"action": "x"}))),
+            ..request("unused", to, None)
+        };
+        for _ in 0..10 {
+            alice_b
+                .start(&opening("carol"))
+                .await
+                .expect("start for carol");
+        }
+        // One for bob: his poll on node-a wakes.
+        let started = alice_b.start(&opening("bob")).await.expect("start for bob");
+        let page = poll.await.expect("poll task").expect("bob's poll");
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].conversation_id, started.id);
+        // The follower polls each second besides its wake-ups: wait past that, then count.
+        sleep(Duration::from_millis(1_500)).await;
+        let heard = notices(&node_a).await - before;
+        eprintln!("node-a heard {heard} notices of node-b's 11 commits");
+        assert_eq!(heard, 1, "node-a heard of bob's inbox only");
+        drop((node_a, node_b));
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Three nodes serve a steady load spread over all of them; a fourth joins. The partitions
+/// rebalance to a quarter each (the three give back, the fourth takes) while the load runs,
+/// and no request fails: a request for a partition in flight waits for its new owner, and
+/// one whose commit the move fenced is routed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fourth_node_takes_its_share_while_no_request_fails() {
+    let Some(postgres) = test_postgres("a_fourth_node_takes_its_share_while_no_request_fails")
+    else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let dir = scratch_dir("fourth-node");
+        let templates = templates(&dir);
+        let secret = dir.join("node-secret");
+        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
+        let secret = secret.to_string_lossy().into_owned();
+        let extra = [
+            "--cluster-secret-file",
+            &secret,
+            "--cluster-lease-ttl",
+            "2s",
+        ];
+        let start = |name: &str| Server::start_with(&dir, &templates, &url, name, &extra);
+        let nodes = [start("join-a"), start("join-b"), start("join-c")];
+        let shares = |count: usize| {
+            let url = url.clone();
+            move || {
+                let url = url.clone();
+                async move {
+                    let held = colloquy_store::raw::postgres_live_leases(&url).await;
+                    let even = held.len() == count
+                        && held.values().sum::<usize>() == 1024
+                        && held.values().all(|n| n.abs_diff(1024 / count) <= 1);
+                    even.then_some(held)
+                }
+            }
+        };
+        eventually("three nodes share the partitions", shares(3)).await;
+
+        // The load: three workers, each running whole conversations (request, agree,
+        // inform), every step through another node.
+        let urls: Vec<String> = nodes.iter().map(|node| node.url.clone()).collect();
+        let running = Arc::new(AtomicBool::new(true));
+        let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+        let done = Arc::new(AtomicUsize::new(0));
+        let joined: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        let mut workers = Vec::new();
+        for worker in 0..3 {
+            let (urls, running, failures, done, joined) = (
+                urls.clone(),
+                running.clone(),
+                failures.clone(),
+                done.clone(),
+                joined.clone(),
+            );
+            workers.push(tokio::spawn(async move {
+                let mut n = 0usize;
+                while running.load(Ordering::SeqCst) {
+                    let id = format!("join-{worker}-{n}");
+                    // Once the fourth node is up, it takes a share of the calls too.
+                    let mut through = urls.clone();
+                    through.extend(joined.lock().expect("joined").clone());
+                    let node = |step: usize| through[(n + step + worker) % through.len()].clone();
+                    let alice = Client::new(&node(0), "alice", None).expect("client");
+                    let bob = Client::new(&node(1), "bob", None).expect("client");
+                    let bob_again = Client::new(&node(2), "bob", None).expect("client");
+                    let outcome = async {
+                        alice
+                            .start(&request(&id, "bob", None))
+                            .await
+                            .map_err(|e| format!("{id} start: {e:?}"))?;
+                        bob.send(
+                            &id,
+                            &SendMessage::new("agree", json!({})).with_id(format!("{id}.agree")),
+                        )
+                        .await
+                        .map_err(|e| format!("{id} agree: {e:?}"))?;
+                        bob_again
+                            .send(
+                                &id,
+                                &SendMessage::new("inform", json!({"done": true}))
+                                    .with_id(format!("{id}.inform")),
+                            )
+                            .await
+                            .map_err(|e| format!("{id} inform: {e:?}"))?;
+                        Ok::<(), String>(())
+                    }
+                    .await;
+                    match outcome {
+                        Ok(()) => {
+                            done.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(failure) => failures.lock().expect("failures").push(failure),
+                    }
+                    n += 1;
+                }
+            }));
+        }
+
+        sleep(Duration::from_millis(500)).await;
+        let before = done.load(Ordering::SeqCst);
+        let fourth = start("join-d");
+        *joined.lock().expect("joined") = Some(fourth.url.clone());
+        let held = eventually("four nodes share the partitions", shares(4)).await;
+        assert_eq!(held.get(&fourth.url), Some(&256), "{held:?}");
+        let during = done.load(Ordering::SeqCst) - before;
+        // A while longer with all four taking calls.
+        sleep(Duration::from_millis(500)).await;
+        running.store(false, Ordering::SeqCst);
+        for worker in workers {
+            worker.await.expect("worker");
+        }
+        let failures = failures.lock().expect("failures").clone();
+        let done = done.load(Ordering::SeqCst);
+        eprintln!(
+            "fourth node joined: {done} conversations, {during} of them while it took its share; \
+             {} failed",
+            failures.len()
+        );
+        assert!(failures.is_empty(), "requests failed: {failures:#?}");
+        assert!(during > 0, "the load ran while the partitions moved");
+
+        // Every conversation is complete, read through the new node (forwarded or served).
+        let reader = Client::new(&fourth.url, "alice", None).expect("client");
+        let mut completed = 0;
+        for worker in 0..3 {
+            for n in 0.. {
+                let id = format!("join-{worker}-{n}");
+                match reader.conversation(&id).await {
+                    Ok(view) => assert_eq!(view.status, ConversationStatus::Completed, "{id}"),
+                    Err(_) => break,
+                }
+                completed += 1;
+            }
+        }
+        assert_eq!(completed, done, "every conversation run is there, complete");
+        drop(nodes);
+        drop(fourth);
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// Two `colloquy serve` nodes on the store at `url`: an inbox long poll on one wakes for a
 /// message sent through the other, each sees the other's commits, a deadline fires once with
 /// both running and once more when the node that took its request is killed.

@@ -6,6 +6,10 @@
 //!   nodes' commits: [`Engine::follow_store`] catches cached conversations up with each
 //!   remote commit and republishes it as a [`Notice`], so an inbox stream on node A wakes
 //!   up for a message sent through node B.
+//!
+//!   With partition owners (a fencer in the engine's config) each conversation is cached
+//!   on its owner only, which no other node commits to: the engine asks the store for the
+//!   notices of the inboxes someone on this node waits on, and no others.
 //! - **Conversations not loaded yet.** After a restart (or on another node) the engine has
 //!   loaded only what it touched since. [`Engine::commitments`] asks the store which
 //!   conversations an agent is a party of and loads them on demand.
@@ -13,6 +17,7 @@
 use std::sync::{Arc, Weak};
 
 use colloquy_protocol::conversation::CommitmentView;
+use colloquy_protocol::message::AgentId;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
@@ -25,6 +30,20 @@ impl Engine {
     /// the engine is dropped. `None` when the store has no other writers (memory, SQLite).
     pub fn follow_store(self: &Arc<Self>) -> Option<JoinHandle<()>> {
         let mut changes = self.store.remote_changes()?;
+        if self.config.fencer.is_some() {
+            // Partition owners: only inbox notices, for agents someone here waits on.
+            let (streams, followed) = (self.inbox_wakeups.clone(), self.followed_inboxes.clone());
+            self.store.narrow_remote_changes(Arc::new(move || {
+                let mut wanted = streams.keys();
+                wanted.extend(
+                    (followed.read())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .iter()
+                        .cloned(),
+                );
+                wanted
+            }));
+        }
         let engine: Weak<Engine> = Arc::downgrade(self);
         Some(tokio::spawn(async move {
             loop {
@@ -33,7 +52,12 @@ impl Engine {
                     return;
                 };
                 match received {
-                    Ok(change) => engine.hear(change).await,
+                    Ok(change) => {
+                        engine
+                            .remote_notices
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        engine.hear(change).await;
+                    }
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(
                             missed,
@@ -48,6 +72,22 @@ impl Engine {
                 }
             }
         }))
+    }
+
+    /// Notices of other nodes' commits this node has heard.
+    pub fn remote_notices(&self) -> u64 {
+        self.remote_notices
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Hears of other nodes' commits to `agents`' inboxes from now on, besides those of
+    /// agents with an inbox stream open here: the agents this node delivers to (webhooks,
+    /// A2A). Matters with partition owners only, where notices are narrowed to what is
+    /// wanted.
+    pub fn follow_inboxes(&self, agents: impl IntoIterator<Item = AgentId>) {
+        (self.followed_inboxes.write())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(agents);
     }
 
     /// Brings a cached copy up to the remote version, then tells this node's subscribers.
@@ -88,6 +128,16 @@ impl Engine {
                 version: change.version,
                 agents: change.agents.into(),
             });
+        }
+    }
+
+    /// With partition owners, drops the cached copy of a conversation another node owns
+    /// (loaded here to be read): nothing here would keep it up to date.
+    fn forget_if_not_owned(&self, id: &str) {
+        if let Some(fencer) = &self.config.fencer
+            && fencer.fence(id).epoch == colloquy_cluster::Epoch::default()
+        {
+            self.live.remove(id);
         }
     }
 
@@ -140,6 +190,8 @@ impl Engine {
                 .filter(|c| keep(c))
                 .collect();
             found.sort_by(|a, b| a.id.cmp(&b.id));
+            drop(guard);
+            self.forget_if_not_owned(id);
             page.extend(found);
             if page.len() > limit {
                 page.truncate(limit);

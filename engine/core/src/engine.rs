@@ -160,6 +160,11 @@ pub struct Engine {
     shared_store: bool,
     /// Inbox entries this engine dropped unacknowledged after the inbox TTL (`inbox_expiry`).
     pub(crate) inbox_entries_expired: std::sync::atomic::AtomicU64,
+    /// Notices of other nodes' commits heard (see `cluster.rs`).
+    pub(crate) remote_notices: std::sync::atomic::AtomicU64,
+    /// Agents whose inboxes this node follows besides its open streams (webhook and A2A
+    /// delivery): see [`Engine::follow_inboxes`].
+    pub(crate) followed_inboxes: Arc<std::sync::RwLock<std::collections::BTreeSet<AgentId>>>,
     /// Given to every conversation, to record the rules that fire (see
     /// [`Engine::with_rule_log`]).
     rule_log: Option<Arc<crate::rules::RuleLog>>,
@@ -202,6 +207,8 @@ impl Engine {
             hooks: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
             inbox_entries_expired: std::sync::atomic::AtomicU64::new(0),
+            remote_notices: std::sync::atomic::AtomicU64::new(0),
+            followed_inboxes: Arc::default(),
             inbox_wakeups: Wakeups::default(),
             conversation_wakeups: Wakeups::default(),
             rule_log: None,

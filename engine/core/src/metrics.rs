@@ -294,8 +294,11 @@ impl Metrics {
              colloquy_live_conversations {}\n\
              # HELP colloquy_inbox_expired_total Inbox entries dropped unacknowledged after the inbox TTL.\n\
              # TYPE colloquy_inbox_expired_total counter\n\
-             colloquy_inbox_expired_total {}",
-            engine.live_conversations, engine.inbox_entries_expired
+             colloquy_inbox_expired_total {}\n\
+             # HELP colloquy_remote_notices_total Notices of other nodes' commits received from the shared store.\n\
+             # TYPE colloquy_remote_notices_total counter\n\
+             colloquy_remote_notices_total {}",
+            engine.live_conversations, engine.inbox_entries_expired, engine.remote_notices
         );
         if let Some(observer) = self.observer.get() {
             observer.render_metrics(&mut out);
@@ -317,6 +320,8 @@ pub struct EngineFigures {
     pub live_conversations: usize,
     /// Inbox entries dropped unacknowledged after the inbox TTL.
     pub inbox_entries_expired: u64,
+    /// Notices of other nodes' commits this node received from a shared store.
+    pub remote_notices: u64,
 }
 
 /// Writes one metric family, its samples sorted so the output is stable.
@@ -627,6 +632,10 @@ impl ConversationStore for MeteredStore {
         limit: usize,
     ) -> Result<Option<Vec<Arc<str>>>, StoreError> {
         self.inner.conversation_ids_before(before, limit).await
+    }
+
+    fn narrow_remote_changes(&self, wanted: crate::store::WantedAgents) {
+        self.inner.narrow_remote_changes(wanted);
     }
 
     fn remote_changes(

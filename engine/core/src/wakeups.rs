@@ -27,8 +27,8 @@ struct Held {
     notify: Arc<Notify>,
 }
 
-/// Keys (agent ids, conversation ids) with someone listening.
-#[derive(Debug)]
+/// Keys (agent ids, conversation ids) with someone listening. A clone shares them.
+#[derive(Clone, Debug)]
 pub struct Wakeups {
     listeners: Arc<Listeners>,
 }
@@ -74,6 +74,15 @@ impl Wakeups {
         self.listeners
             .get(key)
             .map_or(0, |weak| weak.strong_count())
+    }
+
+    /// The keys someone listens on now.
+    pub fn keys(&self) -> Vec<Arc<str>> {
+        self.listeners
+            .iter()
+            .filter(|entry| entry.value().strong_count() > 0)
+            .map(|entry| entry.key().clone())
+            .collect()
     }
 
     /// Wakes every listener: after this node missed notices, so streams read again.

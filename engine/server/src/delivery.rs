@@ -76,6 +76,9 @@ pub fn spawn_push(
     let mut notices = engine.subscribe();
     let (leads, leading) = watch::channel(false);
     let lead = tokio::spawn(keep_the_lead(engine.clone(), leads));
+    // With partition owners, this node hears of other nodes' commits to these inboxes only
+    // because it asks to.
+    engine.follow_inboxes(channels.keys().cloned());
     let mut bells: HashMap<AgentId, Arc<Notify>> = HashMap::new();
     let mut workers = Vec::new();
     for (agent, channel) in channels {

@@ -50,6 +50,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let figures = colloquy_core::metrics::EngineFigures {
         live_conversations: state.engine().live_count(),
         inbox_entries_expired: state.engine().inbox_entries_expired(),
+        remote_notices: state.engine().remote_notices(),
     };
     let text = state.metrics().render(figures, hooks);
     (

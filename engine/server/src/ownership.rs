@@ -281,6 +281,9 @@ pub async fn route_to_owner(
     let Some(ownership) = state.ownership().cloned() else {
         return next.run(request).await;
     };
+    if a2a_call(request.method(), request.uri().path()) {
+        return a2a_not_in_cluster();
+    }
     let forwarded = ownership.forwarded(request.headers());
     let (request, id) =
         if request.method() == Method::POST && request.uri().path() == "/v1/conversations" {
@@ -369,6 +372,24 @@ fn rebuilt(parts: axum::http::request::Parts, start: &mut serde_json::Value, id:
     let mut parts = parts;
     parts.headers.remove(header::CONTENT_LENGTH);
     Request::from_parts(parts, Body::from(start.to_string()))
+}
+
+/// Whether a request is an A2A call (its JSON-RPC and REST routes; agent cards are not
+/// calls). Its task is a conversation named inside the call, which this layer does not
+/// route yet.
+fn a2a_call(method: &Method, path: &str) -> bool {
+    path.starts_with("/a2a/") && !(method == Method::GET && path.contains("/.well-known/"))
+}
+
+/// 501 for an A2A call on a cluster of partition owners (see docs/scale.md).
+fn a2a_not_in_cluster() -> Response {
+    let body = colloquy_protocol::error::ErrorBody::new(
+        "not_in_cluster",
+        "A2A calls are not served by a cluster of partition owners yet: call a node that \
+         runs alone or follows every commit (SQLite, Redis)",
+        None,
+    );
+    (StatusCode::NOT_IMPLEMENTED, axum::Json(body)).into_response()
 }
 
 /// The answer to a forwarded request this node cannot serve now: 503 marked [`MOVED`],
@@ -484,6 +505,21 @@ mod tests {
         assert_eq!(conversation_of("/v1/conversations"), None);
         assert_eq!(conversation_of("/v1/conversations/"), None);
         assert_eq!(conversation_of("/v1/agents/bob/inbox"), None);
+    }
+
+    #[test]
+    fn a2a_calls_are_told_apart_from_agent_cards() {
+        assert!(a2a_call(&Method::POST, "/a2a/bob"));
+        assert!(a2a_call(&Method::POST, "/a2a/bob/"));
+        assert!(a2a_call(
+            &Method::GET,
+            "/a2a/bob/rest/tasks/t-1/pushNotificationConfigs"
+        ));
+        assert!(!a2a_call(
+            &Method::GET,
+            "/a2a/bob/.well-known/agent-card.json"
+        ));
+        assert!(!a2a_call(&Method::POST, "/v1/conversations"));
     }
 
     #[test]

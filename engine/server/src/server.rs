@@ -165,6 +165,16 @@ pub fn launch(
         Some(source) => source,
         None => Arc::new(catalog),
     };
+    if options.ownership.is_some() && !options.identity.a2a_agents().is_empty() {
+        // The bridge would record a remote agent's answers on whichever node leads it,
+        // which may not own the conversation: its commits would be refused by fencing.
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "remote A2A agents (`a2a:` in the agents file) are not served by a cluster of \
+             partition owners yet (--cluster-secret-file): run them on a single node, or on \
+             nodes that follow every commit (Redis)",
+        ));
+    }
     let ownership = options.ownership.map(|settings| {
         Arc::new(crate::ownership::Ownership::new(
             settings,

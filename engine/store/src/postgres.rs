@@ -114,6 +114,8 @@ pub struct PostgresStore {
     writer: mpsc::UnboundedSender<writer::Job>,
     node: Arc<str>,
     changes: broadcast::Sender<RemoteChange>,
+    /// Set by a partition owner: the follower reads the changes of these inboxes only.
+    wanted: Arc<std::sync::OnceLock<colloquy_core::store::WantedAgents>>,
     follower: JoinHandle<()>,
     redacted: String,
 }
@@ -190,11 +192,12 @@ impl PostgresStore {
         let node: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let (ready, following) = oneshot::channel();
+        let wanted = Arc::new(std::sync::OnceLock::new());
         let follower = tokio::spawn(changes::follow(
             locator.config.clone(),
             CHANGES_CHANNEL.to_owned(),
             node.clone(),
-            changes.clone(),
+            (changes.clone(), wanted.clone()),
             ready,
         ));
         // A store that returned before the follower listened would miss other nodes'
@@ -223,6 +226,7 @@ impl PostgresStore {
             writer: jobs,
             node,
             changes,
+            wanted,
             follower,
             redacted,
         })
@@ -406,6 +410,33 @@ pub(crate) async fn create_test_database(url: &str) -> Result<String, StoreError
         .split_once('?')
         .map_or(String::new(), |(_, query)| format!("?{query}"));
     Ok(format!("{scheme}://{authority}/{name}{query}"))
+}
+
+/// How many partitions each node address holds by a live lease, by the database's clock
+/// (the crash tests watch a cluster rebalance through it).
+pub(crate) async fn live_leases_by_address(
+    url: &str,
+) -> Result<std::collections::BTreeMap<String, usize>, StoreError> {
+    let locator = Locator::parse(url)?;
+    let (client, connection) = locator.config.connect(NoTls).await.map_err(sql_error)?;
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT address, count(*) FROM partition_leases
+              WHERE owner IS NOT NULL
+                AND expires_at > (extract(epoch FROM now()) * 1000)::bigint
+              GROUP BY address",
+            &[],
+        )
+        .await
+        .map_err(sql_error)?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let held: i64 = row.get(1);
+            (row.get::<_, String>(0), usize::try_from(held).unwrap_or(0))
+        })
+        .collect())
 }
 
 /// Connection trouble, a server shutting down or short of resources, a deadlock or a
@@ -883,6 +914,10 @@ impl ConversationStore for PostgresStore {
             )
             .await?;
         Ok(!rows.is_empty())
+    }
+
+    fn narrow_remote_changes(&self, wanted: colloquy_core::store::WantedAgents) {
+        let _ = self.wanted.set(wanted);
     }
 
     fn remote_changes(&self) -> Option<broadcast::Receiver<RemoteChange>> {

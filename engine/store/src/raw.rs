@@ -172,6 +172,14 @@ pub async fn fresh_postgres_database(url: &str) -> String {
         .expect("create a database on the test Postgres")
 }
 
+/// How many partitions each node address (`http://host:port`) holds by a live lease on the
+/// Postgres database `url` names.
+pub async fn postgres_live_leases(url: &str) -> std::collections::BTreeMap<String, usize> {
+    crate::postgres::live_leases_by_address(url)
+        .await
+        .expect("read the lease table")
+}
+
 /// Whether the Redis at `url` answers PING now.
 pub async fn redis_answers(url: &str) -> bool {
     let Ok(client) = ::redis::Client::open(url) else {

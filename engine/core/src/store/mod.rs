@@ -215,6 +215,9 @@ pub struct RemoteChange {
     pub agents: Vec<AgentId>,
 }
 
+/// The agents whose inboxes a node wants to hear of ([`ConversationStore::narrow_remote_changes`]).
+pub type WantedAgents = Arc<dyn Fn() -> Vec<AgentId> + Send + Sync>;
+
 /// A durable home for conversations. See the module docs for the contract.
 #[async_trait]
 pub trait ConversationStore: Send + Sync + 'static {
@@ -406,6 +409,14 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn lead(&self, _role: &str, _lease_ms: u64) -> Result<bool, StoreError> {
         Ok(true)
     }
+
+    /// Narrows [`remote_changes`](Self::remote_changes) to the commits that put entries in
+    /// an inbox of an agent `wanted` lists (called again at every read, so the list follows
+    /// the streams opened and closed). For a node whose conversations are owned by
+    /// partitions: it caches only the conversations it owns, which no other node commits
+    /// to, so what it needs to hear of is inboxes, and only those someone on this node
+    /// waits on. A store that cannot narrow ignores it and sends every notice.
+    fn narrow_remote_changes(&self, _wanted: WantedAgents) {}
 
     /// Commits other engine nodes made, from now on, or `None` for a store only this
     /// process writes to.

@@ -13,14 +13,21 @@
 //! rolled back) before a higher one is handed out. Once the follower sees `max(seq) = M`,
 //! no row at or below M can still appear.
 //!
+//! **Narrowed** ([`narrow_remote_changes`](colloquy_core::store::ConversationStore::narrow_remote_changes),
+//! partition owners): the
+//! follower reads only the rows whose `agents` include one the engine wants at that
+//! moment (Postgres filters them, `agents::jsonb ?| $wanted`), and none when it wants
+//! none; the cursor moves on over the rest. A NOTIFY still wakes every node, once per
+//! commit batch of another node: a wake-up costs a query, not a notice per commit.
+//!
 //! Rows older than `CHANGES_KEPT` are trimmed (`postgres/writer.rs`): a follower cut off for
 //! longer skips what was trimmed, as a Redis subscriber misses what was published while it
 //! was away.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use colloquy_core::store::RemoteChange;
+use colloquy_core::store::{RemoteChange, WantedAgents};
 use colloquy_protocol::message::AgentId;
 use futures_util::StreamExt as _;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -38,7 +45,7 @@ pub(super) async fn follow(
     config: tokio_postgres::Config,
     channel: String,
     node: Arc<str>,
-    changes: broadcast::Sender<RemoteChange>,
+    (changes, wanted): (broadcast::Sender<RemoteChange>, Arc<OnceLock<WantedAgents>>),
     ready: oneshot::Sender<()>,
 ) {
     let mut ready = Some(ready);
@@ -49,7 +56,7 @@ pub(super) async fn follow(
             &config,
             &channel,
             &node,
-            &changes,
+            (&changes, &wanted),
             (&mut cursor, &mut ready, &mut delay),
         )
         .await;
@@ -68,14 +75,20 @@ type Progress<'a> = (
 );
 
 /// One connection's worth of following, until the connection fails.
+/// Where the follower's notices go, and which it wants when narrowed.
+type Sinks<'a> = (
+    &'a broadcast::Sender<RemoteChange>,
+    &'a Arc<OnceLock<WantedAgents>>,
+);
+
 async fn follow_once(
     config: &tokio_postgres::Config,
     channel: &str,
     node: &Arc<str>,
-    changes: &broadcast::Sender<RemoteChange>,
+    sinks: Sinks<'_>,
     (cursor, ready, delay): Progress<'_>,
 ) -> tokio_postgres::Error {
-    match follow_connected(config, channel, node, changes, cursor, ready, delay).await {
+    match follow_connected(config, channel, node, sinks, cursor, ready, delay).await {
         Ok(never) => match never {},
         Err(error) => error,
     }
@@ -85,7 +98,7 @@ async fn follow_connected(
     config: &tokio_postgres::Config,
     channel: &str,
     node: &Arc<str>,
-    changes: &broadcast::Sender<RemoteChange>,
+    (changes, wanted): Sinks<'_>,
     cursor: &mut Option<i64>,
     ready: &mut Option<oneshot::Sender<()>>,
     delay: &mut Duration,
@@ -133,13 +146,35 @@ async fn follow_connected(
              WHERE seq > $1 AND seq <= $2 AND node <> $3 ORDER BY seq LIMIT $4",
         )
         .await?;
+    let narrowed = client
+        .prepare(
+            "SELECT seq, conversation_id, version, agents FROM changes
+             WHERE seq > $1 AND seq <= $2 AND node <> $3 AND agents::jsonb ?| $5::text[]
+             ORDER BY seq LIMIT $4",
+        )
+        .await?;
     loop {
         let top: i64 = client.query_one(&newest, &[]).await?.get(0);
         let mut from = cursor.unwrap_or(top);
+        let wanted: Option<Vec<String>> = wanted
+            .get()
+            .map(|wanted| wanted().iter().map(|agent| agent.to_string()).collect());
+        if wanted.as_ref().is_some_and(Vec::is_empty) {
+            from = top;
+        }
         while from < top {
-            let rows = client
-                .query(&others, &[&from, &top, &&**node, &PAGE])
-                .await?;
+            let rows = match &wanted {
+                Some(agents) => {
+                    client
+                        .query(&narrowed, &[&from, &top, &&**node, &PAGE, agents])
+                        .await?
+                }
+                None => {
+                    client
+                        .query(&others, &[&from, &top, &&**node, &PAGE])
+                        .await?
+                }
+            };
             let full = rows.len() as i64 == PAGE;
             for row in &rows {
                 from = row.get(0);

@@ -567,6 +567,79 @@ async fn other_nodes_hear_of_commits() {
     );
 }
 
+/// A node that narrows its notices (a partition owner) hears of other nodes' commits to the
+/// inboxes it wants at that moment only: none of the others, none at all while it wants
+/// none, and the new ones as soon as it wants them.
+#[tokio::test]
+async fn a_narrowed_follower_hears_of_the_inboxes_it_wants_only() {
+    let Some(url) = fresh_database("a_narrowed_follower_hears_of_the_inboxes_it_wants_only").await
+    else {
+        return;
+    };
+    let a = open_store(&url).await;
+    let b = open_store(&url).await;
+    let wanted: Arc<std::sync::Mutex<Vec<Arc<str>>>> =
+        Arc::new(std::sync::Mutex::new(vec![Arc::from("carol")]));
+    let asked = wanted.clone();
+    b.narrow_remote_changes(Arc::new(move || asked.lock().expect("wanted").clone()));
+    let mut heard_by_b = b.remote_changes().expect("postgres follows changes");
+    let to = |agent: &str, mut commit: Commit| {
+        for delivery in &mut commit.deliveries {
+            delivery.agent = Arc::from(agent);
+        }
+        commit
+    };
+
+    // To bob, then to carol: B hears of carol's only.
+    a.commit(to(
+        "bob",
+        commit("c1", 0, vec![started("c1"), accepted(2, "m1")], None),
+    ))
+    .await
+    .expect("commit");
+    a.commit(to(
+        "carol",
+        commit("c2", 0, vec![started("c2"), accepted(2, "m2")], None),
+    ))
+    .await
+    .expect("commit");
+    let heard = next(&mut heard_by_b)
+        .await
+        .expect("B hears of carol's inbox");
+    assert_eq!(
+        (&*heard.conversation_id, &heard.agents[..]),
+        ("c2", &[Arc::from("carol")][..])
+    );
+    assert!(next(&mut heard_by_b).await.is_none(), "nothing of bob's");
+
+    // Wanting nobody: nothing at all.
+    wanted.lock().expect("wanted").clear();
+    a.commit(to(
+        "carol",
+        commit("c3", 0, vec![started("c3"), accepted(2, "m3")], None),
+    ))
+    .await
+    .expect("commit");
+    assert!(next(&mut heard_by_b).await.is_none(), "B wants nobody now");
+
+    // Wanting bob from now on: his next entry is heard.
+    *wanted.lock().expect("wanted") = vec![Arc::from("bob")];
+    a.commit(to(
+        "bob",
+        commit("c4", 0, vec![started("c4"), accepted(2, "m4")], None),
+    ))
+    .await
+    .expect("commit");
+    let heard = next(&mut heard_by_b).await.expect("B hears of bob's inbox");
+    assert_eq!(&*heard.conversation_id, "c4");
+}
+
+/// The next notice within [`POLL_WAIT`], if any.
+async fn next(receiver: &mut broadcast::Receiver<RemoteChange>) -> Option<RemoteChange> {
+    let received = tokio::time::timeout(POLL_WAIT, receiver.recv()).await;
+    received.ok().map(|change| change.expect("channel open"))
+}
+
 /// Longer than the follower's poll: what it has not sent by then it will not send.
 const POLL_WAIT: Duration = Duration::from_millis(1500);
 
