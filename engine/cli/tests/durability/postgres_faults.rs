@@ -266,10 +266,10 @@ impl Api {
 }
 
 /// Postgres stopped under two owning nodes: each kind of request through either node (a
-/// start, a message, a read of a conversation no node holds) gets 503 with `Retry-After`
-/// from a bounded wait, and changes nothing; once Postgres is started again both nodes serve
-/// starts and messages again, and every conversation is at the version acknowledged before
-/// the outage.
+/// start, a message, a read of a conversation no node holds), sent at once and again past
+/// the lease TTL, gets 503 with `Retry-After` from a bounded wait, and changes nothing; once
+/// Postgres is started again both nodes serve starts and messages again, and every
+/// conversation is at the version acknowledged before the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_restarted_under_two_nodes_gives_503_then_recovers() {
     if !private_postgres_available("postgres_restarted_under_two_nodes_gives_503_then_recovers") {
@@ -547,8 +547,11 @@ const PHASES: [&str; 5] = ["pass", "delay 200 ms", "drop", "black hole", "pass a
 struct Ledger {
     /// Which phase the link is in (an index into [`PHASES`]).
     phase: AtomicUsize,
-    /// Failed attempts (503, or no answer within [`CALL_TIMEOUT`]) per phase.
+    /// Failed attempts (503, or no answer within [`CALL_TIMEOUT`]) per phase (that they were
+    /// answered in).
     failed: [AtomicUsize; PHASES.len()],
+    /// Failed attempts per phase and kind (the 503's error code, or `no answer`).
+    failures: Mutex<std::collections::BTreeMap<(usize, String), usize>>,
     /// Acknowledged requests per phase.
     acknowledged: [AtomicUsize; PHASES.len()],
     /// Acknowledged requests through node-a (index 0) and node-b (1), per phase.
@@ -560,6 +563,21 @@ struct Ledger {
 impl Ledger {
     fn phase(&self) -> usize {
         self.phase.load(Ordering::Relaxed)
+    }
+
+    fn failed(&self, phase: usize, kind: &str) {
+        self.failed[phase].fetch_add(1, Ordering::Relaxed);
+        let mut failures = self.failures.lock().expect("lock");
+        *failures.entry((phase, kind.to_owned())).or_default() += 1;
+    }
+
+    /// The kinds of failure of `phase`, with their counts.
+    fn failures_in(&self, phase: usize) -> Vec<(String, usize)> {
+        let failures = self.failures.lock().expect("lock");
+        (failures.iter())
+            .filter(|((of, _), _)| *of == phase)
+            .map(|((_, kind), count)| (kind.clone(), *count))
+            .collect()
     }
 }
 
@@ -577,8 +595,11 @@ async fn step(ledger: &Ledger, node: usize, api: &Api, id: &str, performative: &
         } else {
             api.send(id, performative)
         };
+        let answered = answer(request).await;
+        // Counted in the phase the answer came in (an attempt sent at the end of one phase
+        // may be answered in the next).
         let phase = ledger.phase();
-        match answer(request).await {
+        match answered {
             Ok(Answer { status, .. }) if (200..300).contains(&status) => {
                 ledger.acknowledged[phase].fetch_add(1, Ordering::Relaxed);
                 ledger.through[node][phase].fetch_add(1, Ordering::Relaxed);
@@ -589,10 +610,11 @@ async fn step(ledger: &Ledger, node: usize, api: &Api, id: &str, performative: &
             Ok(Answer {
                 status: 503,
                 retry_after,
+                code,
                 ..
             }) => {
                 assert!(retry_after, "{id}.{performative}: 503 without Retry-After");
-                ledger.failed[phase].fetch_add(1, Ordering::Relaxed);
+                ledger.failed(phase, code.as_deref().unwrap_or("503 without a code"));
             }
             Ok(Answer { code, .. })
                 if attempt > 0
@@ -605,9 +627,7 @@ async fn step(ledger: &Ledger, node: usize, api: &Api, id: &str, performative: &
                 "{id}.{performative} through node {node} (attempt {attempt}, phase {}): {other:?}",
                 PHASES[phase]
             ),
-            Err(_) => {
-                ledger.failed[phase].fetch_add(1, Ordering::Relaxed);
-            }
+            Err(_) => ledger.failed(phase, "no answer"),
         }
         sleep(Duration::from_millis(200)).await;
     }
@@ -784,8 +804,9 @@ async fn a_faulty_link_to_postgres_loses_nothing_acknowledged() {
         }
         for (phase, name) in PHASES.iter().enumerate() {
             eprintln!(
-                "phase {name}: {} failed attempts, {} acknowledged ({} through node-a, {} through node-b)",
+                "phase {name}: {} failed attempts {:?}, {} acknowledged ({} through node-a, {} through node-b)",
                 ledger.failed[phase].load(Ordering::Relaxed),
+                ledger.failures_in(phase),
                 acknowledged_in(phase),
                 ledger.through[0][phase].load(Ordering::Relaxed),
                 ledger.through[1][phase].load(Ordering::Relaxed),
