@@ -40,6 +40,9 @@ use tokio::time::{sleep, timeout};
 /// Audit records: signed, verified offline, altered logs caught, logs from before chains.
 #[path = "durability/audit.rs"]
 mod audit;
+/// Postgres failing under two owning nodes: stopped and restarted, and a faulty link.
+#[path = "durability/postgres_faults.rs"]
+mod postgres_faults;
 
 /// Longest any one test may run.
 const TEST_TIMEOUT: Duration = Duration::from_secs(180);

@@ -141,15 +141,30 @@ impl LeaseStore for PostgresStore {
             return Ok(Vec::new());
         }
         let (partitions, epochs) = columns(wanted);
-        // `acquire`'s compare-and-set for each row, in one statement.
+        // `acquire`'s compare-and-set for each row, in one statement. The rows are locked
+        // first, in partition order, skipping those another transaction holds: two nodes
+        // taking overlapping sets row by row, each in its own preference order, deadlocked
+        // (one tick failed after Postgres's `deadlock_timeout`). A skipped partition is not
+        // taken this tick, as if another node had won it.
         let rows = self
             .query(
                 &format!(
-                    "UPDATE partition_leases AS lease
+                    "WITH locked AS MATERIALIZED (
+                         SELECT lease.partition, lease.epoch
+                           FROM partition_leases AS lease
+                           JOIN unnest($3::integer[], $4::bigint[]) AS wanted (partition, epoch)
+                             ON lease.partition = wanted.partition
+                            AND lease.epoch = wanted.epoch
+                          WHERE lease.owner = $1 OR lease.owner IS NULL
+                             OR lease.expires_at <= {NOW_MS}
+                          ORDER BY lease.partition
+                            FOR UPDATE OF lease SKIP LOCKED
+                     )
+                     UPDATE partition_leases AS lease
                         SET owner = $1, address = $2, epoch = lease.epoch + 1,
                             expires_at = {NOW_MS} + $5
-                       FROM unnest($3::integer[], $4::bigint[]) AS wanted (partition, epoch)
-                      WHERE lease.partition = wanted.partition AND lease.epoch = wanted.epoch
+                       FROM locked
+                      WHERE lease.partition = locked.partition AND lease.epoch = locked.epoch
                         AND (lease.owner = $1 OR lease.owner IS NULL
                              OR lease.expires_at <= {NOW_MS})
                   RETURNING lease.partition, lease.owner, lease.address, lease.epoch,
@@ -178,13 +193,25 @@ impl LeaseStore for PostgresStore {
             return Ok(Vec::new());
         }
         let (partitions, epochs) = columns(leases);
+        // Locked in partition order, as the writer's fence check locks them (`FOR SHARE …
+        // ORDER BY partition`), so a renewal and a commit batch never wait on each other in
+        // a cycle.
         let rows = self
             .query(
                 &format!(
-                    "UPDATE partition_leases AS lease
+                    "WITH locked AS MATERIALIZED (
+                         SELECT lease.partition, lease.epoch
+                           FROM partition_leases AS lease
+                           JOIN unnest($2::integer[], $3::bigint[]) AS held (partition, epoch)
+                             ON lease.partition = held.partition AND lease.epoch = held.epoch
+                          WHERE lease.owner = $1 AND lease.expires_at > {NOW_MS}
+                          ORDER BY lease.partition
+                            FOR UPDATE OF lease
+                     )
+                     UPDATE partition_leases AS lease
                         SET expires_at = {NOW_MS} + $4
-                       FROM unnest($2::integer[], $3::bigint[]) AS held (partition, epoch)
-                      WHERE lease.partition = held.partition AND lease.epoch = held.epoch
+                       FROM locked
+                      WHERE lease.partition = locked.partition AND lease.epoch = locked.epoch
                         AND lease.owner = $1 AND lease.expires_at > {NOW_MS}
                   RETURNING lease.partition"
                 ),
@@ -230,11 +257,21 @@ impl LeaseStore for PostgresStore {
             return Ok(());
         }
         let (partitions, epochs) = columns(leases);
+        // Locked in partition order, as `renew` does.
         self.execute(
             &format!(
-                "UPDATE partition_leases AS lease SET expires_at = {NOW_MS}
-                   FROM unnest($2::integer[], $3::bigint[]) AS held (partition, epoch)
-                  WHERE lease.partition = held.partition AND lease.epoch = held.epoch
+                "WITH locked AS MATERIALIZED (
+                     SELECT lease.partition, lease.epoch
+                       FROM partition_leases AS lease
+                       JOIN unnest($2::integer[], $3::bigint[]) AS held (partition, epoch)
+                         ON lease.partition = held.partition AND lease.epoch = held.epoch
+                      WHERE lease.owner = $1 AND lease.expires_at > {NOW_MS}
+                      ORDER BY lease.partition
+                        FOR UPDATE OF lease
+                 )
+                 UPDATE partition_leases AS lease SET expires_at = {NOW_MS}
+                   FROM locked
+                  WHERE lease.partition = locked.partition AND lease.epoch = locked.epoch
                     AND lease.owner = $1 AND lease.expires_at > {NOW_MS}"
             ),
             &[&node.as_str(), &partitions, &epochs],

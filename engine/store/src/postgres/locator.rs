@@ -131,8 +131,15 @@ impl Locator {
             .keepalives(true)
             .application_name("colloquy")
             // Acknowledged means durable: whatever the server's default, a commit returns
-            // once its WAL is flushed.
-            .options("-c synchronous_commit=on");
+            // once its WAL is flushed. And a transaction this node gave up on (every one is
+            // bounded by `OPERATION_DEADLINE` here) ends on the server too: a session idle in
+            // its transaction that long has lost its client (a half-open link), and would
+            // otherwise hold its row and advisory locks, and with them every other node's
+            // commits and lease takes, until the link came back.
+            .options(format!(
+                "-c synchronous_commit=on -c idle_in_transaction_session_timeout={}",
+                super::OPERATION_DEADLINE.as_millis()
+            ));
         if let Some(password) = &password {
             config.password(password);
         }

@@ -1006,6 +1006,49 @@ async fn batched_takes_and_give_backs_judge_each_partition_alone() {
     store.release_many(&a, &[]).await.expect("answered");
 }
 
+/// Two nodes taking every partition at once, each in its own order (as each prefers
+/// partitions in its own rendezvous order), both get an answer: no deadlock fails either
+/// batch, and no partition goes to both.
+#[tokio::test]
+async fn two_nodes_taking_overlapping_batches_in_opposite_orders_never_deadlock() {
+    use colloquy_cluster::{Epoch, LeaseStore, NodeId, PartitionId};
+    let Some(url) =
+        fresh_database("two_nodes_taking_overlapping_batches_in_opposite_orders_never_deadlock")
+            .await
+    else {
+        return;
+    };
+    let (a, b) = (NodeId::new("node-a"), NodeId::new("node-b"));
+    let (store_a, store_b) = (open_store(&url).await, open_store(&url).await);
+    for round in 0..10 {
+        // Every lease of the round before has run out (TTL 0): all are free at their epoch.
+        let view = store_a.heartbeat(&a, "http://a", 0).await.expect("view");
+        let mut epochs = vec![Epoch(0); PARTITIONS as usize];
+        for lease in &view.leases {
+            epochs[lease.partition.0 as usize] = lease.epoch;
+        }
+        let ascending: Vec<(PartitionId, Epoch)> = (0..PARTITIONS)
+            .map(|p| (PartitionId(p), epochs[p as usize]))
+            .collect();
+        let descending: Vec<_> = ascending.iter().rev().copied().collect();
+        let (for_a, for_b) = tokio::join!(
+            store_a.acquire_many(&a, "http://a", &ascending, 0),
+            store_b.acquire_many(&b, "http://b", &descending, 0),
+        );
+        let (for_a, for_b) = (
+            for_a.unwrap_or_else(|error| panic!("round {round}, node-a: {error}")),
+            for_b.unwrap_or_else(|error| panic!("round {round}, node-b: {error}")),
+        );
+        let mut taken: Vec<u32> = (for_a.iter().chain(&for_b))
+            .map(|lease| lease.partition.0)
+            .collect();
+        taken.sort_unstable();
+        let all = taken.len();
+        taken.dedup();
+        assert_eq!(taken.len(), all, "round {round}: a partition went to both");
+    }
+}
+
 /// A commit carrying a fence is refused (`Fenced`) and writes nothing unless its node still
 /// holds the partition at that epoch; in a batch, only the fenced commit is refused.
 #[tokio::test]
