@@ -10,14 +10,19 @@
 //!   conversation another node owns is forwarded there over internal HTTP, with the
 //!   caller's own credentials (the owner checks them again) and the node secret; while a
 //!   partition changes hands the request waits a little and routes again, then answers 503
-//!   with `Retry-After`. A forwarded request is never forwarded again.
+//!   with `Retry-After` (at once while the lease store does not answer: nothing can change
+//!   hands then). A forwarded request is never forwarded again: a node that cannot serve it
+//!   says so at once ([`MOVED`]) and the node the client called routes it again.
 //! - A start without a `conversation_id` gets one here, drawn until it falls in a partition
 //!   this node owns, so starts are served where they arrive.
+//! - A2A calls name their conversation inside the call, which this does not read yet: they
+//!   are answered 501 `not_in_cluster` (docs/scale.md).
 //!
 //! - **Fencing**: every commit carries the lease this node holds its partition by
 //!   (`Ownership` is the engine's `Fencer`), and a store with a lease table (Postgres)
 //!   refuses it in the commit's own transaction once another node took the partition; the
-//!   engine then drops its copy and the caller gets 503 `moved`, to retry at the new owner.
+//!   engine then drops its copy, this node stops serving the partition, and the request is
+//!   routed again (it was not applied): to the new owner, or 503 `moved` after the wait.
 //! - **Deadlines** fire on the owner: the scheduler claims due wake-ups of the partitions
 //!   this node holds only (`Fencer::owned`).
 //!
@@ -95,6 +100,9 @@ pub struct Ownership {
     /// How long a forward waits for the owner's answer to begin (the lease TTL): an owner
     /// that stalls (paused, overloaded) has lost its partitions by then anyway.
     forward_timeout: Duration,
+    /// Whether the last tick reached the lease store. While it does not, a request for a
+    /// partition nobody holds is answered at once: no lease can change hands meanwhile.
+    store_reachable: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Ownership {
@@ -122,6 +130,7 @@ impl Ownership {
                 .build()
                 .unwrap_or_default(),
             forward_timeout,
+            store_reachable: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -149,14 +158,17 @@ impl Ownership {
 
     /// A fresh conversation id in a partition this node owns now, if it owns any.
     pub fn own_id(&self) -> Option<Arc<str>> {
-        let owned: std::collections::HashSet<_> = self.held_now().into_iter().collect();
-        if owned.is_empty() {
+        let local = self.snapshot();
+        let now = self.now();
+        let owns =
+            |partition: colloquy_cluster::PartitionId| local.valid_epoch(partition, now).is_some();
+        if !local.held().keys().any(|partition| owns(*partition)) {
             return None;
         }
-        let partitions = self.snapshot().config().partitions;
+        let partitions = local.config().partitions;
         (0..MAX_ID_DRAWS)
             .map(|_| colloquy_core::engine::new_id())
-            .find(|id| owned.contains(&partition_of(id, partitions)))
+            .find(|id| owns(partition_of(id, partitions)))
     }
 
     /// The partitions this node holds by a locally valid lease now.
@@ -179,6 +191,10 @@ impl Ownership {
             .local
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(local);
+        self.store_reachable.store(
+            outcome.error.is_none(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if let Some(error) = outcome.error {
             tracing::warn!(%error, "an ownership tick stopped early");
         }
@@ -285,25 +301,20 @@ pub async fn route_to_owner(
         return a2a_not_in_cluster();
     }
     let forwarded = ownership.forwarded(request.headers());
-    let (request, id) =
-        if request.method() == Method::POST && request.uri().path() == "/v1/conversations" {
-            match with_conversation_id(&ownership, request).await {
-                Ok(found) => found,
-                Err(response) => return response,
-            }
-        } else {
-            match conversation_of(request.uri().path()) {
-                Some(id) => {
-                    let id = id.to_owned();
-                    (request, id)
-                }
-                None => return next.run(request).await,
-            }
-        };
+    let start = request.method() == Method::POST && request.uri().path() == "/v1/conversations";
+    let named = match conversation_of(request.uri().path()) {
+        Some(id) => Some(id.to_owned()),
+        None if start => None,
+        None => return next.run(request).await,
+    };
     // Kept whole so that it can be served or forwarded again after a `MOVED` answer.
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, crate::extract::MAX_BODY_BYTES).await else {
         return ApiError::TooLarge(crate::extract::MAX_BODY_BYTES).into_response();
+    };
+    let (body, id) = match named {
+        Some(id) => (body, id),
+        None => with_conversation_id(&ownership, &mut parts, body),
     };
     let deadline = Instant::now() + HANDOVER_WAIT;
     loop {
@@ -322,6 +333,13 @@ pub async fn route_to_owner(
             Route::Forward(_) | Route::Unavailable { .. } if forwarded => {
                 return not_here(&id);
             }
+            Route::Unavailable { .. }
+                if !ownership
+                    .store_reachable
+                    .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                return store_unreachable();
+            }
             Route::Forward(_) | Route::Unavailable { .. } => None,
         };
         match answer {
@@ -336,42 +354,64 @@ pub async fn route_to_owner(
 }
 
 /// A start's body with its `conversation_id`: the one the client chose, else one drawn in
-/// a partition this node owns (so the start is served here); the request rebuilt with it.
-async fn with_conversation_id(
+/// a partition this node owns (so the start is served here), written into the body.
+fn with_conversation_id(
     ownership: &Ownership,
-    request: Request,
-) -> Result<(Request, String), Response> {
-    let (parts, body) = request.into_parts();
-    let bytes = axum::body::to_bytes(body, crate::extract::MAX_BODY_BYTES)
-        .await
-        .map_err(|_| ApiError::TooLarge(crate::extract::MAX_BODY_BYTES).into_response())?;
-    let mut start: serde_json::Value = match serde_json::from_slice(&bytes) {
-        Ok(value) => value,
-        // Not JSON: the route's own extractor says what is wrong, here.
-        Err(_) => {
-            let id = ownership
-                .own_id()
-                .map(|id| id.to_string())
-                .unwrap_or_default();
-            return Ok((Request::from_parts(parts, Body::from(bytes)), id));
-        }
-    };
-    if let Some(id) = start.get("conversation_id").and_then(|id| id.as_str()) {
-        let id = id.to_owned();
-        return Ok((Request::from_parts(parts, Body::from(bytes)), id));
+    parts: &mut axum::http::request::Parts,
+    body: axum::body::Bytes,
+) -> (axum::body::Bytes, String) {
+    /// The one field routing needs; the route's own extractor reads the rest.
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow, default)]
+        conversation_id: Option<std::borrow::Cow<'a, str>>,
     }
-    // When this node owns nothing yet, any id: the start goes to its owner.
-    let id = (ownership.own_id()).unwrap_or_else(colloquy_core::engine::new_id);
-    Ok((rebuilt(parts, &mut start, &id), id.to_string()))
+    match serde_json::from_slice::<Named<'_>>(&body) {
+        Ok(Named {
+            conversation_id: Some(id),
+        }) => {
+            let id = id.into_owned();
+            (body, id)
+        }
+        Ok(Named {
+            conversation_id: None,
+        }) => {
+            // When this node owns nothing yet, any id: the start goes to its owner.
+            let id = (ownership.own_id()).unwrap_or_else(colloquy_core::engine::new_id);
+            match with_id(&body, &id) {
+                Some(named) => {
+                    parts.headers.remove(header::CONTENT_LENGTH);
+                    (named, id.to_string())
+                }
+                None => (body, id.to_string()),
+            }
+        }
+        // Not a JSON object: the route's own extractor says what is wrong, here.
+        Err(_) => {
+            let id = ownership.own_id().map(|id| id.to_string());
+            (body, id.unwrap_or_default())
+        }
+    }
 }
 
-fn rebuilt(parts: axum::http::request::Parts, start: &mut serde_json::Value, id: &str) -> Request {
-    if let serde_json::Value::Object(fields) = start {
-        fields.insert("conversation_id".to_owned(), id.into());
+/// `body` (a JSON object without a `conversation_id`) with `"conversation_id": id` put
+/// first, without parsing the rest again. `None` if it does not start as an object.
+fn with_id(body: &[u8], id: &str) -> Option<axum::body::Bytes> {
+    let open = body.iter().position(|byte| !byte.is_ascii_whitespace())?;
+    if body[open] != b'{' {
+        return None;
     }
-    let mut parts = parts;
-    parts.headers.remove(header::CONTENT_LENGTH);
-    Request::from_parts(parts, Body::from(start.to_string()))
+    let rest = &body[open + 1..];
+    let empty = rest.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'}');
+    let value = serde_json::to_string(id).ok()?;
+    let mut named = Vec::with_capacity(body.len() + value.len() + 20);
+    named.extend_from_slice(b"{\"conversation_id\":");
+    named.extend_from_slice(value.as_bytes());
+    if !empty {
+        named.push(b',');
+    }
+    named.extend_from_slice(rest);
+    Some(named.into())
 }
 
 /// Whether a request is an A2A call (its JSON-RPC and REST routes; agent cards are not
@@ -400,6 +440,18 @@ fn not_here(id: &str) -> Response {
         .headers_mut()
         .insert(MOVED, HeaderValue::from_static("not-owner"));
     response
+}
+
+/// 503 `store_unavailable` with `Retry-After`: nobody holds the partition, and the lease
+/// store does not answer, so nobody can take it before it does.
+fn store_unreachable() -> Response {
+    ApiError::from(colloquy_core::error::EngineError::Store(
+        colloquy_core::store::StoreError::Unavailable(
+            "the store does not answer: no node can take this conversation's partition now"
+                .to_owned(),
+        ),
+    ))
+    .into_response()
 }
 
 /// 503 with `Retry-After`: nobody holds the conversation's partition just now.
@@ -505,6 +557,26 @@ mod tests {
         assert_eq!(conversation_of("/v1/conversations"), None);
         assert_eq!(conversation_of("/v1/conversations/"), None);
         assert_eq!(conversation_of("/v1/agents/bob/inbox"), None);
+    }
+
+    #[test]
+    fn a_drawn_id_is_written_first_into_the_start_body() {
+        let named = |body: &str| {
+            with_id(body.as_bytes(), "c-1").map(|bytes| String::from_utf8(bytes.to_vec()))
+        };
+        let parsed = |body: Option<Result<String, _>>| -> serde_json::Value {
+            serde_json::from_str(&body.expect("an object").expect("utf-8")).expect("JSON")
+        };
+        assert_eq!(
+            parsed(named(r#" {"template": "t", "participants": ["bob"]}"#)),
+            serde_json::json!({"conversation_id": "c-1", "template": "t", "participants": ["bob"]})
+        );
+        assert_eq!(
+            parsed(named("{ }")),
+            serde_json::json!({"conversation_id": "c-1"})
+        );
+        assert!(named("[1]").is_none());
+        assert!(named("").is_none());
     }
 
     #[test]

@@ -187,3 +187,27 @@ async fn any_node_takes_a_conversations_requests_and_a_dead_owners_move() {
         assert_eq!(status, 202, "{receipt}");
     }
 }
+
+/// A2A calls name their conversation inside the call, which routing does not read yet: a
+/// node of a cluster of owners refuses them with 501 `not_in_cluster` (docs/scale.md)
+/// rather than record on a node that may not own the task. Agent cards are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_calls_are_refused_on_a_cluster_of_owners_and_cards_served() {
+    let store: Arc<dyn ConversationStore> = Arc::new(MemoryStore::new());
+    let leases = Arc::new(MemoryLeaseStore::new());
+    let a = node("node-a", &store, &leases).await;
+    settled(&leases, &["node-a"]).await;
+    let (status, body) = call(
+        a.as_agent(Method::POST, "/a2a/bob", "alice")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}})),
+    )
+    .await;
+    assert_eq!(status, 501, "{body}");
+    assert_eq!(body["error"]["code"], "not_in_cluster", "{body}");
+    let card = a
+        .as_agent(Method::GET, "/a2a/bob/.well-known/agent-card.json", "alice")
+        .send()
+        .await
+        .expect("sent");
+    assert_ne!(card.status(), 501);
+}

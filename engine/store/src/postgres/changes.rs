@@ -13,12 +13,15 @@
 //! rolled back) before a higher one is handed out. Once the follower sees `max(seq) = M`,
 //! no row at or below M can still appear.
 //!
+//! Each NOTIFY's payload is the writing node's id, then the agents whose inboxes the batch
+//! grew, one per line (`*` when too many to name): so a narrowed follower wakes only for a
+//! batch that names an agent it wants, and otherwise polls.
+//!
 //! **Narrowed** ([`narrow_remote_changes`](colloquy_core::store::ConversationStore::narrow_remote_changes),
 //! partition owners): the
 //! follower reads only the rows whose `agents` include one the engine wants at that
 //! moment (Postgres filters them, `agents::jsonb ?| $wanted`), and none when it wants
-//! none; the cursor moves on over the rest. A NOTIFY still wakes every node, once per
-//! commit batch of another node: a wake-up costs a query, not a notice per commit.
+//! none; the cursor moves on over the rest.
 //!
 //! Rows older than `CHANGES_KEPT` are trimmed (`postgres/writer.rs`): a follower cut off for
 //! longer skips what was trimmed, as a Redis subscriber misses what was published while it
@@ -108,12 +111,13 @@ async fn follow_connected(
     // the task ends with the connection.
     let (wakes, mut woken) = mpsc::channel::<()>(1);
     let own = node.to_string();
+    let wanted_here = wanted.clone();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
                 Ok(tokio_postgres::AsyncMessage::Notification(notice))
-                    if notice.payload() != own =>
+                    if worth_reading(notice.payload(), &own, &wanted_here) =>
                 {
                     let _ = wakes.try_send(());
                 }
@@ -210,6 +214,32 @@ async fn follow_connected(
     }
 }
 
+/// Whether a `NOTIFY` (its payload: the writing node, then the agents whose inboxes its
+/// batch grew, one per line, `*` for too many to name) may bring rows this follower passes
+/// on: not its own node's, and, when narrowed, only one naming an agent it wants. A payload
+/// that names nobody (a batch that grew no inbox, or a node of an older version) wakes a
+/// narrowed follower not at all: its poll reads the rows within [`POLL_EVERY`].
+fn worth_reading(payload: &str, own: &str, wanted: &OnceLock<WantedAgents>) -> bool {
+    let mut lines = payload.split('\n');
+    if lines.next() == Some(own) {
+        return false;
+    }
+    let Some(wanted) = wanted.get() else {
+        return true;
+    };
+    let receivers: Vec<&str> = lines.collect();
+    if receivers.is_empty() {
+        return false;
+    }
+    if receivers.contains(&"*") {
+        return true;
+    }
+    let wanted = wanted();
+    receivers
+        .iter()
+        .any(|receiver| wanted.iter().any(|agent| &**agent == *receiver))
+}
+
 /// Aborts the task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -222,4 +252,48 @@ impl Drop for AbortOnDrop {
 /// `name` as a quoted SQL identifier.
 pub(super) fn quote_identifier(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::writer::notify_payload;
+
+    fn wanting(agents: &[&str]) -> OnceLock<WantedAgents> {
+        let agents: Vec<AgentId> = agents.iter().map(|agent| Arc::from(*agent)).collect();
+        let wanted = OnceLock::new();
+        let _ = wanted.set(Arc::new(move || agents.clone()) as WantedAgents);
+        wanted
+    }
+
+    #[test]
+    fn a_narrowed_follower_wakes_for_a_batch_naming_an_agent_it_wants_only() {
+        let (bob, carol) = (Arc::from("bob"), Arc::from("carol"));
+        let for_bob = notify_payload("node-b", [&bob, &bob]);
+        assert_eq!(for_bob, "node-b\nbob");
+        let for_carol = notify_payload("node-b", [&carol]);
+        let everyone = OnceLock::new();
+        // Not narrowed: every other node's batch; never its own.
+        assert!(worth_reading(&for_carol, "node-a", &everyone));
+        assert!(!worth_reading(&for_carol, "node-b", &everyone));
+        // Narrowed to bob: his batches only, and one too long to name everyone.
+        let bob_only = wanting(&["bob"]);
+        assert!(worth_reading(&for_bob, "node-a", &bob_only));
+        assert!(!worth_reading(&for_carol, "node-a", &bob_only));
+        assert!(
+            !worth_reading("node-b", "node-a", &bob_only),
+            "names nobody"
+        );
+        let many: Vec<AgentId> = (0..2_000)
+            .map(|n| Arc::from(format!("agent-{n}")))
+            .collect();
+        let crowded = notify_payload("node-b", &many);
+        assert!(
+            crowded.len() < 8_000 && crowded.ends_with("\n*"),
+            "{}",
+            crowded.len()
+        );
+        assert!(worth_reading(&crowded, "node-a", &bob_only));
+        assert!(!worth_reading(&for_bob, "node-a", &wanting(&[])));
+    }
 }

@@ -39,6 +39,8 @@ pub(super) struct Encoded {
     deliveries: Vec<EncodedMessage>,
     /// The receivers, each once, as a JSON array: the change notice's `agents`.
     agents: String,
+    /// The same receivers, for the batch's `NOTIFY` payload.
+    receivers: Vec<AgentId>,
     /// The lease the committing node holds the conversation's partition by, if it is to be
     /// checked (`Commit::fence`).
     fence: Option<colloquy_cluster::Fence>,
@@ -71,6 +73,7 @@ impl Encoded {
                 agents.push(&delivery.agent);
             }
         }
+        let receivers: Vec<AgentId> = agents.iter().map(|agent| (*agent).clone()).collect();
         let agents = encode(&agents)?;
         let deliveries = colloquy_core::store::by_message(&deliveries)
             .into_iter()
@@ -95,6 +98,7 @@ impl Encoded {
             parties,
             deliveries,
             agents,
+            receivers,
             fence,
         })
     }
@@ -441,7 +445,8 @@ impl Writer {
         let lock_params: [&(dyn ToSql + Sync); 1] = [&CHANGES_LOCK];
         let changes_params: [&(dyn ToSql + Sync); 4] =
             [&node, &logged_ids, &logged_seqs, &notice_agents];
-        let notify_params: [&(dyn ToSql + Sync); 2] = [&self.channel, &node];
+        let payload = notify_payload(node, logged.iter().flat_map(|c| &c.receivers));
+        let notify_params: [&(dyn ToSql + Sync); 2] = [&self.channel, &payload];
         tokio::try_join!(
             skip_or(rows.0.is_empty(), || transaction
                 .execute(inbox, &inbox_params)),
@@ -457,6 +462,32 @@ impl Writer {
         Ok(results)
     }
 }
+
+/// The `NOTIFY` payload of a batch: the writing node's id, then each agent whose inbox the
+/// batch grew, one per line (`postgres/changes.rs` reads it). Past [`NOTIFY_RECEIVERS_MAX`]
+/// bytes the list ends with `*`, "too many to name": a follower then reads the rows.
+pub(super) fn notify_payload<'a>(
+    node: &str,
+    receivers: impl IntoIterator<Item = &'a AgentId>,
+) -> String {
+    let mut payload = node.to_owned();
+    let mut named = std::collections::BTreeSet::new();
+    for agent in receivers {
+        if !named.insert(&**agent) {
+            continue;
+        }
+        if payload.len() + agent.len() + 1 > NOTIFY_RECEIVERS_MAX {
+            payload.push_str("\n*");
+            break;
+        }
+        payload.push('\n');
+        payload.push_str(agent);
+    }
+    payload
+}
+
+/// The longest `NOTIFY` payload the writer sends (Postgres refuses 8000 bytes and more).
+const NOTIFY_RECEIVERS_MAX: usize = 7_000;
 
 /// The statements of a batch after its checks, in the order [`Writer::apply`] names them.
 const BATCH_STATEMENTS: [&str; 9] = [
