@@ -56,9 +56,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME=VALUE", requires = "auth_jwks", value_parser = parse_claim)]
     auth_admin_claim: Option<(String, String)>,
     /// Where conversations live: `sqlite:PATH` (one file, survives restarts), `redis://HOST:PORT`
-    /// or `postgres://USER@HOST:PORT/DB` (password from PGPASSWORD or the file named by
-    /// COLLOQUY_PG_PASSWORD_FILE; shared by several `colloquy serve` nodes) or `memory` (lost
-    /// at exit)
+    /// or `postgres://USER@HOST:PORT/DB[?sslmode=MODE&sslrootcert=CA.pem]` (password from
+    /// PGPASSWORD or the file named by COLLOQUY_PG_PASSWORD_FILE; TLS as libpq's sslmode;
+    /// shared by several `colloquy serve` nodes) or `memory` (lost at exit)
     /// [default: sqlite:DATA_DIR/colloquy.db].
     #[arg(long, value_name = "STORE")]
     store: Option<String>,

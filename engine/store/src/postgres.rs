@@ -79,6 +79,7 @@ mod changes;
 mod leases;
 mod locator;
 mod schema;
+mod tls;
 mod writer;
 
 pub use locator::{Locator, PASSWORD_ENV, PASSWORD_FILE_ENV};
@@ -151,13 +152,15 @@ impl PostgresStore {
         let unreachable = |error: String| {
             StoreError::Unavailable(format!("cannot use Postgres at {redacted}: {error}"))
         };
-        let manager = Manager::from_config(
-            locator.config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = || ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &locator.tls {
+            Some(tls) => {
+                Manager::from_config(locator.config.clone(), tls.clone(), manager_config())
+            }
+            None => Manager::from_config(locator.config.clone(), NoTls, manager_config()),
+        };
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -170,7 +173,7 @@ impl PostgresStore {
             let mut client = pool
                 .get()
                 .await
-                .map_err(|error| unreachable(error.to_string()))?;
+                .map_err(|error| unreachable(with_causes(&error)))?;
             schema::migrate(&mut client)
                 .await
                 .map_err(|error| unreachable(error.to_string()))?;
@@ -194,7 +197,7 @@ impl PostgresStore {
         let (ready, following) = oneshot::channel();
         let wanted = Arc::new(std::sync::OnceLock::new());
         let follower = tokio::spawn(changes::follow(
-            locator.config.clone(),
+            (locator.config.clone(), locator.tls.clone()),
             CHANGES_CHANNEL.to_owned(),
             node.clone(),
             (changes.clone(), wanted.clone()),
@@ -414,6 +417,7 @@ pub(crate) async fn create_test_database(url: &str) -> Result<String, StoreError
 
 /// How many partitions each node address holds by a live lease, by the database's clock
 /// (the crash tests watch a cluster rebalance through it).
+#[cfg(feature = "raw")]
 pub(crate) async fn live_leases_by_address(
     url: &str,
 ) -> Result<std::collections::BTreeMap<String, usize>, StoreError> {
@@ -437,6 +441,22 @@ pub(crate) async fn live_leases_by_address(
             (row.get::<_, String>(0), usize::try_from(held).unwrap_or(0))
         })
         .collect())
+}
+
+/// `error` and what caused it, down the chain (a failed TLS handshake says why only in its
+/// source: the certificate it did not trust).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// Connection trouble, a server shutting down or short of resources, a deadlock or a

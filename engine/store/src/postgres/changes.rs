@@ -45,7 +45,7 @@ const PAGE: i64 = 1000;
 /// Follows `changes` through `config` until the store is dropped; `ready` is told once the
 /// first `LISTEN` is in place and the cursor set at the newest row ("from now on").
 pub(super) async fn follow(
-    config: tokio_postgres::Config,
+    config: Connecting,
     channel: String,
     node: Arc<str>,
     (changes, wanted): (broadcast::Sender<RemoteChange>, Arc<OnceLock<WantedAgents>>),
@@ -69,6 +69,12 @@ pub(super) async fn follow(
     }
 }
 
+/// How the follower connects: the config, and the TLS connector unless `sslmode=disable`.
+type Connecting = (
+    tokio_postgres::Config,
+    Option<tokio_postgres_rustls::MakeRustlsConnect>,
+);
+
 /// What the follower keeps across connections: its cursor, the readiness signal not yet
 /// sent, the pause before the next reconnection.
 type Progress<'a> = (
@@ -85,7 +91,7 @@ type Sinks<'a> = (
 );
 
 async fn follow_once(
-    config: &tokio_postgres::Config,
+    config: &Connecting,
     channel: &str,
     node: &Arc<str>,
     sinks: Sinks<'_>,
@@ -98,7 +104,7 @@ async fn follow_once(
 }
 
 async fn follow_connected(
-    config: &tokio_postgres::Config,
+    (config, tls): &Connecting,
     channel: &str,
     node: &Arc<str>,
     (changes, wanted): Sinks<'_>,
@@ -106,26 +112,20 @@ async fn follow_connected(
     ready: &mut Option<oneshot::Sender<()>>,
     delay: &mut Duration,
 ) -> Result<std::convert::Infallible, tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
     // The connection's messages: NOTIFYs go to `wakes` (a woken flag is all they carry);
     // the task ends with the connection.
     let (wakes, mut woken) = mpsc::channel::<()>(1);
-    let own = node.to_string();
-    let wanted_here = wanted.clone();
-    let driver = tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(message) = messages.next().await {
-            match message {
-                Ok(tokio_postgres::AsyncMessage::Notification(notice))
-                    if worth_reading(notice.payload(), &own, &wanted_here) =>
-                {
-                    let _ = wakes.try_send(());
-                }
-                Ok(_) => {}
-                Err(_) => break,
-            }
+    let listening = (node.to_string(), wanted.clone(), wakes);
+    let (client, driver) = match tls {
+        Some(tls) => {
+            let (client, connection) = config.connect(tls.clone()).await?;
+            (client, tokio::spawn(drive(connection, listening)))
         }
-    });
+        None => {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+            (client, tokio::spawn(drive(connection, listening)))
+        }
+    };
     let _driver = AbortOnDrop(driver);
     client
         .batch_execute(&format!("LISTEN {}", quote_identifier(channel)))
@@ -210,6 +210,28 @@ async fn follow_connected(
                 client.batch_execute("SELECT 1").await?;
             },
             () = tokio::time::sleep(POLL_EVERY) => {}
+        }
+    }
+}
+
+/// Polls `connection` until it ends, passing on the wake-ups worth a read.
+async fn drive<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    (own, wanted, wakes): (String, Arc<OnceLock<WantedAgents>>, mpsc::Sender<()>),
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(tokio_postgres::AsyncMessage::Notification(notice))
+                if worth_reading(notice.payload(), &own, &wanted) =>
+            {
+                let _ = wakes.try_send(());
+            }
+            Ok(_) => {}
+            Err(_) => break,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! `--store postgres://USER@HOST:PORT/DB[?sslmode=disable|prefer]`: the URL parsed into a
-//! connection config, the password found beside it, and the URL redacted for messages.
+//! `--store postgres://USER@HOST:PORT/DB[?sslmode=MODE][&sslrootcert=PATH]`: the URL parsed
+//! into a connection config and its TLS connector (`postgres/tls.rs`), the password found
+//! beside it, and the URL redacted for messages.
 //!
 //! Parsed here rather than by `tokio_postgres::Config::from_str`, so that no error can echo
 //! a password given in the URL: every message names the [`Locator::redacted`] form.
@@ -8,6 +9,8 @@ use std::time::Duration;
 
 use colloquy_core::store::StoreError;
 use tokio_postgres::config::SslMode;
+
+use super::tls::Check;
 
 /// The environment variable naming a file whose first line is the password (as a secret
 /// mounted by an orchestrator is); it wins over [`PASSWORD_ENV`].
@@ -23,6 +26,8 @@ const DEFAULT_PORT: u16 = 5432;
 /// Where the database is and how to log in.
 pub struct Locator {
     pub(crate) config: tokio_postgres::Config,
+    /// The TLS connector, unless `sslmode=disable`.
+    pub(crate) tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     redacted: String,
 }
 
@@ -88,28 +93,45 @@ impl Locator {
         if host.is_empty() {
             return Err(invalid("no host"));
         }
-        let mut ssl_mode = SslMode::Prefer;
+        let (mut ssl_mode, mut check, mut roots) = (SslMode::Prefer, Check::Nothing, None);
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             match pair.split_once('=') {
-                Some(("sslmode", "disable")) => ssl_mode = SslMode::Disable,
-                // This build has no TLS connector: `prefer` connects in plain text, as
-                // libpq's does when the server offers no TLS.
-                Some(("sslmode", "prefer")) => ssl_mode = SslMode::Prefer,
                 Some(("sslmode", mode)) => {
-                    return Err(invalid(&format!(
-                        "sslmode={mode} is not supported: this build of Colloquy has no TLS \
-                         client, so it accepts sslmode=disable or prefer (plain text); reach a \
-                         TLS-only server through a local TLS proxy"
-                    )));
+                    (ssl_mode, check) = match mode {
+                        "disable" => (SslMode::Disable, Check::Nothing),
+                        "prefer" => (SslMode::Prefer, Check::Nothing),
+                        "require" => (SslMode::Require, Check::Nothing),
+                        "verify-ca" => (SslMode::Require, Check::Chain),
+                        "verify-full" => (SslMode::Require, Check::ChainAndHost),
+                        other => {
+                            return Err(invalid(&format!(
+                                "sslmode={other}: expected disable, prefer, require, verify-ca \
+                                 or verify-full"
+                            )));
+                        }
+                    }
+                }
+                Some(("sslrootcert", path)) => {
+                    let path = decode(path)
+                        .ok_or_else(|| invalid("sslrootcert is not percent-encoded UTF-8"))?;
+                    roots = Some(path);
                 }
                 _ => {
                     return Err(invalid(&format!(
-                        "unknown option `{}`: expected sslmode=disable|prefer",
+                        "unknown option `{}`: expected sslmode or sslrootcert",
                         pair.split_once('=').map_or(pair, |(name, _)| name)
                     )));
                 }
             }
         }
+        // As libpq: a root certificate given makes `require` check the chain.
+        if ssl_mode == SslMode::Require && check == Check::Nothing && roots.is_some() {
+            check = Check::Chain;
+        }
+        let tls = match ssl_mode {
+            SslMode::Disable => None,
+            _ => Some(super::tls::connector(check, roots.as_deref())?),
+        };
         let password = match url_password {
             Some(password) => Some(
                 decode(password)
@@ -150,6 +172,7 @@ impl Locator {
         };
         Ok(Locator {
             config,
+            tls,
             redacted: format!("postgres://{user}@{bracketed}:{port}/{database}"),
         })
     }
@@ -257,7 +280,7 @@ mod tests {
         assert_eq!(locator.config.get_password(), Some(&b"s@cret-in-url"[..]));
         assert!(!locator.redacted().contains("cret"));
         for bad in [
-            "postgres://u:s3cret-in-url@h:1/d?sslmode=require",
+            "postgres://u:s3cret-in-url@h:1/d?sslmode=allow",
             "postgres://u:s3cret-in-url@h:port/d",
             "postgres://u:s3cret-in-url@h:1/d?colour=blue",
             "postgres://u:s3cret-in-url@h:1",
@@ -272,13 +295,36 @@ mod tests {
     }
 
     #[test]
-    fn sslmode_require_is_refused_with_a_reason() {
-        let error = Locator::parse_with("postgres://u@h:1/d?sslmode=require", no_env)
+    fn each_sslmode_sets_tls_as_libpq_does_and_others_are_refused() {
+        let mode = |query: &str| {
+            let locator =
+                Locator::parse_with(&format!("postgres://u@h:1/d{query}"), no_env).expect("parse");
+            (locator.config.get_ssl_mode(), locator.tls.is_some())
+        };
+        assert_eq!(mode(""), (SslMode::Prefer, true));
+        assert_eq!(mode("?sslmode=prefer"), (SslMode::Prefer, true));
+        assert_eq!(mode("?sslmode=disable"), (SslMode::Disable, false));
+        for required in ["require", "verify-ca", "verify-full"] {
+            assert_eq!(
+                mode(&format!("?sslmode={required}")),
+                (SslMode::Require, true),
+                "{required}"
+            );
+        }
+        let error = Locator::parse_with("postgres://u@h:1/d?sslmode=allow", no_env)
             .err()
             .expect("refused")
             .to_string();
+        assert!(error.contains("sslmode=allow: expected disable"), "{error}");
+        let error = Locator::parse_with(
+            "postgres://u@h:1/d?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+            no_env,
+        )
+        .err()
+        .expect("refused")
+        .to_string();
         assert!(
-            error.contains("sslmode=require is not supported"),
+            error.contains("cannot read the Postgres sslrootcert /nonexistent/ca.pem"),
             "{error}"
         );
     }
