@@ -1207,67 +1207,108 @@ async fn two_nodes_push_each_webhook_message_once() {
     };
     timeout(TEST_TIMEOUT, async {
         let url = emptied_database(&redis, 4).await;
-        let pushed: Pushed = Arc::default();
-        let hook = webhook_receiver(pushed.clone()).await;
-        let dir = scratch_dir("webhook-nodes");
-        let templates = templates(&dir);
-        let agents = agents_file(&dir, Some(&hook));
-        let agents_arg = [agents[0].as_str(), agents[1].as_str()];
-        let node_a = Server::start_with(&dir, &templates, &url, "node-a", &agents_arg);
-        let node_b = Server::start_with(&dir, &templates, &url, "node-b", &agents_arg);
-        let on_a = Client::new(&node_a.url, "alice", Some("alice-secret")).expect("client");
-        let on_b = Client::new(&node_b.url, "alice", Some("alice-secret")).expect("client");
-        for n in 0..3 {
-            for (node, client) in [("a", &on_a), ("b", &on_b)] {
-                client
-                    .start(&request(&format!("hook-{node}{n}"), "bob", None))
-                    .await
-                    .expect("start");
-            }
-        }
-        let ids = |pushed: &Pushed| -> Vec<String> {
-            let mut ids = pushed_ids(pushed);
-            ids.sort();
-            ids
-        };
-        eventually("six pushes", || async {
-            (ids(&pushed).len() >= 6).then_some(())
-        })
-        .await;
-        // Longer than a lead renewal: a second pusher would have pushed by now.
-        sleep(Duration::from_secs(4)).await;
-        let once: Vec<String> = ["a0", "a1", "a2", "b0", "b1", "b2"]
-            .iter()
-            .map(|n| format!("hook-{n}.request"))
-            .collect();
-        assert_eq!(ids(&pushed), once, "each message pushed once, by one node");
-
-        // bob acknowledges what he got; node A, which started first and so most likely
-        // leads, dies; B pushes what comes next (after taking the lead, if A had it).
-        let bob = Client::new(&node_b.url, "bob", Some("bob-secret")).expect("client");
-        bob.acknowledge(6).await.expect("acknowledge");
-        node_a.kill();
-        let survivor = node_b;
-        let alice = Client::new(&survivor.url, "alice", Some("alice-secret")).expect("client");
-        alice
-            .start(&request("hook-after", "bob", None))
-            .await
-            .expect("start after the leader died");
-        eventually("the push after the failover", || async {
-            ids(&pushed)
-                .contains(&"hook-after.request".to_owned())
-                .then_some(())
-        })
-        .await;
-        assert_eq!(
-            ids(&pushed).len(),
-            7,
-            "acknowledged messages are not pushed again: {:?}",
-            ids(&pushed)
-        );
+        two_nodes_push_each_webhook_message_once_on(&url, "webhook-nodes", &[]).await;
     })
     .await
     .expect("within the test timeout");
+}
+
+/// The same with partition owners on Postgres: the leader of webhook delivery hears of the
+/// other node's commits to bob's inbox (it follows the inboxes it delivers to), and pushes
+/// each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_owners_push_each_webhook_message_once() {
+    let Some(postgres) = test_postgres("partition_owners_push_each_webhook_message_once") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let secret_dir = scratch_dir("webhook-owners-secret");
+        let secret = secret_dir.join("node-secret");
+        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
+        let secret = secret.to_string_lossy().into_owned();
+        let extra = [
+            "--cluster-secret-file",
+            &secret,
+            "--cluster-lease-ttl",
+            "2s",
+        ];
+        two_nodes_push_each_webhook_message_once_on(&url, "webhook-owners", &extra).await;
+        let _ = std::fs::remove_dir_all(&secret_dir);
+    })
+    .await
+    .expect("within the test timeout");
+}
+
+/// Two nodes on the store at `url` (started with `extra` arguments besides the agents file):
+/// six starts through both, each pushed to bob's webhook once; the node that probably leads
+/// delivery killed; the next start pushed by the survivor, and nothing acknowledged again.
+async fn two_nodes_push_each_webhook_message_once_on(url: &str, dir_name: &str, extra: &[&str]) {
+    let pushed: Pushed = Arc::default();
+    let hook = webhook_receiver(pushed.clone()).await;
+    let dir = scratch_dir(dir_name);
+    let templates = templates(&dir);
+    let agents = agents_file(&dir, Some(&hook));
+    let mut args = vec![agents[0].as_str(), agents[1].as_str()];
+    args.extend(extra);
+    let node_a = Server::start_with(&dir, &templates, url, "node-a", &args);
+    let node_b = Server::start_with(&dir, &templates, url, "node-b", &args);
+    let on_a = Client::new(&node_a.url, "alice", Some("alice-secret")).expect("client");
+    let on_b = Client::new(&node_b.url, "alice", Some("alice-secret")).expect("client");
+    for n in 0..3 {
+        for (node, client) in [("a", &on_a), ("b", &on_b)] {
+            client
+                .start(&request(&format!("hook-{node}{n}"), "bob", None))
+                .await
+                .expect("start");
+        }
+    }
+    let ids = |pushed: &Pushed| -> Vec<String> {
+        let mut ids = pushed_ids(pushed);
+        ids.sort();
+        ids
+    };
+    eventually("six pushes", || async {
+        (ids(&pushed).len() >= 6).then_some(())
+    })
+    .await;
+    // Longer than a lead renewal: a second pusher would have pushed by now.
+    sleep(Duration::from_secs(4)).await;
+    let once: Vec<String> = ["a0", "a1", "a2", "b0", "b1", "b2"]
+        .iter()
+        .map(|n| format!("hook-{n}.request"))
+        .collect();
+    assert_eq!(ids(&pushed), once, "each message pushed once, by one node");
+
+    // bob acknowledges what he got; node A, which started first and so most likely
+    // leads, dies; B pushes what comes next (after taking the lead, if A had it).
+    let bob = Client::new(&node_b.url, "bob", Some("bob-secret")).expect("client");
+    bob.acknowledge(6).await.expect("acknowledge");
+    node_a.kill();
+    let survivor = node_b;
+    let alice = Client::new(&survivor.url, "alice", Some("alice-secret")).expect("client");
+    // With partition owners the start may find its partition still held by the dead node
+    // (503 until its lease runs out): a client retries.
+    eventually("the start after the leader died", || async {
+        match alice.start(&request("hook-after", "bob", None)).await {
+            Ok(_) => Some(()),
+            Err(colloquy_sdk::SdkError::Api { status: 409, .. }) => Some(()),
+            Err(_) => None,
+        }
+    })
+    .await;
+    eventually("the push after the failover", || async {
+        ids(&pushed)
+            .contains(&"hook-after.request".to_owned())
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        ids(&pushed).len(),
+        7,
+        "acknowledged messages are not pushed again: {:?}",
+        ids(&pushed)
+    );
 }
 
 /// The ids of the messages a webhook receiver got, in the order it got them.

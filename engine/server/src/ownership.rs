@@ -10,8 +10,8 @@
 //!   conversation another node owns is forwarded there over internal HTTP, with the
 //!   caller's own credentials (the owner checks them again) and the node secret; while a
 //!   partition changes hands the request waits a little and routes again, then answers 503
-//!   with `Retry-After` (at once while the lease store does not answer: nothing can change
-//!   hands then). A forwarded request is never forwarded again: a node that cannot serve it
+//!   with `Retry-After` (after two ticks while the lease store does not answer: nothing can
+//!   change hands then). A forwarded request is never forwarded again: a node that cannot serve it
 //!   says so at once ([`MOVED`]) and the node the client called routes it again.
 //! - A start without a `conversation_id` gets one here, drawn until it falls in a partition
 //!   this node owns, so starts are served where they arrive.
@@ -101,8 +101,12 @@ pub struct Ownership {
     /// that stalls (paused, overloaded) has lost its partitions by then anyway.
     forward_timeout: Duration,
     /// Whether the last tick reached the lease store. While it does not, a request for a
-    /// partition nobody holds is answered at once: no lease can change hands meanwhile.
+    /// partition nobody holds waits only [`Ownership::unreachable_wait`]: no lease can
+    /// change hands meanwhile.
     store_reachable: std::sync::atomic::AtomicBool,
+    /// Two ticks, at most a second: long enough for a tick to find the store back and take
+    /// the partitions, short enough that a client hears of an outage within a second.
+    unreachable_wait: Duration,
 }
 
 impl std::fmt::Debug for Ownership {
@@ -118,6 +122,7 @@ impl Ownership {
     pub fn new(settings: OwnershipSettings, listening: &str) -> Ownership {
         let address = settings.address.unwrap_or_else(|| listening.to_owned());
         let forward_timeout = Duration::from_millis(settings.config.lease_ttl_ms.max(1));
+        let tick_ms = settings.config.tick_ms.max(1);
         let local = LocalLeases::new(settings.node.clone(), address, settings.config);
         Ownership {
             leases: settings.leases,
@@ -131,6 +136,7 @@ impl Ownership {
                 .unwrap_or_default(),
             forward_timeout,
             store_reachable: std::sync::atomic::AtomicBool::new(true),
+            unreachable_wait: Duration::from_millis(2 * tick_ms).min(HANDOVER_WAIT / 2),
         }
     }
 
@@ -316,7 +322,8 @@ pub async fn route_to_owner(
         Some(id) => (body, id),
         None => with_conversation_id(&ownership, &mut parts, body),
     };
-    let deadline = Instant::now() + HANDOVER_WAIT;
+    let arrived = Instant::now();
+    let deadline = arrived + HANDOVER_WAIT;
     loop {
         let answer = match ownership.route(&id) {
             Route::Serve { .. } => {
@@ -333,18 +340,21 @@ pub async fn route_to_owner(
             Route::Forward(_) | Route::Unavailable { .. } if forwarded => {
                 return not_here(&id);
             }
-            Route::Unavailable { .. }
-                if !ownership
-                    .store_reachable
-                    .load(std::sync::atomic::Ordering::Relaxed) =>
-            {
-                return store_unreachable();
-            }
             Route::Forward(_) | Route::Unavailable { .. } => None,
         };
         match answer {
             Some(response) if forwarded || !response.headers().contains_key(MOVED) => {
                 return response;
+            }
+            // Nobody here holds it, and this node cannot see the lease table: waiting past a
+            // tick or two (which would find the store back) would not tell it who takes the
+            // partition.
+            _ if !ownership
+                .store_reachable
+                .load(std::sync::atomic::Ordering::Relaxed)
+                && arrived.elapsed() >= ownership.unreachable_wait =>
+            {
+                return store_unreachable();
             }
             Some(response) if Instant::now() >= deadline => return response,
             _ if Instant::now() >= deadline => return unavailable(&id),

@@ -19,8 +19,9 @@
 //! another node commits for him.
 //!
 //! Reported per configuration: conversations and messages per second; server CPU (user +
-//! system, all nodes) per message; the notices of other nodes' commits the nodes received
-//! (`colloquy_remote_notices_total`, summed over the nodes) per commit. Every node and Postgres share the
+//! system) per message made anywhere in the cluster, for all nodes and per node; the notices
+//! of other nodes' commits the nodes received (`colloquy_remote_notices_total`) per commit
+//! made anywhere, for all nodes and per node. Every node and Postgres share the
 //! machine's cores with the load, so rates do not grow with nodes here; CPU per message is
 //! the figure that carries over to machines of their own.
 
@@ -152,20 +153,30 @@ async fn main() -> anyhow::Result<()> {
         }
     );
     println!(
-        "{:>5} {:>10} {:>10} {:>10} {:>14} {:>22}",
-        "nodes", "mode", "conv/s", "msg/s", "CPU µs/msg", "notices/commit"
+        "{:>5} {:>10} {:>8} {:>8} {:>11} {:>16} {:>15} {:>20}",
+        "nodes",
+        "mode",
+        "conv/s",
+        "msg/s",
+        "CPU µs/msg",
+        "CPU µs/msg/node",
+        "notices/commit",
+        "notices/commit/node"
     );
     let mut rows = Vec::new();
     for &nodes in &options.nodes {
         for mode in [Mode::Followers, Mode::Owners] {
             let figures = measure(&options, nodes, mode, &templates, &secret).await?;
+            let per_node = nodes as f64;
             println!(
-                "{nodes:>5} {:>10} {:>10.0} {:>10.0} {:>14.0} {:>22.3}",
+                "{nodes:>5} {:>10} {:>8.0} {:>8.0} {:>11.0} {:>16.0} {:>15.3} {:>20.3}",
                 mode.name(),
                 figures.conversations_per_s,
                 figures.conversations_per_s * 3.0,
                 figures.cpu_us_per_message,
+                figures.cpu_us_per_message / per_node,
                 figures.notices_per_commit,
+                figures.notices_per_commit / per_node,
             );
             rows.push((nodes, mode, figures));
         }
