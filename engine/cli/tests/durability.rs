@@ -59,6 +59,22 @@ fn scratch_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// The lease TTL of the nodes the ownership tests start (`--cluster-lease-ttl`).
+const LEASE_TTL: Duration = Duration::from_secs(2);
+
+/// The extra `colloquy serve` arguments of a node owning partitions: a secret file written
+/// in `dir` (the same for every node of a test) and a [`LEASE_TTL`] lease.
+fn ownership_args(dir: &Path) -> Vec<String> {
+    let secret = dir.join("node-secret");
+    std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
+    vec![
+        "--cluster-secret-file".to_owned(),
+        secret.display().to_string(),
+        "--cluster-lease-ttl".to_owned(),
+        format!("{}s", LEASE_TTL.as_secs()),
+    ]
+}
+
 /// A template directory with the built-in templates only (copied, so work on examples
 /// elsewhere in the tree cannot change what these tests run).
 fn templates(dir: &Path) -> PathBuf {
@@ -602,16 +618,8 @@ async fn owners_on_postgres_hand_over_after_kill_9() {
         let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
         let dir = scratch_dir("owners-postgres");
         let templates = templates(&dir);
-        let secret = dir.join("node-secret");
-        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
-        let secret = secret.to_string_lossy().into_owned();
-        let ttl_ms = 2_000;
-        let extra = [
-            "--cluster-secret-file",
-            &secret,
-            "--cluster-lease-ttl",
-            "2s",
-        ];
+        let extra = ownership_args(&dir);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let node_a = Server::start_with(&dir, &templates, &url, "owner-a", &extra);
         let node_b = Server::start_with(&dir, &templates, &url, "owner-b", &extra);
         let (alice_a, alice_b) = (node_a.client("alice"), node_b.client("alice"));
@@ -675,7 +683,7 @@ async fn owners_on_postgres_hand_over_after_kill_9() {
             );
         }
         let takeover = killed.elapsed();
-        eprintln!("takeover after kill -9: {takeover:?} (lease TTL {ttl_ms} ms)");
+        eprintln!("takeover after kill -9: {takeover:?} (lease TTL {LEASE_TTL:?})");
         for id in &ids {
             bob_b
                 .send(id, &SendMessage::new("inform", json!({"done": true})))
@@ -714,15 +722,8 @@ async fn a_paused_owner_resumes_without_stale_answers() {
         let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
         let dir = scratch_dir("paused-owner");
         let templates = templates(&dir);
-        let secret = dir.join("node-secret");
-        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
-        let secret = secret.to_string_lossy().into_owned();
-        let extra = [
-            "--cluster-secret-file",
-            &secret,
-            "--cluster-lease-ttl",
-            "2s",
-        ];
+        let extra = ownership_args(&dir);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let node_a = Server::start_with(&dir, &templates, &url, "paused-a", &extra);
         let node_b = Server::start_with(&dir, &templates, &url, "paused-b", &extra);
         let (alice_a, alice_b) = (node_a.client("alice"), node_b.client("alice"));
@@ -819,15 +820,8 @@ async fn partition_owners_hear_only_of_the_inboxes_someone_waits_on() {
         let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
         let dir = scratch_dir("narrowed-notices");
         let templates = templates(&dir);
-        let secret = dir.join("node-secret");
-        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
-        let secret = secret.to_string_lossy().into_owned();
-        let extra = [
-            "--cluster-secret-file",
-            &secret,
-            "--cluster-lease-ttl",
-            "2s",
-        ];
+        let extra = ownership_args(&dir);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let node_a = Server::start_with(&dir, &templates, &url, "notices-a", &extra);
         let node_b = Server::start_with(&dir, &templates, &url, "notices-b", &extra);
         eventually("both nodes hold a share", || async {
@@ -912,15 +906,8 @@ async fn a_fourth_node_takes_its_share_while_no_request_fails() {
         let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
         let dir = scratch_dir("fourth-node");
         let templates = templates(&dir);
-        let secret = dir.join("node-secret");
-        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
-        let secret = secret.to_string_lossy().into_owned();
-        let extra = [
-            "--cluster-secret-file",
-            &secret,
-            "--cluster-lease-ttl",
-            "2s",
-        ];
+        let extra = ownership_args(&dir);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let start = |name: &str| Server::start_with(&dir, &templates, &url, name, &extra);
         let nodes = [start("join-a"), start("join-b"), start("join-c")];
         let shares = |count: usize| {
@@ -1224,15 +1211,8 @@ async fn partition_owners_push_each_webhook_message_once() {
     timeout(TEST_TIMEOUT, async {
         let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
         let secret_dir = scratch_dir("webhook-owners-secret");
-        let secret = secret_dir.join("node-secret");
-        std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
-        let secret = secret.to_string_lossy().into_owned();
-        let extra = [
-            "--cluster-secret-file",
-            &secret,
-            "--cluster-lease-ttl",
-            "2s",
-        ];
+        let extra = ownership_args(&secret_dir);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         two_nodes_push_each_webhook_message_once_on(&url, "webhook-owners", &extra).await;
         let _ = std::fs::remove_dir_all(&secret_dir);
     })

@@ -18,8 +18,6 @@ const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// operation deadline or the 2 s ownership wait, so this is generous; a call cut off by it
 /// counts as failed, and is retried with its same ids.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The nodes' lease TTL (`--cluster-lease-ttl`).
-const LEASE_TTL: Duration = Duration::from_secs(2);
 
 /// Whether a test that runs a Postgres of its own can run: as the tests on the shared
 /// Postgres (`test_postgres`), when `COLLOQUY_TEST_POSTGRES` is set or under CI, and then
@@ -170,18 +168,6 @@ impl Drop for PrivatePostgres {
             .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// The extra `colloquy serve` arguments of an owning node: the secret file and a 2 s TTL.
-fn ownership_args(dir: &Path) -> Vec<String> {
-    let secret = dir.join("node-secret");
-    std::fs::write(&secret, "a node secret for the durability tests\n").expect("secret");
-    vec![
-        "--cluster-secret-file".to_owned(),
-        secret.display().to_string(),
-        "--cluster-lease-ttl".to_owned(),
-        format!("{}s", LEASE_TTL.as_secs()),
-    ]
 }
 
 /// One answer of the HTTP API: status, `Retry-After` present, error code (if any), the
