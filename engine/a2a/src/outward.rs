@@ -110,6 +110,36 @@ pub enum CallError {
     TimedOut(String),
 }
 
+/// Where the bridge sends an agent's answers, as that agent: into the engine, or, with
+/// partition owners, to the node that owns the conversation (the node running the bridge
+/// leads delivery, which says nothing of who owns a conversation; its own commits there
+/// would be refused by fencing). `Err` says why the answer was not accepted.
+pub trait Replies: Send + Sync {
+    /// Sends `message` into `conversation` as `agent`.
+    fn send_as<'a>(
+        &'a self,
+        conversation: &'a str,
+        agent: &'a str,
+        message: SendMessage,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), String>>;
+}
+
+/// One node serving every conversation: answers go straight into its engine.
+impl Replies for Engine {
+    fn send_as<'a>(
+        &'a self,
+        conversation: &'a str,
+        agent: &'a str,
+        message: SendMessage,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            (self.send(conversation, agent, message).await)
+                .map(drop)
+                .map_err(|error| error.to_string())
+        })
+    }
+}
+
 /// One remote agent as the bridge sees it: who it is, where, and what calling it needs.
 #[derive(Clone)]
 pub struct Peer {
@@ -117,8 +147,10 @@ pub struct Peer {
     pub agent: AgentId,
     /// Where it is reached.
     pub endpoint: Endpoint,
-    /// The engine its answers go to.
+    /// The engine the bridge reads its conversations and tasks from.
     pub engine: Arc<Engine>,
+    /// Where its answers go (the engine itself, or the conversations' owners).
+    pub replies: Arc<dyn Replies>,
     /// Counts its calls.
     pub metrics: Arc<Metrics>,
     /// Makes the calls.
@@ -631,7 +663,7 @@ async fn open_to(peer: &Peer, conversation: &str) -> Option<Vec<Arc<str>>> {
 
 /// Sends `reply` as the agent, in reply to message `replied`; nothing when there is none.
 async fn send_reply(peer: &Peer, conversation: &str, replied: &str, reply: Option<Reply>) {
-    let (engine, agent) = (&peer.engine, &*peer.agent);
+    let agent = &*peer.agent;
     let Some(reply) = reply else {
         tracing::debug!(%agent, conversation, "nothing for the A2A agent's answer to say here");
         return;
@@ -640,7 +672,7 @@ async fn send_reply(peer: &Peer, conversation: &str, replied: &str, reply: Optio
     let mut message = SendMessage::new(&reply.performative, reply.content);
     message.in_reply_to = Some(replied.to_owned());
     message.message_id = (message_id.len() <= MAX_ID_LEN).then_some(message_id);
-    if let Err(error) = engine.send(conversation, agent, message).await {
+    if let Err(error) = peer.replies.send_as(conversation, agent, message).await {
         tracing::warn!(%agent, %error, conversation, performative = reply.performative, "the A2A agent's answer was not accepted");
     }
 }

@@ -1491,6 +1491,107 @@ async fn a_restarted_server_goes_on_following_a_running_a2a_task() {
     .expect("within the test timeout");
 }
 
+/// A remote A2A agent on a cluster of partition owners on Postgres: one node leads delivery
+/// to the agent, whichever nodes own its conversations, and each of its answers is recorded
+/// by the conversation's owner (the leader sends it there, acting as the agent), so fencing
+/// refuses none. Sixteen conversations started through both nodes each get the agent's
+/// `agree` and, once its task completes, its `inform`; each request went out once; and
+/// alice's A2A calls about the tasks are answered by their owner through either node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn owners_record_a_remote_a2a_agents_answers() {
+    let Some(postgres) = test_postgres("owners_record_a_remote_a2a_agents_answers") else {
+        return;
+    };
+    timeout(TEST_TIMEOUT, async {
+        let finished = Arc::new(AtomicBool::new(true));
+        let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+        let translator = a2a_agent(finished, calls.clone()).await;
+        let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
+        let dir = scratch_dir("owners-a2a");
+        let templates = templates(&dir);
+        let agents = dir.join("agents.yaml");
+        std::fs::write(
+            &agents,
+            format!(
+                "agents:\n  - {{id: alice, token: alice-secret}}\n  \
+                 - {{id: translator, a2a: \"{translator}\"}}\n"
+            ),
+        )
+        .expect("agents file");
+        let mut extra = ownership_args(&dir);
+        extra.extend(["--agents".to_owned(), agents.display().to_string()]);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let node_a = Server::start_with(&dir, &templates, &url, "a2a-owner-a", &extra);
+        let node_b = Server::start_with(&dir, &templates, &url, "a2a-owner-b", &extra);
+        let alice_a = Client::new(&node_a.url, "alice", Some("alice-secret")).expect("client");
+        let alice_b = Client::new(&node_b.url, "alice", Some("alice-secret")).expect("client");
+
+        let ids: Vec<String> = (0..16).map(|n| format!("a2a-owned-{n}")).collect();
+        for (n, id) in ids.iter().enumerate() {
+            let starter = if n % 2 == 0 { &alice_a } else { &alice_b };
+            starter
+                .start(&request(id, "translator", None))
+                .await
+                .expect("start");
+        }
+        let http = reqwest::Client::new();
+        let mut owners = BTreeSet::new();
+        for id in &ids {
+            let view = eventually("the translator's answers", || async {
+                let view = alice_b.conversation(id).await.ok()?;
+                (view.status == ConversationStatus::Completed).then_some(view)
+            })
+            .await;
+            let performatives: Vec<&str> = view
+                .messages
+                .iter()
+                .map(|m| m.performative.name())
+                .collect();
+            assert_eq!(
+                performatives,
+                ["request", "agree", "inform"],
+                "{id}: {view:?}"
+            );
+            let mut served = BTreeSet::new();
+            for node in [&node_a, &node_b] {
+                let answer = http
+                    .post(format!("{}/a2a/translator", node.url))
+                    .bearer_auth("alice-secret")
+                    .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get",
+                                  "params": {"id": id}}))
+                    .send()
+                    .await
+                    .expect("tasks/get");
+                let node = (answer.headers().get("x-colloquy-node"))
+                    .and_then(|node| node.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let body: serde_json::Value = answer.json().await.expect("JSON-RPC");
+                assert_eq!(body["result"]["id"], id.as_str(), "{body}");
+                assert_eq!(body["result"]["status"]["state"], "completed", "{body}");
+                served.insert(node);
+            }
+            assert_eq!(
+                served.len(),
+                1,
+                "{id}: one owner answers through both nodes"
+            );
+            owners.extend(served);
+        }
+        assert_eq!(owners.len(), 2, "both nodes own some of them: {owners:?}");
+        let calls = calls.lock().expect("lock").clone();
+        assert_eq!(
+            calls.iter().filter(|m| *m == "message/send").count(),
+            ids.len(),
+            "each request went out once: {calls:?}"
+        );
+        drop((node_a, node_b));
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+    .expect("within the test timeout");
+}
+
 /// `colloquy serve` logs at `info`, and every line a conversation's work writes names the
 /// conversation: a template's own `log` action, a condition that fails, a message refused
 /// by a rule. A real process, with its one global subscriber: a subscriber scoped to a test

@@ -131,16 +131,6 @@ impl Engine {
         }
     }
 
-    /// With partition owners, drops the cached copy of a conversation another node owns
-    /// (loaded here to be read): nothing here would keep it up to date.
-    fn forget_if_not_owned(&self, id: &str) {
-        if let Some(fencer) = &self.config.fencer
-            && fencer.fence(id).epoch == colloquy_cluster::Epoch::default()
-        {
-            self.live.remove(id);
-        }
-    }
-
     /// Drops every cached conversation that is not in use, so the next access reloads it.
     fn forget_cached(&self) {
         for entry in self.live.iter() {
@@ -191,7 +181,6 @@ impl Engine {
                 .collect();
             found.sort_by(|a, b| a.id.cmp(&b.id));
             drop(guard);
-            self.forget_if_not_owned(id);
             page.extend(found);
             if page.len() > limit {
                 page.truncate(limit);

@@ -666,6 +666,13 @@ impl Engine {
         self.live.len()
     }
 
+    /// Whether this node may cache conversation `id`: always, unless partitions have owners
+    /// and this node does not hold `id`'s now.
+    fn owns(&self, id: &str) -> bool {
+        (self.config.fencer.as_ref())
+            .is_none_or(|fencer| fencer.fence(id).epoch != colloquy_cluster::Epoch::default())
+    }
+
     fn slot(&self, id: &str) -> Slot {
         if let Some(slot) = self.live.get(id) {
             return slot.clone();
@@ -675,7 +682,18 @@ impl Engine {
 
     /// The conversation's slot with the conversation loaded; a missing conversation leaves
     /// no trace (a message to an unknown conversation never creates one).
+    ///
+    /// With partition owners, a conversation another node owns is read from the store into
+    /// a slot of its own and not cached: nothing here would keep a copy current (its owner
+    /// commits, and this node hears of no commits but inbox ones). Work on such a slot
+    /// fails fencing at its commit, as any work here on another node's conversation does.
     pub(crate) async fn loaded_slot(&self, id: &str) -> Result<Slot, EngineError> {
+        if !self.owns(id) {
+            return match self.load(id).await? {
+                Some(conversation) => Ok(Arc::new(Mutex::new(Some(conversation)))),
+                None => Err(EngineError::UnknownConversation(id.to_owned())),
+            };
+        }
         let slot = self.slot(id);
         let mut guard = slot.lock().await;
         if guard.is_none() {

@@ -784,6 +784,11 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
+        // A node of a cluster sending a remote A2A agent's answer to its conversation's owner
+        // (checked by the router: node secret, a remote A2A agent).
+        if let Some(crate::ownership::ActingAs(agent)) = parts.extensions.get() {
+            return Ok(Caller::Agent(agent.clone()));
+        }
         state.identity().identify(parts)
     }
 }

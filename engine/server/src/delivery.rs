@@ -70,6 +70,7 @@ pub fn spawn_push(
     metrics: Arc<Metrics>,
     channels: HashMap<AgentId, Channel>,
     trust: Option<Arc<colloquy_a2a::signing::TrustStore>>,
+    replies: Arc<dyn colloquy_a2a::outward::Replies>,
 ) -> JoinHandle<()> {
     // Each call sets its own timeout: a webhook's is short, an A2A call waits for the work.
     let client = reqwest::Client::new();
@@ -92,6 +93,7 @@ pub fn spawn_push(
             Outbound {
                 client: client.clone(),
                 trust: trust.clone(),
+                replies: replies.clone(),
             },
             agent,
             channel,
@@ -144,17 +146,22 @@ async fn keep_the_lead(engine: Arc<Engine>, leads: watch::Sender<bool>) {
     }
 }
 
-/// How a worker calls out: the HTTP client, and the keys remote agents' cards must be
-/// signed by (when configured).
+/// How a worker calls out: the HTTP client, the keys remote agents' cards must be signed
+/// by (when configured), and where a remote A2A agent's answers go.
 struct Outbound {
     client: reqwest::Client,
     trust: Option<Arc<colloquy_a2a::signing::TrustStore>>,
+    replies: Arc<dyn colloquy_a2a::outward::Replies>,
 }
 
 async fn worker(
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
-    Outbound { client, trust }: Outbound,
+    Outbound {
+        client,
+        trust,
+        replies,
+    }: Outbound,
     agent: AgentId,
     channel: Channel,
     bell: Arc<Notify>,
@@ -170,6 +177,7 @@ async fn worker(
             agent: agent.clone(),
             endpoint,
             engine: engine.clone(),
+            replies,
             metrics: metrics.clone(),
             client: client.clone(),
             trust,

@@ -15,8 +15,15 @@
 //!   says so at once ([`MOVED`]) and the node the client called routes it again.
 //! - A start without a `conversation_id` gets one here, drawn until it falls in a partition
 //!   this node owns, so starts are served where they arrive.
-//! - A2A calls name their conversation inside the call, which this does not read yet: they
-//!   are answered 501 `not_in_cluster` (docs/scale.md).
+//! - **A2A calls** name their task (a conversation) inside the call: [`a2a_route`] reads it
+//!   from the JSON-RPC params or the REST path and routes the call as any other. A call
+//!   that opens a task is served here when this node owns a partition (the handler draws
+//!   the task's id in one), unless its id is derived from the call (a Colloquy bridge's
+//!   retry-safe send), which routes by that id. Calls about no task (`ListTasks`) are
+//!   served here, from the store.
+//! - **The A2A bridge's answers** ([`OwnerReplies`]): the node leading delivery to a remote
+//!   A2A agent sends each answer to the conversation's owner, as a request acting as that
+//!   agent ([`ACT_AS`], honoured only beside the node secret, and only for remote A2A agents).
 //!
 //! - **Fencing**: every commit carries the lease this node holds its partition by
 //!   (`Ownership` is the engine's `Fencer`), and a store with a lease table (Postgres)
@@ -57,6 +64,10 @@ pub const SERVED_BY: &str = "x-colloquy-node";
 /// request reaching a node that no longer holds the partition. The node that routed the
 /// request takes it as "route again", not as the answer.
 pub const MOVED: &str = "x-colloquy-moved";
+/// The header by which a node's forwarded request acts as a remote A2A agent (the bridge's
+/// answers, [`OwnerReplies`]). Honoured only on a request carrying the node secret, and
+/// never copied from a client's request into a forward.
+pub const ACT_AS: &str = "x-colloquy-act-as";
 /// How long a request waits for a partition changing hands before it is answered 503.
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 /// Most ids a start draws to find one in a partition this node owns.
@@ -107,7 +118,16 @@ pub struct Ownership {
     /// Two ticks, at most a second: long enough for a tick to find the store back and take
     /// the partitions, short enough that a client hears of an outage within a second.
     unreachable_wait: Duration,
+    /// Counts the changes of the set of partitions this node holds: what runs per owned
+    /// conversation (push notification followers) subscribes, to move with them.
+    held_changes: tokio::sync::watch::Sender<u64>,
 }
+
+/// Request extension: the remote A2A agent a request acts as. Set only by this module: by
+/// [`OwnerReplies`], and by [`route_to_owner`] on a forwarded request (node secret checked)
+/// that names one in [`ACT_AS`]. The `Caller` extractor takes it as the caller.
+#[derive(Clone, Debug)]
+pub struct ActingAs(pub colloquy_protocol::message::AgentId);
 
 impl std::fmt::Debug for Ownership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,6 +157,7 @@ impl Ownership {
             forward_timeout,
             store_reachable: std::sync::atomic::AtomicBool::new(true),
             unreachable_wait: Duration::from_millis(2 * tick_ms).min(HANDOVER_WAIT / 2),
+            held_changes: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -162,8 +183,25 @@ impl Ownership {
         self.snapshot().route(id, self.now())
     }
 
+    /// Whether this node serves conversation `id` now (it holds its partition by a locally
+    /// valid lease).
+    pub fn owns(&self, id: &str) -> bool {
+        matches!(self.route(id), Route::Serve { .. })
+    }
+
+    /// Wakes up each time the set of partitions this node holds changes.
+    pub fn held_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.held_changes.subscribe()
+    }
+
     /// A fresh conversation id in a partition this node owns now, if it owns any.
-    pub fn own_id(&self) -> Option<Arc<str>> {
+    pub fn own_id(&self) -> Option<String> {
+        self.own_id_drawn(|| colloquy_core::engine::new_id().to_string())
+    }
+
+    /// An id `draw` makes (fresh ones, from a large space), drawn until it falls in a
+    /// partition this node owns now; `None` when it owns none.
+    pub fn own_id_drawn(&self, mut draw: impl FnMut() -> String) -> Option<String> {
         let local = self.snapshot();
         let now = self.now();
         let owns =
@@ -173,7 +211,7 @@ impl Ownership {
         }
         let partitions = local.config().partitions;
         (0..MAX_ID_DRAWS)
-            .map(|_| colloquy_core::engine::new_id())
+            .map(|_| draw())
             .find(|id| owns(partition_of(id, partitions)))
     }
 
@@ -190,9 +228,11 @@ impl Ownership {
     /// One tick: leases taken, renewed and given back; the engine's cache of the
     /// partitions this node no longer holds dropped.
     pub async fn tick(&self, engine: &Engine) {
-        let mut local = (*self.snapshot()).clone();
+        let before = self.snapshot();
+        let mut local = (*before).clone();
         let outcome = colloquy_cluster::tick(&*self.leases, &mut local, || self.now()).await;
         let partitions = local.config().partitions;
+        let moved = !before.held().keys().eq(local.held().keys());
         *self
             .local
             .write()
@@ -207,6 +247,9 @@ impl Ownership {
         if !outcome.dropped.is_empty() {
             let dropped: std::collections::HashSet<_> = outcome.dropped.into_iter().collect();
             engine.evict(|id| dropped.contains(&partition_of(id, partitions)));
+        }
+        if moved {
+            self.held_changes.send_modify(|changes| *changes += 1);
         }
     }
 
@@ -270,6 +313,8 @@ impl colloquy_core::engine::Fencer for Ownership {
             // A tick running now may put its own copy back; its view then shows the
             // partition's new owner, which drops it again.
             Arc::make_mut(&mut local).fenced(fenced.partition, fenced.epoch);
+            drop(local);
+            self.held_changes.send_modify(|changes| *changes += 1);
         }
     }
 }
@@ -284,6 +329,30 @@ fn conversation_of(path: &str) -> Option<&str> {
     let rest = path.strip_prefix("/v1/conversations/")?;
     let id = rest.split('/').next()?;
     (!id.is_empty()).then_some(id)
+}
+
+/// What [`route_to_owner`] routes: requests about one conversation.
+enum Routed {
+    /// `/v1/conversations/{id}…`.
+    Conversation(String),
+    /// `POST /v1/conversations`.
+    Start,
+    /// An A2A call ([`a2a_route`] reads which task).
+    A2a,
+}
+
+impl Routed {
+    fn of(method: &Method, path: &str) -> Option<Routed> {
+        if let Some(id) = conversation_of(path) {
+            Some(Routed::Conversation(id.to_owned()))
+        } else if method == Method::POST && path == "/v1/conversations" {
+            Some(Routed::Start)
+        } else if a2a_call(method, path) {
+            Some(Routed::A2a)
+        } else {
+            None
+        }
+    }
 }
 
 /// Middleware: serves a conversation's requests on its owner (see the module docs).
@@ -303,42 +372,82 @@ pub async fn route_to_owner(
     let Some(ownership) = state.ownership().cloned() else {
         return next.run(request).await;
     };
-    if a2a_call(request.method(), request.uri().path()) {
-        return a2a_not_in_cluster();
-    }
-    let forwarded = ownership.forwarded(request.headers());
-    let start = request.method() == Method::POST && request.uri().path() == "/v1/conversations";
-    let named = match conversation_of(request.uri().path()) {
-        Some(id) => Some(id.to_owned()),
-        None if start => None,
-        None => return next.run(request).await,
+    let Some(routed) = Routed::of(request.method(), request.uri().path()) else {
+        return next.run(request).await;
     };
+    let forwarded = ownership.forwarded(request.headers());
     // Kept whole so that it can be served or forwarded again after a `MOVED` answer.
     let (mut parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, crate::extract::MAX_BODY_BYTES).await else {
         return ApiError::TooLarge(crate::extract::MAX_BODY_BYTES).into_response();
     };
-    let (body, id) = match named {
-        Some(id) => (body, id),
-        None => with_conversation_id(&ownership, &mut parts, body),
+    if forwarded {
+        match acting_as(&state, &parts.headers) {
+            Ok(Some(agent)) => {
+                parts.extensions.insert(ActingAs(agent));
+            }
+            Ok(None) => {}
+            Err(refused) => return refused.into_response(),
+        }
+    }
+    let (body, id) = match routed {
+        Routed::Conversation(id) => (body, id),
+        Routed::Start => with_conversation_id(&ownership, &mut parts, body),
+        Routed::A2a => match a2a_route(&state, &mut parts, &body).await {
+            A2aRoute::Here => {
+                return next.run(Request::from_parts(parts, Body::from(body))).await;
+            }
+            A2aRoute::Task(id) => (body, id),
+            // Served here when this node owns a partition; else by the owner of any id. (A
+            // derived id came back as `Task`.)
+            A2aRoute::New | A2aRoute::Derived { .. } => {
+                let id = ownership.own_id();
+                (
+                    body,
+                    id.unwrap_or_else(|| colloquy_core::engine::new_id().to_string()),
+                )
+            }
+        },
     };
+    on_owner(&ownership, &id, forwarded, parts, body, |request| {
+        next.clone().run(request)
+    })
+    .await
+}
+
+/// Serves `parts` and `body`, a request about conversation `id`, on its owner: `serve`
+/// answers it here when this node owns `id`; another node's is forwarded there. See
+/// [`route_to_owner`] for the waits; `forwarded`: the request came from another node,
+/// which does the waiting.
+async fn on_owner<Serve, Served>(
+    ownership: &Ownership,
+    id: &str,
+    forwarded: bool,
+    parts: axum::http::request::Parts,
+    body: axum::body::Bytes,
+    mut serve: Serve,
+) -> Response
+where
+    Serve: FnMut(Request) -> Served,
+    Served: std::future::Future<Output = Response>,
+{
     let arrived = Instant::now();
     let deadline = arrived + HANDOVER_WAIT;
     loop {
-        let answer = match ownership.route(&id) {
+        let answer = match ownership.route(id) {
             Route::Serve { .. } => {
                 let request = Request::from_parts(parts.clone(), Body::from(body.clone()));
-                let mut response = next.clone().run(request).await;
+                let mut response = serve(request).await;
                 if let Ok(node) = HeaderValue::from_str(ownership.node().as_str()) {
                     response.headers_mut().insert(SERVED_BY, node);
                 }
                 Some(response)
             }
             Route::Forward(address) if !forwarded => {
-                forward(&ownership, &address, parts.clone(), body.clone()).await
+                forward(ownership, &address, parts.clone(), body.clone()).await
             }
             Route::Forward(_) | Route::Unavailable { .. } if forwarded => {
-                return not_here(&id);
+                return not_here(id);
             }
             Route::Forward(_) | Route::Unavailable { .. } => None,
         };
@@ -357,9 +466,30 @@ pub async fn route_to_owner(
                 return store_unreachable();
             }
             Some(response) if Instant::now() >= deadline => return response,
-            _ if Instant::now() >= deadline => return unavailable(&id),
+            _ if Instant::now() >= deadline => return unavailable(id),
             _ => tokio::time::sleep(Duration::from_millis(25)).await,
         }
+    }
+}
+
+/// The remote A2A agent a forwarded request acts as ([`ACT_AS`]), if it names one; 403
+/// when it names an agent that is not a remote A2A agent here (only the bridge acts as
+/// anyone, and only as the agents it speaks for).
+fn acting_as(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<colloquy_protocol::message::AgentId>, ApiError> {
+    let Some(named) = headers.get(ACT_AS) else {
+        return Ok(None);
+    };
+    let agent = named.to_str().unwrap_or_default();
+    if state.identity().a2a_agents().contains_key(agent) {
+        Ok(Some(colloquy_protocol::message::AgentId::from(agent)))
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "`{ACT_AS}` names `{}`, which is not a remote A2A agent of this deployment",
+            colloquy_core::log_safe::LogSafe(agent)
+        )))
     }
 }
 
@@ -387,20 +517,18 @@ fn with_conversation_id(
             conversation_id: None,
         }) => {
             // When this node owns nothing yet, any id: the start goes to its owner.
-            let id = (ownership.own_id()).unwrap_or_else(colloquy_core::engine::new_id);
+            let id =
+                (ownership.own_id()).unwrap_or_else(|| colloquy_core::engine::new_id().to_string());
             match with_id(&body, &id) {
                 Some(named) => {
                     parts.headers.remove(header::CONTENT_LENGTH);
-                    (named, id.to_string())
+                    (named, id)
                 }
-                None => (body, id.to_string()),
+                None => (body, id),
             }
         }
         // Not a JSON object: the route's own extractor says what is wrong, here.
-        Err(_) => {
-            let id = ownership.own_id().map(|id| id.to_string());
-            (body, id.unwrap_or_default())
-        }
+        Err(_) => (body, ownership.own_id().unwrap_or_default()),
     }
 }
 
@@ -425,21 +553,154 @@ fn with_id(body: &[u8], id: &str) -> Option<axum::body::Bytes> {
 }
 
 /// Whether a request is an A2A call (its JSON-RPC and REST routes; agent cards are not
-/// calls). Its task is a conversation named inside the call, which this layer does not
-/// route yet.
+/// calls).
 fn a2a_call(method: &Method, path: &str) -> bool {
     path.starts_with("/a2a/") && !(method == Method::GET && path.contains("/.well-known/"))
 }
 
-/// 501 for an A2A call on a cluster of partition owners (see docs/scale.md).
-fn a2a_not_in_cluster() -> Response {
-    let body = colloquy_protocol::error::ErrorBody::new(
-        "not_in_cluster",
-        "A2A calls are not served by a cluster of partition owners yet: call a node that \
-         runs alone or follows every commit (SQLite, Redis)",
-        None,
-    );
-    (StatusCode::NOT_IMPLEMENTED, axum::Json(body)).into_response()
+/// Where an A2A call is served ([`a2a_route`]).
+#[derive(Debug, PartialEq, Eq)]
+enum A2aRoute {
+    /// About no one task (`ListTasks`, the extended card), or not readable as a call (the
+    /// handler says what is wrong): served here.
+    Here,
+    /// About this task (a conversation id): served by its owner.
+    Task(String),
+    /// Opens a task with a fresh id: served by any node owning a partition (the handler
+    /// draws the id in one of this node's).
+    New,
+    /// Opens a task whose id is derived from the caller, the agent and the message id (a
+    /// Colloquy bridge's send, retry-safe: `inward::derived_task_id`).
+    Derived { agent: String, message_id: String },
+}
+
+/// The few fields of an A2A call that say which task it is about (the handler reads the
+/// rest). v1.0's proto names (`task_id`) are read as the JSON ones.
+mod a2a_fields {
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct Call {
+        #[serde(default)]
+        pub method: String,
+        #[serde(default)]
+        pub params: Params,
+    }
+
+    #[derive(Default, Deserialize)]
+    pub struct Params {
+        /// The task (`tasks/get`, `GetTask`, …); a push config's id in the push config calls.
+        #[serde(default)]
+        pub id: Option<serde_json::Value>,
+        /// The task of a push config call.
+        #[serde(default, rename = "taskId", alias = "task_id")]
+        pub task_id: Option<String>,
+        /// The message of a send.
+        #[serde(default)]
+        pub message: Option<Message>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Message {
+        #[serde(default, rename = "messageId", alias = "message_id")]
+        pub message_id: Option<String>,
+        #[serde(default, rename = "taskId", alias = "task_id")]
+        pub task_id: Option<String>,
+        #[serde(default)]
+        pub metadata: Option<serde_json::Value>,
+    }
+}
+
+/// Which task an A2A call (`path` under `/a2a/`, `body`) is about: from the path of the
+/// REST binding, from the params of a JSON-RPC call. A send into no task opens one.
+fn a2a_target(path: &str, body: &[u8]) -> A2aRoute {
+    let Some((agent, call)) = path
+        .strip_prefix("/a2a/")
+        .map(|rest| rest.split_once('/').unwrap_or((rest, "")))
+    else {
+        return A2aRoute::Here;
+    };
+    let named = |task: &str| {
+        if task.is_empty() {
+            A2aRoute::Here
+        } else {
+            A2aRoute::Task(task.to_owned())
+        }
+    };
+    let message = match call {
+        "" => {
+            let Ok(call) = serde_json::from_slice::<a2a_fields::Call>(body) else {
+                return A2aRoute::Here;
+            };
+            match call.method.as_str() {
+                "message/send" | "message/stream" | "SendMessage" | "SendStreamingMessage" => {
+                    call.params.message
+                }
+                "tasks/get" | "tasks/cancel" | "tasks/resubscribe" | "GetTask" | "CancelTask"
+                | "SubscribeToTask" => {
+                    let id = call.params.id.as_ref().and_then(serde_json::Value::as_str);
+                    return named(id.unwrap_or_default());
+                }
+                method if method.contains("PushNotificationConfig") => {
+                    return named(call.params.task_id.as_deref().unwrap_or_default());
+                }
+                _ => return A2aRoute::Here,
+            }
+        }
+        "rest/message:send" | "rest/message:stream" => {
+            match serde_json::from_slice::<a2a_fields::Params>(body) {
+                Ok(params) => params.message,
+                Err(_) => return A2aRoute::Here,
+            }
+        }
+        call => {
+            let Some(task) = call.strip_prefix("rest/tasks/") else {
+                return A2aRoute::Here;
+            };
+            let task = task.split('/').next().unwrap_or_default();
+            return named(crate::a2a::rest::task_and_verb(task).0);
+        }
+    };
+    let Some(message) = message else {
+        return A2aRoute::Here;
+    };
+    if let Some(task) = message.task_id {
+        return named(&task);
+    }
+    let retry_safe = (message.metadata.as_ref())
+        .and_then(|metadata| metadata.pointer("/colloquy/conversation"))
+        .is_some_and(serde_json::Value::is_string);
+    match message.message_id {
+        _ if !retry_safe => A2aRoute::New,
+        Some(message_id) => A2aRoute::Derived {
+            agent: agent.to_owned(),
+            message_id,
+        },
+        None => A2aRoute::Here,
+    }
+}
+
+/// [`a2a_target`], with a derived task id worked out: the caller is identified here for it,
+/// as the handler will identify it.
+async fn a2a_route(
+    state: &AppState,
+    parts: &mut axum::http::request::Parts,
+    body: &[u8],
+) -> A2aRoute {
+    use crate::a2a::caller::A2aCaller;
+    use axum::extract::FromRequestParts as _;
+    match a2a_target(parts.uri.path(), body) {
+        A2aRoute::Derived { agent, message_id } => {
+            match A2aCaller::from_request_parts(parts, state).await {
+                Ok(A2aCaller(crate::auth::Caller::Agent(caller))) => A2aRoute::Task(
+                    crate::a2a::inward::derived_task_id(&caller, &agent, &message_id),
+                ),
+                // Refused by the handler (401, 403), here.
+                _ => A2aRoute::Here,
+            }
+        }
+        route => route,
+    }
 }
 
 /// The answer to a forwarded request this node cannot serve now: 503 marked [`MOVED`],
@@ -504,6 +765,13 @@ async fn forward(
     }
     headers.remove(NODE_SECRET);
     headers.remove(FORWARDED_BY);
+    // A client's own `ACT_AS` is never passed on: only one this node set.
+    headers.remove(ACT_AS);
+    if let Some(ActingAs(agent)) = parts.extensions.get::<ActingAs>()
+        && let Ok(agent) = HeaderValue::from_str(agent)
+    {
+        headers.insert(ACT_AS, agent);
+    }
     if let (Ok(node), Ok(secret)) = (
         HeaderValue::from_str(ownership.node().as_str()),
         HeaderValue::from_str(&ownership.secret),
@@ -551,6 +819,67 @@ async fn forward(
             .body(Body::from_stream(answer.bytes_stream()))
             .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()),
     )
+}
+
+/// The A2A bridge's [`Replies`](colloquy_a2a::outward::Replies) on a cluster of owners: the
+/// node leading delivery to a remote A2A agent sends each of its answers to the
+/// conversation's owner, as `POST /v1/conversations/{id}/messages` acting as the agent
+/// ([`ACT_AS`]), routed and retried as any request ([`on_owner`]); served in this engine
+/// when this node owns the conversation.
+pub struct OwnerReplies {
+    /// This node's ownership.
+    pub ownership: Arc<Ownership>,
+    /// This node's engine.
+    pub engine: Arc<Engine>,
+}
+
+impl colloquy_a2a::outward::Replies for OwnerReplies {
+    fn send_as<'a>(
+        &'a self,
+        conversation: &'a str,
+        agent: &'a str,
+        message: colloquy_protocol::message::SendMessage,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let body = serde_json::to_vec(&message).map_err(|error| error.to_string())?;
+            let (mut parts, ()) =
+                Request::post(format!("/v1/conversations/{conversation}/messages"))
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(())
+                    .map_err(|error| error.to_string())?
+                    .into_parts();
+            parts
+                .extensions
+                .insert(ActingAs(colloquy_protocol::message::AgentId::from(agent)));
+            let engine = &self.engine;
+            let serve = |_: Request| {
+                let message = message.clone();
+                async move {
+                    match engine.send(conversation, agent, message).await {
+                        Ok(_) => StatusCode::OK.into_response(),
+                        Err(error) => ApiError::from(error).into_response(),
+                    }
+                }
+            };
+            let answer = on_owner(
+                &self.ownership,
+                conversation,
+                false,
+                parts,
+                body.into(),
+                serve,
+            )
+            .await;
+            let status = answer.status();
+            if status.is_success() {
+                return Ok(());
+            }
+            let said = axum::body::to_bytes(answer.into_body(), 64 * 1024)
+                .await
+                .unwrap_or_default();
+            Err(format!("{status}: {}", String::from_utf8_lossy(&said)))
+        })
+    }
 }
 
 #[cfg(test)]
@@ -602,6 +931,84 @@ mod tests {
             "/a2a/bob/.well-known/agent-card.json"
         ));
         assert!(!a2a_call(&Method::POST, "/v1/conversations"));
+    }
+
+    #[test]
+    fn an_a2a_call_is_routed_by_the_task_it_names() {
+        let rpc = |method: &str, params: serde_json::Value| {
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method,
+                                          "params": params});
+            a2a_target("/a2a/bob", body.to_string().as_bytes())
+        };
+        let task = |id: &str| A2aRoute::Task(id.to_owned());
+        assert_eq!(
+            rpc("GetTask", serde_json::json!({"id": "t-1"})),
+            task("t-1")
+        );
+        assert_eq!(
+            rpc("tasks/cancel", serde_json::json!({"id": "t-1"})),
+            task("t-1")
+        );
+        assert_eq!(
+            rpc(
+                "GetTaskPushNotificationConfig",
+                serde_json::json!({"taskId": "t-1", "id": "config-9"})
+            ),
+            task("t-1"),
+            "a push config call's `id` is the config's"
+        );
+        assert_eq!(
+            rpc(
+                "SendMessage",
+                serde_json::json!({"message": {"messageId": "m", "task_id": "t-2"}})
+            ),
+            task("t-2")
+        );
+        assert_eq!(
+            rpc(
+                "message/send",
+                serde_json::json!({"message": {"messageId": "m"}})
+            ),
+            A2aRoute::New
+        );
+        assert_eq!(
+            rpc(
+                "SendMessage",
+                serde_json::json!({"message": {"messageId": "m",
+                    "metadata": {"colloquy": {"conversation": "c-1"}}}})
+            ),
+            A2aRoute::Derived {
+                agent: "bob".to_owned(),
+                message_id: "m".to_owned()
+            }
+        );
+        assert_eq!(rpc("ListTasks", serde_json::json!({})), A2aRoute::Here);
+        assert_eq!(rpc("GetTask", serde_json::json!({"id": 7})), A2aRoute::Here);
+        assert_eq!(a2a_target("/a2a/bob", b"not json"), A2aRoute::Here);
+
+        let rest = |path: &str, body: &str| a2a_target(path, body.as_bytes());
+        assert_eq!(rest("/a2a/bob/rest/tasks/t-3", ""), task("t-3"));
+        assert_eq!(rest("/a2a/bob/rest/tasks/t-3:cancel", ""), task("t-3"));
+        assert_eq!(
+            rest("/a2a/bob/rest/tasks/t-3/pushNotificationConfigs/c", ""),
+            task("t-3")
+        );
+        assert_eq!(rest("/a2a/bob/rest/tasks", ""), A2aRoute::Here);
+        assert_eq!(rest("/a2a/bob/rest/extendedAgentCard", ""), A2aRoute::Here);
+        assert_eq!(
+            rest(
+                "/a2a/bob/rest/message:send",
+                r#"{"message": {"messageId": "m", "taskId": "t-4"}}"#
+            ),
+            task("t-4")
+        );
+        assert_eq!(
+            rest(
+                "/a2a/bob/rest/message:stream",
+                r#"{"message": {"messageId": "m"}}"#
+            ),
+            A2aRoute::New
+        );
     }
 
     #[test]

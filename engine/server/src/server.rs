@@ -165,16 +165,6 @@ pub fn launch(
         Some(source) => source,
         None => Arc::new(catalog),
     };
-    if options.ownership.is_some() && !options.identity.a2a_agents().is_empty() {
-        // The bridge would record a remote agent's answers on whichever node leads it,
-        // which may not own the conversation: its commits would be refused by fencing.
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "remote A2A agents (`a2a:` in the agents file) are not served by a cluster of \
-             partition owners yet (--cluster-secret-file): run them on a single node, or on \
-             nodes that follow every commit (Redis)",
-        ));
-    }
     let ownership = options.ownership.map(|settings| {
         Arc::new(crate::ownership::Ownership::new(
             settings,
@@ -211,11 +201,20 @@ pub fn launch(
         )
         .collect();
     if !channels.is_empty() {
+        // A remote A2A agent's answers go to the conversation's owner.
+        let replies: Arc<dyn colloquy_a2a::outward::Replies> = match &ownership {
+            Some(ownership) => Arc::new(crate::ownership::OwnerReplies {
+                ownership: ownership.clone(),
+                engine: engine.clone(),
+            }),
+            None => engine.clone(),
+        };
         background.push(delivery::spawn_push(
             engine.clone(),
             metrics.clone(),
             channels,
             options.a2a.trust_store.clone(),
+            replies,
         ));
     }
     if let Some(ownership) = &ownership {
@@ -231,8 +230,15 @@ pub fn launch(
     .with_a2a(options.a2a)
     .with_audit_key(options.audit_key)
     .with_ownership(ownership.clone());
-    // Push notifications set before a restart go on from their cursors.
-    background.push(tokio::spawn(crate::a2a::push::resume(state.clone())));
+    // Push notifications set before a restart go on from their cursors: on their
+    // conversations' owners, with partition owners.
+    background.push(tokio::spawn(match &ownership {
+        Some(ownership) => futures_util::future::Either::Left(crate::a2a::push::follow_owned(
+            state.clone(),
+            ownership.clone(),
+        )),
+        None => futures_util::future::Either::Right(crate::a2a::push::resume(state.clone())),
+    }));
     let mut app = router(state.clone());
     if ownership.is_some() {
         // Inside the gate and the request span: a forward is traced, and its caller is

@@ -188,26 +188,198 @@ async fn any_node_takes_a_conversations_requests_and_a_dead_owners_move() {
     }
 }
 
-/// A2A calls name their conversation inside the call, which routing does not read yet: a
-/// node of a cluster of owners refuses them with 501 `not_in_cluster` (docs/scale.md)
-/// rather than record on a node that may not own the task. Agent cards are still served.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a2a_calls_are_refused_on_a_cluster_of_owners_and_cards_served() {
-    let store: Arc<dyn ConversationStore> = Arc::new(MemoryStore::new());
-    let leases = Arc::new(MemoryLeaseStore::new());
-    let a = node("node-a", &store, &leases).await;
-    settled(&leases, &["node-a"]).await;
-    let (status, body) = call(
-        a.as_agent(Method::POST, "/a2a/bob", "alice")
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}})),
+/// A node of two for A2A clients: push notifications may go to loopback webhooks.
+async fn a2a_node(
+    name: &str,
+    store: &Arc<dyn ConversationStore>,
+    leases: &Arc<MemoryLeaseStore>,
+) -> Server {
+    Server::with_options(
+        Vec::new(),
+        ServiceOptions {
+            identity: identity(&[]),
+            store: Some(store.clone()),
+            ownership: Some(OwnershipSettings {
+                leases: leases.clone(),
+                node: NodeId::new(name),
+                address: None,
+                secret: Arc::from("node-secret"),
+                config: config(),
+            }),
+            a2a: colloquy_server::a2a::Settings {
+                push_allow_private: true,
+                ..colloquy_server::a2a::Settings::default()
+            },
+            ..ServiceOptions::default()
+        },
     )
-    .await;
-    assert_eq!(status, 501, "{body}");
-    assert_eq!(body["error"]["code"], "not_in_cluster", "{body}");
-    let card = a
-        .as_agent(Method::GET, "/a2a/bob/.well-known/agent-card.json", "alice")
+    .await
+}
+
+/// An A2A v1.0 JSON-RPC call as alice to agent bob through `server`: the answer's node and
+/// its `result` (the test fails on a JSON-RPC error).
+async fn a2a_call(
+    server: &Server,
+    method: &str,
+    params: serde_json::Value,
+) -> (String, serde_json::Value) {
+    let response = server
+        .as_agent(Method::POST, "/a2a/bob", "alice")
+        .header("A2A-Version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
         .send()
         .await
         .expect("sent");
-    assert_ne!(card.status(), 501);
+    assert_eq!(response.status(), 200, "{method}");
+    let node = served_by(&response);
+    let body: serde_json::Value = response.json().await.expect("JSON-RPC");
+    assert!(body.get("error").is_none(), "{method} {params}: {body:#}");
+    (node, body["result"].clone())
+}
+
+/// A webhook on 127.0.0.1 that takes every push notification: the bodies, in order.
+async fn push_receiver() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+) {
+    let (pushed, received) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |axum::Json(body): axum::Json<serde_json::Value>| {
+            let pushed = pushed.clone();
+            async move {
+                let _ = pushed.send(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
+/// The pushes until one shows the task in `state`; fails after [`STEP`].
+async fn pushed_until(
+    pushed: &mut tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    state: &str,
+) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let push = tokio::time::timeout_at(deadline, pushed.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no push of {state} in time"))
+            .expect("the receiver runs");
+        if push["statusUpdate"]["status"]["state"] == state {
+            return;
+        }
+    }
+}
+
+/// A2A calls name their task inside the call (JSON-RPC params, REST paths); any node takes
+/// them, and the task's owner serves them: tasks open where the call arrives, every later
+/// call about a task (JSON-RPC and REST) is answered by its owner through either node, a
+/// Colloquy bridge's retry-safe send opens one task whichever node it reaches, and a push
+/// notification config set through the other node is followed by the owner, and by the
+/// node that takes the task over when the owner dies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_calls_are_served_by_their_tasks_owner_wherever_they_arrive() {
+    let store: Arc<dyn ConversationStore> = Arc::new(MemoryStore::new());
+    let leases = Arc::new(MemoryLeaseStore::new());
+    let a = a2a_node("node-a", &store, &leases).await;
+    let b = a2a_node("node-b", &store, &leases).await;
+    settled(&leases, &["node-a", "node-b"]).await;
+
+    let mut tasks = Vec::new();
+    for (n, (server, name)) in [
+        (&a, "node-a"),
+        (&b, "node-b"),
+        (&a, "node-a"),
+        (&b, "node-b"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (node, sent) = a2a_call(
+            server,
+            "SendMessage",
+            json!({"message": {"messageId": format!("m-{n}"), "role": "ROLE_USER",
+                               "parts": [{"data": {"n": n}}]},
+                   "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+        assert_eq!(node, name, "a task opens where its call arrives");
+        let id = sent["task"]["id"].as_str().expect("a task").to_owned();
+        tasks.push((id, node));
+    }
+    for (id, owner) in &tasks {
+        for server in [&a, &b] {
+            let (node, task) = a2a_call(server, "GetTask", json!({"id": id})).await;
+            assert_eq!((&node, &task["id"]), (owner, &json!(id)), "{task:#}");
+            let response = server
+                .as_agent(Method::GET, &format!("/a2a/bob/rest/tasks/{id}"), "alice")
+                .header("A2A-Version", "1.0")
+                .send()
+                .await
+                .expect("sent");
+            assert_eq!(response.status(), 200);
+            assert_eq!(&served_by(&response), owner, "REST: by the owner too");
+        }
+    }
+
+    // A Colloquy bridge's send (it names its conversation) is retry-safe: sent again
+    // through the other node, it finds the task the first one opened.
+    let bridged = json!({"message": {"messageId": "bridged-1", "role": "ROLE_USER",
+        "parts": [{"data": {"n": "bridged"}}],
+        "metadata": {"colloquy": {"conversation": "elsewhere-1"}}},
+        "configuration": {"returnImmediately": true}});
+    let (first_node, first) = a2a_call(&a, "SendMessage", bridged.clone()).await;
+    let (again_node, again) = a2a_call(&b, "SendMessage", bridged).await;
+    assert_eq!(first["task"]["id"], again["task"]["id"]);
+    assert_eq!(first_node, again_node, "both served by the task's owner");
+
+    // Push notifications for a task of node-a's, set through node-b.
+    let (id, owner) = tasks[0].clone();
+    assert_eq!(owner, "node-a");
+    let (url, mut pushed) = push_receiver().await;
+    let (node, _) = a2a_call(
+        &b,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": id, "id": "hook", "url": url}),
+    )
+    .await;
+    assert_eq!(node, "node-a", "set on the owner");
+    let agreed = b
+        .as_agent(
+            Method::POST,
+            &format!("/v1/conversations/{id}/messages"),
+            "bob",
+        )
+        .json(&json!({"performative": "agree", "content": {}}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(agreed.status(), 202);
+    pushed_until(&mut pushed, "TASK_STATE_WORKING").await;
+
+    // node-a dies; node-b takes its partitions, and with them the push config.
+    drop(a);
+    settled(&leases, &["node-b"]).await;
+    let informed = b
+        .as_agent(
+            Method::POST,
+            &format!("/v1/conversations/{id}/messages"),
+            "bob",
+        )
+        .json(&json!({"performative": "inform", "content": {"done": true}}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(informed.status(), 202);
+    pushed_until(&mut pushed, "TASK_STATE_COMPLETED").await;
+    let (node, task) = a2a_call(&b, "GetTask", json!({"id": id})).await;
+    assert_eq!(node, "node-b");
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task:#}");
 }

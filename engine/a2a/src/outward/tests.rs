@@ -360,6 +360,7 @@ async fn waiting_tasks_of_conversations_that_are_over_are_swept() {
             timeout: Duration::from_secs(1),
         },
         engine: engine.clone(),
+        replies: engine.clone(),
         metrics: Arc::new(Metrics::new()),
         client: reqwest::Client::new(),
         trust: None,

@@ -647,7 +647,11 @@ async fn send(
             let mut opening = SendMessage::new(&opening, content);
             opening.message_id = Some(message.message_id.clone());
             let retry_safe = named("conversation").is_some();
-            let id = conversation_id(caller, agent, &message.message_id, retry_safe);
+            let id = if retry_safe {
+                derived_task_id(caller, agent, &message.message_id)
+            } else {
+                fresh_task_id(state)
+            };
             let start = StartConversation {
                 template,
                 participants: vec![agent.to_owned()],
@@ -670,9 +674,6 @@ async fn send(
     read_task(state, caller, &id).await
 }
 
-/// The id of the conversation a `message/send` starts: the same for the same caller, agent
-/// and A2A `messageId`, so a client that sends again after a lost answer gets the task its
-/// first send started instead of a second one.
 /// The performative a message to a running task means when its metadata names none: the
 /// one move the task's protocol lets the caller make now besides `cancel` (in `a2a-task`,
 /// the `inform` that answers the participant's question). Refused when there is no such
@@ -725,16 +726,12 @@ async fn the_only_move(state: &AppState, caller: &str, task: &str) -> Result<Str
     }
 }
 
-/// The conversation id of a new task. A message from another Colloquy engine's bridge
-/// (it names its conversation in `metadata.colloquy.conversation`) is idempotent by its
+/// The conversation id of a new task a message from another Colloquy engine's bridge opens
+/// (it names its conversation in `metadata.colloquy.conversation`). Idempotent by its
 /// message id: the bridge retries a send whose answer it lost, and the retry must find the
-/// first one's task, so the id is derived from caller, agent and message id. Any other
-/// client's message opens a fresh task, as A2A servers do: clients, the TCK among them,
-/// send one message id more than once and expect a task each time.
-fn conversation_id(caller: &str, agent: &str, message_id: &str, retry_safe: bool) -> String {
-    if !retry_safe {
-        return format!("a2a-{}", colloquy_core::engine::new_id());
-    }
+/// first one's task, so the id is derived from caller, agent and message id. (On a cluster
+/// of partition owners the router derives it too, to find the owner.)
+pub(crate) fn derived_task_id(caller: &str, agent: &str, message_id: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
     for part in [caller, agent, message_id] {
@@ -747,6 +744,17 @@ fn conversation_id(caller: &str, agent: &str, message_id: &str, retry_safe: bool
         .map(|byte| format!("{byte:02x}"))
         .collect();
     format!("a2a-{hex}")
+}
+
+/// The conversation id of a new task any other client's message opens: a fresh one, as A2A
+/// servers do (clients, the TCK among them, send one message id more than once and expect a
+/// task each time). On a cluster of partition owners it is drawn in a partition this node
+/// owns, so the task is served where the call arrived.
+fn fresh_task_id(state: &AppState) -> String {
+    let fresh = || format!("a2a-{}", colloquy_core::engine::new_id());
+    (state.ownership())
+        .and_then(|ownership| ownership.own_id_drawn(fresh))
+        .unwrap_or_else(fresh)
 }
 
 /// Waits until the task ends or waits for the caller's input, or [`BLOCKING_WAIT`] passes.
@@ -778,7 +786,6 @@ async fn wait_until(
     }
 }
 
-/// `tasks/get`.
 /// `configuration.taskPushNotificationConfig` of a `SendMessage`, taken out and checked
 /// before the message is sent: a config that would be refused sends nothing.
 async fn take_push(

@@ -21,7 +21,10 @@
 //!
 //! One follower task per config, on the node where it was set (after a restart, on the node
 //! that resumes it); with several nodes over one Redis, each resumes every config at start,
-//! so an update may be pushed twice (at least once still holds).
+//! so an update may be pushed twice (at least once still holds). On a cluster of partition
+//! owners a config is followed on its conversation's owner only: set there (the call is
+//! routed to it), given up when the partition moves, and taken up by the node that takes the
+//! partition ([`follow_owned`]), from the cursor kept in the store.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -86,6 +89,10 @@ impl Followers {
 
     fn stop(&self, key: &(Arc<str>, String)) {
         self.lock().remove(key);
+    }
+
+    fn is_running(&self, key: &(Arc<str>, String)) -> bool {
+        self.lock().contains_key(key)
     }
 }
 
@@ -397,6 +404,42 @@ pub async fn delete(state: &AppState, task: &str, id: &str) -> Result<(), RpcErr
         .map_err(store_error)
 }
 
+/// With partition owners: each time the partitions this node holds change, follows the kept
+/// configs of the conversations it owns now and does not follow yet (from their cursors).
+/// The followers of conversations it no longer owns stop by themselves. Runs until aborted.
+pub async fn follow_owned(state: AppState, ownership: Arc<crate::ownership::Ownership>) {
+    let mut changes = ownership.held_changes();
+    loop {
+        changes.borrow_and_update();
+        match state.engine().store().push_configs().await {
+            Ok(configs) => {
+                for config in configs {
+                    let key = (config.conversation_id.clone(), config.id.clone());
+                    if ownership.owns(&config.conversation_id)
+                        && !state.a2a_followers().is_running(&key)
+                    {
+                        follow(state.clone(), config);
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "push configs could not be read: trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Whether this node follows conversation `id`'s configs: always, unless partitions have
+/// owners and another node owns it.
+fn serves(state: &AppState, id: &str) -> bool {
+    state.ownership().is_none_or(|ownership| ownership.owns(id))
+}
+
 /// Starts a follower for every kept config: at start, so an engine restarted on a durable
 /// store goes on pushing from each cursor.
 pub async fn resume(state: AppState) {
@@ -438,9 +481,15 @@ fn follow(state: AppState, mut config: PushConfig) {
         let engine = state.engine().clone();
         let listener = engine.listen_conversation(&config.conversation_id);
         let mut closing = state.closing();
+        let mut moved = (state.ownership()).map(|ownership| ownership.held_changes());
         let mut backoff = FIRST_BACKOFF;
         loop {
             if !state.a2a_followers().is_current(&key, generation) {
+                return;
+            }
+            if !serves(&state, &config.conversation_id) {
+                // Its new owner follows it from the cursor kept in the store.
+                state.a2a_followers().leave(&key, generation);
                 return;
             }
             let rung = listener.next_ring();
@@ -513,10 +562,21 @@ fn follow(state: AppState, mut config: PushConfig) {
             }
             tokio::select! {
                 _ = rung => {}
+                () = partitions_moved(&mut moved) => {}
                 _ = closing.wait_for(|closing| *closing) => return,
             }
         }
     });
+}
+
+/// Returns when the partitions this node holds change; never without partition owners.
+async fn partitions_moved(moved: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(moved) = moved
+        && moved.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
 }
 
 /// The `StreamResponse`s for what happened in `view` after `delivered` steps (the

@@ -310,7 +310,7 @@ pub async fn delete_push_config(
 
 /// `ID:verb` split at its last colon, when what follows is a word; else the whole as the id
 /// (task ids here never hold a colon, but a client's may reach us).
-fn task_and_verb(task: &str) -> (&str, Option<&str>) {
+pub(crate) fn task_and_verb(task: &str) -> (&str, Option<&str>) {
     match task.rsplit_once(':') {
         Some((id, verb)) if !verb.is_empty() && verb.bytes().all(|b| b.is_ascii_alphabetic()) => {
             (id, Some(verb))
