@@ -383,3 +383,106 @@ async fn a2a_calls_are_served_by_their_tasks_owner_wherever_they_arrive() {
     assert_eq!(node, "node-b");
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task:#}");
 }
+
+/// Only a node acts as another agent, and only as a remote A2A agent: a client's own
+/// `x-colloquy-act-as` is ignored by the node it calls and never passed on to the owner, and
+/// a request with the node secret may act as no agent but a remote A2A one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_node_acts_as_a_remote_a2a_agent() {
+    use colloquy_server::ownership::{ACT_AS, FORWARDED_BY, NODE_SECRET};
+    let store: Arc<dyn ConversationStore> = Arc::new(MemoryStore::new());
+    let leases = Arc::new(MemoryLeaseStore::new());
+    // `remote` is a remote A2A agent (nobody listens there: its messages go unanswered).
+    let agents = colloquy_server::Identity::from_yaml(
+        "agents:\n  - {id: alice, token: alice-token}\n  - {id: bob, token: bob-token}\n  \
+         - {id: remote, a2a: 'http://127.0.0.1:9/'}\n",
+        "test agents",
+    )
+    .expect("agents");
+    let start = |name: &'static str| {
+        let (store, leases, agents) = (store.clone(), leases.clone(), agents.clone());
+        async move {
+            Server::with_options(
+                Vec::new(),
+                ServiceOptions {
+                    identity: agents,
+                    store: Some(store),
+                    ownership: Some(OwnershipSettings {
+                        leases,
+                        node: NodeId::new(name),
+                        address: None,
+                        secret: Arc::from("node-secret"),
+                        config: config(),
+                    }),
+                    ..ServiceOptions::default()
+                },
+            )
+            .await
+        }
+    };
+    let a = start("node-a").await;
+    let b = start("node-b").await;
+    settled(&leases, &["node-a", "node-b"]).await;
+    let started = a
+        .as_agent(Method::POST, "/v1/conversations", "alice")
+        .json(
+            &json!({"template": "fipa-request", "participants": ["remote"],
+                      "message": {"performative": "request", "content": {}}}),
+        )
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(started.status(), 201);
+    assert_eq!(served_by(&started), "node-a");
+    let view: serde_json::Value = started.json().await.expect("a view");
+    let id = view["id"].as_str().expect("an id").to_owned();
+    let messages = format!("/v1/conversations/{id}/messages");
+
+    // alice, through node-b, says she is `remote`: she is alice to both nodes, and her
+    // agree to her own request is recorded as hers, out of protocol.
+    let (status, body) = call(
+        b.as_agent(Method::POST, &messages, "alice")
+            .header(ACT_AS, "remote")
+            .json(&json!({"performative": "agree", "content": {}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["violation"]["agent"], "alice", "{body}");
+    // With the node secret, acting as an agent that is not a remote A2A agent is refused.
+    let (status, body) = call(
+        a.anonymous(Method::POST, &messages)
+            .header(FORWARDED_BY, "node-b")
+            .header(NODE_SECRET, "node-secret")
+            .header(ACT_AS, "bob")
+            .json(&json!({"performative": "agree", "content": {}})),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    // A wrong secret makes it a client's request: no credentials, 401.
+    let (status, body) = call(
+        a.anonymous(Method::POST, &messages)
+            .header(FORWARDED_BY, "node-b")
+            .header(NODE_SECRET, "not-the-secret")
+            .header(ACT_AS, "remote")
+            .json(&json!({"performative": "agree", "content": {}})),
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    // The bridge's way: the secret, and the remote agent.
+    let (status, body) = call(
+        a.anonymous(Method::POST, &messages)
+            .header(FORWARDED_BY, "node-b")
+            .header(NODE_SECRET, "node-secret")
+            .header(ACT_AS, "remote")
+            .json(&json!({"performative": "agree", "content": {}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let (_, view) =
+        call(b.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")).await;
+    let senders: Vec<&str> = (view["messages"].as_array().expect("messages").iter())
+        .map(|message| message["sender"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(senders, ["alice", "alice", "remote"], "{view:#}");
+    assert_eq!(view["threads"][0]["state"], "agreed", "{view:#}");
+}
