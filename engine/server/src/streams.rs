@@ -92,6 +92,37 @@ pub(crate) async fn wait(rung: OwnedNotified, tx: &mpsc::Sender<Event>, state: &
     }
 }
 
+/// [`wait`] in a stream of conversation `id`, which also ends when, with partition owners,
+/// this node stops owning the conversation: its new owner's commits would not wake it here.
+/// The client reconnects and is routed to the new owner (`Last-Event-ID` resumes an event
+/// stream where it left; an A2A client subscribes to its task again).
+pub(crate) async fn wait_as_owner(
+    rung: OwnedNotified,
+    tx: &mpsc::Sender<Event>,
+    state: &AppState,
+    id: &str,
+) -> Wake {
+    let Some(ownership) = state.ownership() else {
+        return wait(rung, tx, state).await;
+    };
+    let mut moved = ownership.held_changes();
+    let mut closing = state.closing();
+    tokio::pin!(rung);
+    loop {
+        tokio::select! {
+            () = &mut rung => return Wake::Read,
+            () = tx.closed() => return Wake::Stop,
+            _ = closing.wait_for(|closing| *closing) => return Wake::Stop,
+            changed = moved.changed() => {
+                if changed.is_err() || !ownership.owns(id) {
+                    tracing::debug!("the conversation moved to another node: its stream ends here");
+                    return Wake::Stop;
+                }
+            }
+        }
+    }
+}
+
 /// `GET /v1/conversations/{id}/events`: the conversation's events as SSE (`id` = seq,
 /// `event` = the event type, `data` = the event), from the resume position on. The stream
 /// ends after the `completed` event.
@@ -141,7 +172,7 @@ pub async fn events(
             if ended {
                 return;
             }
-            if matches!(wait(rung, &tx, &state).await, Wake::Stop) {
+            if matches!(wait_as_owner(rung, &tx, &state, &id).await, Wake::Stop) {
                 return;
             }
             rung = listener.next_ring();

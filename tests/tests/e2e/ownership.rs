@@ -486,3 +486,120 @@ async fn only_a_node_acts_as_a_remote_a2a_agent() {
     assert_eq!(senders, ["alice", "alice", "remote"], "{view:#}");
     assert_eq!(view["threads"][0]["state"], "agreed", "{view:#}");
 }
+
+/// Waits until the lease table gives `node` `count` live leases.
+async fn holds(leases: &MemoryLeaseStore, node: &str, count: usize) {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let view = leases.view_at(leases.now());
+        let held = (view.leases.iter())
+            .filter(|lease| lease.is_live(view.now) && lease.owner.as_str() == node)
+            .count();
+        if held == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{node} holds {held}, not {count}: {view:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads an event stream until its text has `wanted` in it; fails if it ends first or
+/// takes longer than [`STEP`].
+async fn read_until(stream: &mut reqwest::Response, wanted: &str) {
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !text.contains(wanted) {
+        let chunk = tokio::time::timeout_at(deadline, stream.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {wanted} in time: {text}"))
+            .expect("the stream reads");
+        let chunk = chunk.unwrap_or_else(|| panic!("the stream ended before {wanted}: {text}"));
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+/// A conversation's event stream is its owner's: when a node joins and the conversation's
+/// partition moves there, the stream on the old owner ends (the new owner's commits would
+/// never reach it), and the client, opening it again through either node, reads on from the
+/// new owner. The streams of conversations that stayed go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversations_stream_ends_when_its_partition_moves() {
+    let store: Arc<dyn ConversationStore> = Arc::new(MemoryStore::new());
+    let leases = Arc::new(MemoryLeaseStore::new());
+    let a = node("node-a", &store, &leases).await;
+    settled(&leases, &["node-a"]).await;
+    let mut streams = Vec::new();
+    for n in 0..24 {
+        let (status, view) = call(
+            a.as_agent(Method::POST, "/v1/conversations", "alice")
+                .json(&json!({"template": "fipa-request", "participants": ["bob"],
+                              "message": {"performative": "request", "content": {"n": n}}})),
+        )
+        .await;
+        assert_eq!(status, 201, "{view}");
+        let id = view["id"].as_str().expect("an id").to_owned();
+        let mut stream = a
+            .as_agent(
+                Method::GET,
+                &format!("/v1/conversations/{id}/events"),
+                "alice",
+            )
+            .send()
+            .await
+            .expect("a stream");
+        assert_eq!(stream.status(), 200);
+        read_until(&mut stream, "\"request\"").await;
+        streams.push((id, stream));
+    }
+
+    let b = node("node-b", &store, &leases).await;
+    holds(&leases, "node-b", config().partitions as usize / 2).await;
+    holds(&leases, "node-a", config().partitions as usize / 2).await;
+    let (mut moved, mut stayed) = (0, 0);
+    for (id, mut stream) in streams {
+        let read = a
+            .as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")
+            .send()
+            .await
+            .expect("sent");
+        let owner = served_by(&read);
+        let (status, receipt) = call(
+            a.as_agent(
+                Method::POST,
+                &format!("/v1/conversations/{id}/messages"),
+                "bob",
+            )
+            .json(&json!({"performative": "agree", "content": {}})),
+        )
+        .await;
+        assert_eq!(status, 202, "{receipt}");
+        if owner == "node-a" {
+            stayed += 1;
+            read_until(&mut stream, "\"agree\"").await;
+            continue;
+        }
+        moved += 1;
+        let ended = tokio::time::timeout(STEP, async {
+            while stream.chunk().await.expect("the stream reads").is_some() {}
+        })
+        .await;
+        assert!(ended.is_ok(), "{id}: the old owner's stream ended");
+        for server in [&a, &b] {
+            let mut again = server
+                .as_agent(
+                    Method::GET,
+                    &format!("/v1/conversations/{id}/events"),
+                    "alice",
+                )
+                .send()
+                .await
+                .expect("a stream");
+            assert_eq!(served_by(&again), "node-b");
+            read_until(&mut again, "\"agree\"").await;
+        }
+    }
+    assert!(moved > 0 && stayed > 0, "moved {moved}, stayed {stayed}");
+}

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::inward::task_of;
 use super::v1::{self, Version};
 use crate::AppState;
-use crate::streams::{STREAM_BUFFER, SseStream, Wake, sse, wait};
+use crate::streams::{STREAM_BUFFER, SseStream, Wake, sse, wait_as_owner};
 
 /// How each event is written.
 #[derive(Clone, Debug)]
@@ -116,7 +116,7 @@ pub fn follow(
             if over {
                 return;
             }
-            if let Wake::Stop = wait(rung, &tx, &state).await {
+            if let Wake::Stop = wait_as_owner(rung, &tx, &state, &id).await {
                 return;
             }
         }
