@@ -123,6 +123,38 @@ pub struct Ownership {
     held_changes: tokio::sync::watch::Sender<u64>,
 }
 
+tokio::task_local! {
+    /// While a request is served here: whether a commit of it was refused by fencing, noted
+    /// by a handler that answers errors in a shape of its own ([`note_fenced`]).
+    static FENCED_HERE: std::cell::Cell<bool>;
+}
+
+/// Notes that a commit of the request being served here was refused by fencing, for a
+/// handler that answers every error in its own shape (A2A's JSON-RPC answers with status
+/// 200): the router then answers [`MOVED`] in its place, and the request, which was not
+/// applied, is routed again to the new owner. Nothing outside a routed request.
+pub fn note_fenced() {
+    let _ = FENCED_HERE.try_with(|fenced| fenced.set(true));
+}
+
+/// Runs `serve` (the request for conversation `id`, served here), answering [`MOVED`]
+/// instead of its answer when it noted a commit refused by fencing ([`note_fenced`]).
+pub(crate) async fn unless_fenced(
+    id: &str,
+    serve: impl std::future::Future<Output = Response>,
+) -> Response {
+    FENCED_HERE
+        .scope(std::cell::Cell::new(false), async move {
+            let response = serve.await;
+            if FENCED_HERE.with(std::cell::Cell::get) {
+                moved(id, "fenced")
+            } else {
+                response
+            }
+        })
+        .await
+}
+
 /// Request extension: the remote A2A agent a request acts as. Set only by this module: by
 /// [`OwnerReplies`], and by [`route_to_owner`] on a forwarded request (node secret checked)
 /// that names one in [`ACT_AS`]. The `Caller` extractor takes it as the caller.
@@ -409,8 +441,9 @@ pub async fn route_to_owner(
             }
         },
     };
+    let served = &id;
     on_owner(&ownership, &id, forwarded, parts, body, |request| {
-        next.clone().run(request)
+        unless_fenced(served, next.clone().run(request))
     })
     .await
 }
@@ -706,10 +739,15 @@ async fn a2a_route(
 /// The answer to a forwarded request this node cannot serve now: 503 marked [`MOVED`],
 /// which the forwarding node takes as "route again".
 fn not_here(id: &str) -> Response {
+    moved(id, "not-owner")
+}
+
+/// 503 marked [`MOVED`] (`why`): the request was not applied here; route it again.
+fn moved(id: &str, why: &'static str) -> Response {
     let mut response = unavailable(id);
     response
         .headers_mut()
-        .insert(MOVED, HeaderValue::from_static("not-owner"));
+        .insert(MOVED, HeaderValue::from_static(why));
     response
 }
 
@@ -1009,6 +1047,22 @@ mod tests {
             ),
             A2aRoute::New
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_hiding_a_fenced_commit_is_routed_again() {
+        let fenced = unless_fenced("c-1", async {
+            note_fenced();
+            StatusCode::OK.into_response()
+        })
+        .await;
+        assert_eq!(fenced.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(fenced.headers()[MOVED], "fenced");
+        let served = unless_fenced("c-1", async { StatusCode::OK.into_response() }).await;
+        assert_eq!(served.status(), StatusCode::OK);
+        assert!(!served.headers().contains_key(MOVED));
+        // Outside a routed request it notes nothing, and does not panic.
+        note_fenced();
     }
 
     #[test]

@@ -567,6 +567,13 @@ fn params<P: DeserializeOwned>(params: Value) -> Result<P, RpcError> {
 /// An engine error as a JSON-RPC error: what the caller got wrong is invalid params, a
 /// conversation it cannot see is a task not found, the rest an internal error.
 fn engine_error(error: EngineError) -> RpcError {
+    if matches!(
+        error,
+        EngineError::Store(colloquy_core::store::StoreError::Fenced(_))
+    ) {
+        // Not applied: on a cluster of owners, routed again to the new owner instead.
+        crate::ownership::note_fenced();
+    }
     match error.kind() {
         ErrorKind::NotFound | ErrorKind::Forbidden => {
             rpc_error(code::TASK_NOT_FOUND, error.to_string())
@@ -886,5 +893,29 @@ async fn cancel(state: &AppState, caller: &str, id: &str) -> Result<Task, RpcErr
                 refused
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A commit refused by fencing is answered in JSON-RPC like any engine error, and noted
+    /// for the router, which routes the call again instead (docs/scale.md).
+    #[tokio::test]
+    async fn a_fenced_commit_is_noted_for_the_router() {
+        let answer = crate::ownership::unless_fenced("c-1", async {
+            let fenced = EngineError::Store(colloquy_core::store::StoreError::Fenced(
+                colloquy_cluster::Fenced {
+                    partition: colloquy_cluster::PartitionId(3),
+                    epoch: colloquy_cluster::Epoch(2),
+                },
+            ));
+            assert_eq!(engine_error(fenced).code, code::INTERNAL_ERROR);
+            answer(Value::Null, Ok(json!({})))
+        })
+        .await;
+        assert_eq!(answer.status(), axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(answer.headers().contains_key(crate::ownership::MOVED));
     }
 }
