@@ -114,6 +114,12 @@ pub trait Fencer: Send + Sync + 'static {
     /// The partitions this node holds now: the scheduler fires their deadlines only.
     fn owned(&self) -> Vec<colloquy_cluster::PartitionId>;
 
+    /// Whether this node holds `conversation_id`'s partition now (its cached copy is kept
+    /// current only then).
+    fn holds(&self, conversation_id: &str) -> bool {
+        self.fence(conversation_id).epoch != colloquy_cluster::Epoch::default()
+    }
+
     /// The store refused a commit by `fenced`: this node lost the partition at that epoch
     /// (or earlier) and must stop serving it before its next tick finds out.
     fn lost(&self, fenced: &colloquy_cluster::Fenced);
@@ -669,8 +675,7 @@ impl Engine {
     /// Whether this node may cache conversation `id`: always, unless partitions have owners
     /// and this node does not hold `id`'s now.
     fn owns(&self, id: &str) -> bool {
-        (self.config.fencer.as_ref())
-            .is_none_or(|fencer| fencer.fence(id).epoch != colloquy_cluster::Epoch::default())
+        (self.config.fencer.as_ref()).is_none_or(|fencer| fencer.holds(id))
     }
 
     fn slot(&self, id: &str) -> Slot {

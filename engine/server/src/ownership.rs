@@ -218,7 +218,7 @@ impl Ownership {
     /// Whether this node serves conversation `id` now (it holds its partition by a locally
     /// valid lease).
     pub fn owns(&self, id: &str) -> bool {
-        matches!(self.route(id), Route::Serve { .. })
+        colloquy_core::engine::Fencer::holds(self, id)
     }
 
     /// Wakes up each time the set of partitions this node holds changes.
@@ -334,6 +334,12 @@ impl colloquy_core::engine::Fencer for Ownership {
 
     fn owned(&self) -> Vec<colloquy_cluster::PartitionId> {
         self.held_now()
+    }
+
+    fn holds(&self, conversation_id: &str) -> bool {
+        let local = self.snapshot();
+        let partition = partition_of(conversation_id, local.config().partitions);
+        local.valid_epoch(partition, self.now()).is_some()
     }
 
     fn lost(&self, fenced: &colloquy_cluster::Fenced) {
