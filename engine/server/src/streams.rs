@@ -106,6 +106,10 @@ pub(crate) async fn wait_as_owner(
         return wait(rung, tx, state).await;
     };
     let mut moved = ownership.held_changes();
+    // Moved before this wait subscribed, after the stream's last read: over already.
+    if !ownership.owns(id) {
+        return Wake::Stop;
+    }
     let mut closing = state.closing();
     tokio::pin!(rung);
     loop {
