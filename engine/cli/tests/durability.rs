@@ -130,11 +130,17 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path, templates: &Path, store: &str, name: &str) -> Server {
-        Server::start_with(dir, templates, store, name, &[])
+        Server::start_with(dir, templates, store, name, &[] as &[&str])
     }
 
     /// [`Server::start`] with more `colloquy serve` arguments.
-    fn start_with(dir: &Path, templates: &Path, store: &str, name: &str, extra: &[&str]) -> Server {
+    fn start_with(
+        dir: &Path,
+        templates: &Path,
+        store: &str,
+        name: &str,
+        extra: &[impl AsRef<std::ffi::OsStr>],
+    ) -> Server {
         Server::start_logging(dir, templates, store, name, extra, "warn")
     }
 
@@ -145,7 +151,7 @@ impl Server {
         templates: &Path,
         store: &str,
         name: &str,
-        extra: &[&str],
+        extra: &[impl AsRef<std::ffi::OsStr>],
         rust_log: &str,
     ) -> Server {
         let log = dir.join(format!("{name}.log"));
@@ -619,7 +625,6 @@ async fn owners_on_postgres_hand_over_after_kill_9() {
         let dir = scratch_dir("owners-postgres");
         let templates = templates(&dir);
         let extra = ownership_args(&dir);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let node_a = Server::start_with(&dir, &templates, &url, "owner-a", &extra);
         let node_b = Server::start_with(&dir, &templates, &url, "owner-b", &extra);
         let (alice_a, alice_b) = (node_a.client("alice"), node_b.client("alice"));
@@ -723,7 +728,6 @@ async fn a_paused_owner_resumes_without_stale_answers() {
         let dir = scratch_dir("paused-owner");
         let templates = templates(&dir);
         let extra = ownership_args(&dir);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let node_a = Server::start_with(&dir, &templates, &url, "paused-a", &extra);
         let node_b = Server::start_with(&dir, &templates, &url, "paused-b", &extra);
         let (alice_a, alice_b) = (node_a.client("alice"), node_b.client("alice"));
@@ -821,7 +825,6 @@ async fn partition_owners_hear_only_of_the_inboxes_someone_waits_on() {
         let dir = scratch_dir("narrowed-notices");
         let templates = templates(&dir);
         let extra = ownership_args(&dir);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let node_a = Server::start_with(&dir, &templates, &url, "notices-a", &extra);
         let node_b = Server::start_with(&dir, &templates, &url, "notices-b", &extra);
         eventually("both nodes hold a share", || async {
@@ -907,7 +910,6 @@ async fn a_fourth_node_takes_its_share_while_no_request_fails() {
         let dir = scratch_dir("fourth-node");
         let templates = templates(&dir);
         let extra = ownership_args(&dir);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let start = |name: &str| Server::start_with(&dir, &templates, &url, name, &extra);
         let nodes = [start("join-a"), start("join-b"), start("join-c")];
         let shares = |count: usize| {
@@ -1212,7 +1214,6 @@ async fn partition_owners_push_each_webhook_message_once() {
         let url = colloquy_store::raw::fresh_postgres_database(&postgres).await;
         let secret_dir = scratch_dir("webhook-owners-secret");
         let extra = ownership_args(&secret_dir);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         two_nodes_push_each_webhook_message_once_on(&url, "webhook-owners", &extra).await;
         let _ = std::fs::remove_dir_all(&secret_dir);
     })
@@ -1223,14 +1224,13 @@ async fn partition_owners_push_each_webhook_message_once() {
 /// Two nodes on the store at `url` (started with `extra` arguments besides the agents file):
 /// six starts through both, each pushed to bob's webhook once; the node that probably leads
 /// delivery killed; the next start pushed by the survivor, and nothing acknowledged again.
-async fn two_nodes_push_each_webhook_message_once_on(url: &str, dir_name: &str, extra: &[&str]) {
+async fn two_nodes_push_each_webhook_message_once_on(url: &str, dir_name: &str, extra: &[String]) {
     let pushed: Pushed = Arc::default();
     let hook = webhook_receiver(pushed.clone()).await;
     let dir = scratch_dir(dir_name);
     let templates = templates(&dir);
     let agents = agents_file(&dir, Some(&hook));
-    let mut args = vec![agents[0].as_str(), agents[1].as_str()];
-    args.extend(extra);
+    let args = [&agents[..], extra].concat();
     let node_a = Server::start_with(&dir, &templates, url, "node-a", &args);
     let node_b = Server::start_with(&dir, &templates, url, "node-b", &args);
     let on_a = Client::new(&node_a.url, "alice", Some("alice-secret")).expect("client");
@@ -1520,7 +1520,6 @@ async fn owners_record_a_remote_a2a_agents_answers() {
         .expect("agents file");
         let mut extra = ownership_args(&dir);
         extra.extend(["--agents".to_owned(), agents.display().to_string()]);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let node_a = Server::start_with(&dir, &templates, &url, "a2a-owner-a", &extra);
         let node_b = Server::start_with(&dir, &templates, &url, "a2a-owner-b", &extra);
         let alice_a = Client::new(&node_a.url, "alice", Some("alice-secret")).expect("client");
@@ -1623,7 +1622,8 @@ async fn every_log_line_of_a_conversations_work_names_it() {
             );
         assert!(logged.contains("note-every-message"), "the variant applies");
         std::fs::write(templates.join("logged-request.yaml"), logged).expect("write template");
-        let server = Server::start_logging(&dir, &templates, "memory", "logged", &[], "info");
+        let server =
+            Server::start_logging(&dir, &templates, "memory", "logged", &[] as &[&str], "info");
         let log = dir.join("logged.log");
         let read_log = || std::fs::read_to_string(&log).expect("read the log");
         // The last start-up line comes after the address: the conversation's lines follow it.

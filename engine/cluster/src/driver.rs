@@ -58,16 +58,14 @@ where
             Action::Renew { leases } => renewals = leases,
         }
     }
-    let sent = release(store, local, &releases, &now, &mut outcome.dropped).await;
-    let sent = match sent {
-        Ok(()) => acquire(store, local, &acquires, &now, &mut outcome.dropped).await,
-        Err(error) => Err(error),
+    // In this order, each only if the one before was answered.
+    let dropped = &mut outcome.dropped;
+    let sent = async {
+        release(store, local, &releases, &now, dropped).await?;
+        acquire(store, local, &acquires, &now, dropped).await?;
+        renew(store, local, renewals, &now, dropped).await
     };
-    let sent = match sent {
-        Ok(()) => renew(store, local, renewals, &now, &mut outcome.dropped).await,
-        Err(error) => Err(error),
-    };
-    outcome.error = sent.err();
+    outcome.error = sent.await.err();
     outcome
 }
 

@@ -522,7 +522,7 @@ fn acting_as(
         return Ok(None);
     };
     let agent = named.to_str().unwrap_or_default();
-    if state.identity().a2a_agents().contains_key(agent) {
+    if state.identity().is_a2a(agent) {
         Ok(Some(colloquy_protocol::message::AgentId::from(agent)))
     } else {
         Err(ApiError::Forbidden(format!(

@@ -28,15 +28,16 @@ fn config() -> OwnershipConfig {
     }
 }
 
-async fn node(
+/// Node `name` on the shared `store` and lease table, with `options` for the rest.
+async fn node_with(
     name: &str,
     store: &Arc<dyn ConversationStore>,
     leases: &Arc<MemoryLeaseStore>,
+    options: ServiceOptions,
 ) -> Server {
     Server::with_options(
         Vec::new(),
         ServiceOptions {
-            identity: identity(&[]),
             store: Some(store.clone()),
             ownership: Some(OwnershipSettings {
                 leases: leases.clone(),
@@ -45,10 +46,23 @@ async fn node(
                 secret: Arc::from("node-secret"),
                 config: config(),
             }),
-            ..ServiceOptions::default()
+            ..options
         },
     )
     .await
+}
+
+/// A node whose agents are the harness's.
+async fn node(
+    name: &str,
+    store: &Arc<dyn ConversationStore>,
+    leases: &Arc<MemoryLeaseStore>,
+) -> Server {
+    let options = ServiceOptions {
+        identity: identity(&[]),
+        ..ServiceOptions::default()
+    };
+    node_with(name, store, leases, options).await
 }
 
 /// Waits until the lease table gives every partition a live lease held by one of
@@ -194,26 +208,15 @@ async fn a2a_node(
     store: &Arc<dyn ConversationStore>,
     leases: &Arc<MemoryLeaseStore>,
 ) -> Server {
-    Server::with_options(
-        Vec::new(),
-        ServiceOptions {
-            identity: identity(&[]),
-            store: Some(store.clone()),
-            ownership: Some(OwnershipSettings {
-                leases: leases.clone(),
-                node: NodeId::new(name),
-                address: None,
-                secret: Arc::from("node-secret"),
-                config: config(),
-            }),
-            a2a: colloquy_server::a2a::Settings {
-                push_allow_private: true,
-                ..colloquy_server::a2a::Settings::default()
-            },
-            ..ServiceOptions::default()
+    let options = ServiceOptions {
+        identity: identity(&[]),
+        a2a: colloquy_server::a2a::Settings {
+            push_allow_private: true,
+            ..colloquy_server::a2a::Settings::default()
         },
-    )
-    .await
+        ..ServiceOptions::default()
+    };
+    node_with(name, store, leases, options).await
 }
 
 /// An A2A v1.0 JSON-RPC call as alice to agent bob through `server`: the answer's node and
@@ -399,26 +402,12 @@ async fn only_a_node_acts_as_a_remote_a2a_agent() {
         "test agents",
     )
     .expect("agents");
-    let start = |name: &'static str| {
-        let (store, leases, agents) = (store.clone(), leases.clone(), agents.clone());
-        async move {
-            Server::with_options(
-                Vec::new(),
-                ServiceOptions {
-                    identity: agents,
-                    store: Some(store),
-                    ownership: Some(OwnershipSettings {
-                        leases,
-                        node: NodeId::new(name),
-                        address: None,
-                        secret: Arc::from("node-secret"),
-                        config: config(),
-                    }),
-                    ..ServiceOptions::default()
-                },
-            )
-            .await
-        }
+    let start = |name| {
+        let options = ServiceOptions {
+            identity: agents.clone(),
+            ..ServiceOptions::default()
+        };
+        node_with(name, &store, &leases, options)
     };
     let a = start("node-a").await;
     let b = start("node-b").await;
@@ -448,35 +437,24 @@ async fn only_a_node_acts_as_a_remote_a2a_agent() {
     .await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(body["violation"]["agent"], "alice", "{body}");
+    // An agree sent to node-a as node-b forwards one: with `secret`, acting as `agent`.
+    let forwarded_agree = |secret: &str, agent: &str| {
+        call(
+            a.anonymous(Method::POST, &messages)
+                .header(FORWARDED_BY, "node-b")
+                .header(NODE_SECRET, secret)
+                .header(ACT_AS, agent)
+                .json(&json!({"performative": "agree", "content": {}})),
+        )
+    };
     // With the node secret, acting as an agent that is not a remote A2A agent is refused.
-    let (status, body) = call(
-        a.anonymous(Method::POST, &messages)
-            .header(FORWARDED_BY, "node-b")
-            .header(NODE_SECRET, "node-secret")
-            .header(ACT_AS, "bob")
-            .json(&json!({"performative": "agree", "content": {}})),
-    )
-    .await;
+    let (status, body) = forwarded_agree("node-secret", "bob").await;
     assert_eq!(status, 403, "{body}");
     // A wrong secret makes it a client's request: no credentials, 401.
-    let (status, body) = call(
-        a.anonymous(Method::POST, &messages)
-            .header(FORWARDED_BY, "node-b")
-            .header(NODE_SECRET, "not-the-secret")
-            .header(ACT_AS, "remote")
-            .json(&json!({"performative": "agree", "content": {}})),
-    )
-    .await;
+    let (status, body) = forwarded_agree("not-the-secret", "remote").await;
     assert_eq!(status, 401, "{body}");
     // The bridge's way: the secret, and the remote agent.
-    let (status, body) = call(
-        a.anonymous(Method::POST, &messages)
-            .header(FORWARDED_BY, "node-b")
-            .header(NODE_SECRET, "node-secret")
-            .header(ACT_AS, "remote")
-            .json(&json!({"performative": "agree", "content": {}})),
-    )
-    .await;
+    let (status, body) = forwarded_agree("node-secret", "remote").await;
     assert_eq!(status, 202, "{body}");
     let (_, view) =
         call(b.as_agent(Method::GET, &format!("/v1/conversations/{id}"), "alice")).await;

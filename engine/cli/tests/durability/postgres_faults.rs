@@ -206,6 +206,15 @@ fn http_client() -> reqwest::Client {
         .expect("http client")
 }
 
+/// The API of each of `servers`, over one client.
+fn apis<const N: usize>(servers: [&Server; N]) -> [Api; N] {
+    let http = http_client();
+    servers.map(|server| Api {
+        http: http.clone(),
+        url: server.url.clone(),
+    })
+}
+
 /// Requests of the HTTP API on the node at `url`.
 #[derive(Clone)]
 struct Api {
@@ -267,21 +276,10 @@ async fn postgres_restarted_under_two_nodes_gives_503_then_recovers() {
         let postgres = PrivatePostgres::start(&dir);
         let url = colloquy_store::raw::fresh_postgres_database(&postgres.url()).await;
         let extra = ownership_args(&dir);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let log = "warn,colloquy_server=debug";
         let node_a = Server::start_logging(&dir, &templates, &url, "restart-a", &extra, log);
         let node_b = Server::start_logging(&dir, &templates, &url, "restart-b", &extra, log);
-        let http = http_client();
-        let nodes = [
-            Api {
-                http: http.clone(),
-                url: node_a.url.clone(),
-            },
-            Api {
-                http,
-                url: node_b.url.clone(),
-            },
-        ];
+        let nodes = apis([&node_a, &node_b]);
 
         // Conversations started through one node and agreed to through the other.
         let ids: Vec<String> = (0..8).map(|n| format!("restart-{n}")).collect();
@@ -647,22 +645,11 @@ async fn a_faulty_link_to_postgres_loses_nothing_acknowledged() {
             .expect("an address");
         let proxy = FaultProxy::start(upstream).await;
         let extra = ownership_args(&dir);
-        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let log = "warn,colloquy_server=debug";
         let proxied = through(&url, proxy.address);
         let node_a = Server::start_logging(&dir, &templates, &proxied, "link-a", &extra, log);
         let node_b = Server::start_logging(&dir, &templates, &url, "link-b", &extra, log);
-        let http = http_client();
-        let nodes = [
-            Api {
-                http: http.clone(),
-                url: node_a.url.clone(),
-            },
-            Api {
-                http,
-                url: node_b.url.clone(),
-            },
-        ];
+        let nodes = apis([&node_a, &node_b]);
 
         // Conversations started and agreed to before the faults, to be informed through
         // node-b during the black hole: those node-a owns then must move to node-b.
