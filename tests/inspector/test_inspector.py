@@ -517,14 +517,16 @@ class Inspector(unittest.TestCase):
             # The sample's link: the conversation, its step marked (bob's inform).
             link.click()
             wait_for(lambda: len(arrows()) == 2, "the conversation's arrows")
-            marked = wait_for(lambda: DRIVER.find_elements(
-                By.CSS_SELECTOR, '#sequence g.msg[data-marked="true"]'), "the marked step")
-            self.assertEqual(len(marked), 1)
-            self.assertEqual((marked[0].get_attribute("data-performative"),
-                              marked[0].get_attribute("data-from")), ("inform", "bob"))
-            self.assertIn("inform from bob", DRIVER.find_element(By.ID, "step-mark").text)
-            self.assertIn('"performative": "inform"',
-                          DRIVER.find_element(By.ID, "message-json").text)
+            # Read inside the wait: the diagram may redraw between finding a step and reading it.
+            marked = wait_for(lambda: [
+                (m.get_attribute("data-performative"), m.get_attribute("data-from"))
+                for m in DRIVER.find_elements(
+                    By.CSS_SELECTOR, '#sequence g.msg[data-marked="true"]')], "the marked step")
+            self.assertEqual(marked, [("inform", "bob")])
+            self.assertIn("inform from bob", wait_for(
+                lambda: DRIVER.find_element(By.ID, "step-mark").text, "the step's mark"))
+            self.assertIn('"performative": "inform"', wait_for(
+                lambda: DRIVER.find_element(By.ID, "message-json").text, "the step's message"))
             screenshot("conversation-step")
 
             # A ramp: its share, gates and per-side tallies.
