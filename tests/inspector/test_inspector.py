@@ -273,8 +273,10 @@ class Inspector(unittest.TestCase):
         DRIVER.execute_script(
             "document.querySelector('#sequence g.msg[data-performative=\"inform\"] .hit')"
             ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
-        shown = wait_for(lambda: DRIVER.find_elements(By.ID, "message-json"), "the message JSON")
-        self.assertIn("LV-0412", shown[0].text)
+        # The side panel redraws as events arrive: the JSON is read inside the wait.
+        shown = wait_for(lambda: [e.text for e in DRIVER.find_elements(By.ID, "message-json")],
+                         "the message JSON")
+        self.assertIn("LV-0412", shown[0])
         self.assertIn("done", DRIVER.find_element(By.ID, "threads").text)
         # And from the keyboard: up from the inform is the agree.
         DRIVER.find_element(By.ID, "sequence").send_keys(Keys.ARROW_UP)
