@@ -221,6 +221,18 @@ impl Ownership {
         colloquy_core::engine::Fencer::holds(self, id)
     }
 
+    /// How much longer this node holds conversation `id`'s partition by its local lease, if
+    /// it holds it now. A tick that renews the lease lengthens it; a tick that cannot reach
+    /// the store does not, and the lease lapses here when this runs out (no tick says so).
+    pub fn held_for(&self, id: &str) -> Option<Duration> {
+        let local = self.snapshot();
+        let partition = partition_of(id, local.config().partitions);
+        let now = self.now();
+        (local.held().get(&partition))
+            .filter(|held| now < held.valid_until)
+            .map(|held| Duration::from_millis(held.valid_until - now))
+    }
+
     /// Wakes up each time the set of partitions this node holds changes.
     pub fn held_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.held_changes.subscribe()

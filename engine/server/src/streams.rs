@@ -93,7 +93,8 @@ pub(crate) async fn wait(rung: OwnedNotified, tx: &mpsc::Sender<Event>, state: &
 }
 
 /// [`wait`] in a stream of conversation `id`, which also ends when, with partition owners,
-/// this node stops owning the conversation: its new owner's commits would not wake it here.
+/// this node stops owning the conversation (a tick saw it move, or this node's lease on it
+/// lapsed): its new owner's commits would not wake it here.
 /// The client reconnects and is routed to the new owner (`Last-Event-ID` resumes an event
 /// stream where it left; an A2A client subscribes to its task again).
 pub(crate) async fn wait_as_owner(
@@ -111,7 +112,10 @@ pub(crate) async fn wait_as_owner(
         return Wake::Stop;
     }
     let mut closing = state.closing();
-    tokio::pin!(rung);
+    // A lease that lapses here without a tick (the store unreachable) changes no held set:
+    // the wait also wakes when the lease runs out, and ends unless a tick renewed it.
+    let lapse = tokio::time::sleep(ownership.held_for(id).unwrap_or_default());
+    tokio::pin!(rung, lapse);
     loop {
         tokio::select! {
             () = &mut rung => return Wake::Read,
@@ -123,6 +127,15 @@ pub(crate) async fn wait_as_owner(
                     return Wake::Stop;
                 }
             }
+            () = &mut lapse => match ownership.held_for(id) {
+                Some(left) => lapse.as_mut().reset(tokio::time::Instant::now() + left),
+                None => {
+                    tracing::debug!(
+                        "this node's lease on the conversation lapsed: its stream ends here"
+                    );
+                    return Wake::Stop;
+                }
+            },
         }
     }
 }

@@ -523,6 +523,44 @@ fn through(url: &str, address: SocketAddr) -> String {
     format!("{scheme}://{user}{address}/{path}")
 }
 
+/// Opens, through `api`'s node, the event stream of the first of `conversations` that node
+/// serves itself, and reads it on in a task until it ends: the task returns what it read, or
+/// how it failed. Returns the conversation and that task.
+async fn open_stream_on(
+    api: &Api,
+    conversations: &[String],
+) -> (String, tokio::task::JoinHandle<Result<String, String>>) {
+    // Without the client's timeout: the stream is read for as long as it stays open.
+    let http = reqwest::Client::new();
+    for id in conversations {
+        let Ok(mut stream) = (http.get(format!("{}/v1/conversations/{id}/events", api.url)))
+            .header("X-Agent-Id", "alice")
+            .send()
+            .await
+        else {
+            continue;
+        };
+        let here = (stream.headers().get("x-colloquy-node"))
+            .and_then(|node| node.to_str().ok())
+            .is_some_and(|node| node.starts_with(&api.url));
+        if stream.status() != 200 || !here {
+            continue;
+        }
+        let reading = tokio::spawn(async move {
+            let mut read = String::new();
+            loop {
+                match stream.chunk().await {
+                    Ok(Some(chunk)) => read.push_str(&String::from_utf8_lossy(&chunk)),
+                    Ok(None) => return Ok(read),
+                    Err(error) => return Err(error.to_string()),
+                }
+            }
+        });
+        return (id.clone(), reading);
+    }
+    panic!("{} serves none of {conversations:?} itself", api.url);
+}
+
 /// The phases the link to Postgres goes through, in order, while the load runs.
 const PHASES: [&str; 5] = ["pass", "delay 200 ms", "drop", "black hole", "pass again"];
 
@@ -718,6 +756,8 @@ async fn a_faulty_link_to_postgres_loses_nothing_acknowledged() {
         })
         .await;
         eprintln!("node-a owns {held_by_a:?} before the black hole");
+        let (watched, watching) = open_stream_on(&nodes[0], &held_by_a).await;
+
 
         // Black-holed past the TTL: node-a's leases run out by the database's clock, and
         // node-b (whose link is fine) goes on serving, its own partitions and then node-a's.
@@ -756,6 +796,18 @@ async fn a_faulty_link_to_postgres_loses_nothing_acknowledged() {
         if holed.elapsed() < hole {
             sleep(hole - holed.elapsed()).await;
         }
+
+        // node-a's lease on the watched conversation lapsed in the black hole, with no tick
+        // to say so (none reaches the store): its stream there ended, rather than staying
+        // open and silent while node-b informed the conversation.
+        assert!(
+            watching.is_finished(),
+            "node-a's stream of {watched} is still open {:?} into the black hole",
+            holed.elapsed()
+        );
+        let read = (watching.await.expect("the stream's reader"))
+            .unwrap_or_else(|error| panic!("node-a's stream of {watched} failed: {error}"));
+        assert!(read.contains("\"agree\"") && !read.contains("\"inform\""), "{read}");
 
         advance(4, Link::Pass);
         let passed = Instant::now();
