@@ -724,6 +724,61 @@ async fn tls_is_used_and_checked_as_sslmode_says() {
     assert!(encrypted(&c).await);
 }
 
+/// A relay listening on 127.0.0.2 (loopback too, on Linux, but a name the test server's
+/// certificate does not hold) that carries each connection to `upstream`. Returns its
+/// address; it relays until the test's runtime ends.
+async fn relay_on_an_unnamed_address(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    address
+}
+
+/// `verify-full` refuses a server whose certificate does not name the host the URL gives,
+/// though it chains to `sslrootcert`; `verify-ca` accepts it (the chain is all it checks).
+/// The host here is 127.0.0.2, a relay to the test server, whose certificate names
+/// `127.0.0.1` and `localhost` only.
+#[tokio::test]
+async fn verify_full_refuses_a_certificate_for_another_host_and_verify_ca_does_not() {
+    let test = "verify_full_refuses_a_certificate_for_another_host_and_verify_ca_does_not";
+    let (Some(url), Some(root)) = (fresh_database(test).await, test_tls_root(test)) else {
+        return;
+    };
+    let (scheme_user, rest) = url.split_once('@').expect("user@host in the URL");
+    let (authority, database) = rest.split_once('/').expect("a database in the URL");
+    let upstream = tokio::net::lookup_host(authority)
+        .await
+        .expect("resolve the test server")
+        .next()
+        .expect("an address");
+    let relay = relay_on_an_unnamed_address(upstream).await;
+    let database = database.split('?').next().unwrap_or(database);
+    let through_relay =
+        |mode: &str| format!("{scheme_user}@{relay}/{database}?sslmode={mode}&sslrootcert={root}");
+
+    let refused = PostgresStore::connect(&through_relay("verify-full"))
+        .await
+        .expect_err("verify-full: the certificate does not name 127.0.0.2");
+    assert!(
+        refused.to_string().contains("certificate") && refused.to_string().contains("name"),
+        "{refused}"
+    );
+    let store = PostgresStore::connect(&through_relay("verify-ca"))
+        .await
+        .expect("verify-ca through the relay");
+    assert!(encrypted(&store).await);
+}
+
 /// Longer than the follower's poll: what it has not sent by then it will not send.
 const POLL_WAIT: Duration = Duration::from_millis(1500);
 
