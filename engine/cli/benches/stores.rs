@@ -15,12 +15,16 @@
 //! survives `kill -9`, not power loss); Redis, a `redis-server` this benchmark starts from
 //! `PATH` with `appendfsync always` (the counterpart of FULL) and then `everysec` (of
 //! NORMAL), or the one `COLLOQUY_BENCH_REDIS` names (as configured). Without either, Redis
-//! is left out and the output says so.
+//! is left out and the output says so. Postgres: the server `COLLOQUY_BENCH_POSTGRES` names
+//! (a `postgres://` URL, as `--store` takes; each workload in a fresh database of its own,
+//! `synchronous_commit = on`); without it Postgres is left out. This benchmark starts no
+//! Postgres (that takes a `postgres` user and `initdb`), and measures no Postgres ceiling:
+//! `http-bench --store` gives the figures pgbench reaches beside it (docs/scale.md).
 //!
 //! Arguments: `--conversations N` (in-process, per backend, five times that for the memory
 //! reference; default 20 000), `--seconds S`
 //! (HTTP, per backend; default 5), `--clients C`, `--backends LIST` (comma-separated among
-//! `sqlite`, `redis`; default both; memory always runs, as the reference).
+//! `sqlite`, `redis`, `postgres`; default all; memory always runs, as the reference).
 //!
 //! Before the table, two **ceilings**: what each backend itself does on this machine with
 //! the engine left out, as a ratio to a memory-store run made just before them. No backend
@@ -59,8 +63,9 @@ use colloquy_core::{Engine, EngineConfig, SystemClock};
 use colloquy_policy::{Catalog, TemplateCompiler};
 use colloquy_protocol::message::{SendMessage, StartConversation};
 use colloquy_server::ServiceOptions;
+use colloquy_store::raw::fresh_postgres_database;
 use colloquy_store::raw::{redis_ceiling, set_appendfsync, sqlite_ceiling};
-use colloquy_store::{RedisStore, SqliteStore, Synchronous};
+use colloquy_store::{PostgresStore, RedisStore, SqliteStore, Synchronous};
 
 #[path = "../../bench_support.rs"]
 mod support;
@@ -396,6 +401,19 @@ async fn redis_store(url: &str, run: &str) -> Option<Arc<dyn ConversationStore>>
     None
 }
 
+/// The Postgres store on a fresh database of the server `url` names; `None` when it cannot
+/// be reached.
+async fn postgres_store(url: &str) -> Option<Arc<dyn ConversationStore>> {
+    let database = fresh_postgres_database(url).await;
+    match PostgresStore::connect(&database).await {
+        Ok(store) => Some(Arc::new(store)),
+        Err(error) => {
+            println!("postgres: {error}");
+            None
+        }
+    }
+}
+
 fn sqlite_store(dir: &Path, run: &str, synchronous: Synchronous) -> Arc<dyn ConversationStore> {
     Arc::new(
         SqliteStore::open_with(dir.join(format!("{run}.db")), synchronous).expect("open SQLite"),
@@ -443,6 +461,9 @@ fn main() {
         .ok()
         .or_else(|| spawned.as_ref().map(|server| server.url.clone()))
         .filter(|_| wanted("redis"));
+    let postgres_url = std::env::var("COLLOQUY_BENCH_POSTGRES")
+        .ok()
+        .filter(|url| !url.is_empty() && wanted("postgres"));
 
     let spawned = &spawned;
     let (rows, ceilings) = runtime.block_on(async {
@@ -531,13 +552,32 @@ fn main() {
         } else if wanted("redis") {
             println!("no redis-server on PATH and no COLLOQUY_BENCH_REDIS: redis left out");
         }
+        if let Some(url) = &postgres_url {
+            match (postgres_store(url).await, postgres_store(url).await) {
+                (Some(a), Some(b)) => {
+                    let reference = memory_reference(conversations, seconds, clients).await;
+                    let postgres = (
+                        in_process(a, conversations, clients).await,
+                        over_http(b, seconds, clients).await,
+                    );
+                    rows.push(Row {
+                        name: "postgres (synchronous_commit=on)",
+                        reference,
+                        measured: postgres,
+                    });
+                }
+                _ => println!("postgres unreachable: left out"),
+            }
+        } else if wanted("postgres") {
+            println!("no COLLOQUY_BENCH_POSTGRES: postgres left out");
+        }
         (rows, ceilings)
     });
     let _ = std::fs::remove_dir_all(&dir);
 
     println!("ceilings: each backend alone, without the engine (see the bench's docs)");
     println!(
-        "{:<28} {:>12} {:>10} {:>6} {:>18}",
+        "{:<32} {:>12} {:>10} {:>6} {:>18}",
         "backend", "msg/s", "memory", "ratio", "with the engine"
     );
     for ceiling in &ceilings {
@@ -546,7 +586,7 @@ fn main() {
             None => "-".to_owned(),
         };
         println!(
-            "{:<28} {:>12.0} {:>10.0} {:>5.2}x {with_engine:>18}",
+            "{:<32} {:>12.0} {:>10.0} {:>5.2}x {with_engine:>18}",
             ceiling.name,
             ceiling.rate,
             ceiling.memory,
@@ -567,7 +607,7 @@ fn main() {
          other load drifts over a run)"
     );
     println!(
-        "{:<28} {:>12} {:>10} {:>6} {:>10} {:>10} {:>6} {:>13} {:>11} {:>13}",
+        "{:<32} {:>12} {:>10} {:>6} {:>10} {:>10} {:>6} {:>13} {:>11} {:>13}",
         "backend",
         "in-process/s",
         "memory",
@@ -586,7 +626,7 @@ fn main() {
     } in &rows
     {
         println!(
-            "{name:<28} {:>12.0} {:>10.0} {:>5.2}x {:>10.0} {:>10.0} {:>5.2}x {:>6.1}/{:<6.1} {:>5.1}/{:<5.1} {:>6.1}/{:<6.1}",
+            "{name:<32} {:>12.0} {:>10.0} {:>5.2}x {:>10.0} {:>10.0} {:>5.2}x {:>6.1}/{:<6.1} {:>5.1}/{:<5.1} {:>6.1}/{:<6.1}",
             inside.rate,
             memory_in.rate,
             inside.rate / memory_in.rate,
