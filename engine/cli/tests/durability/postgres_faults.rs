@@ -758,7 +758,6 @@ async fn a_faulty_link_to_postgres_loses_nothing_acknowledged() {
         eprintln!("node-a owns {held_by_a:?} before the black hole");
         let (watched, watching) = open_stream_on(&nodes[0], &held_by_a).await;
 
-
         // Black-holed past the TTL: node-a's leases run out by the database's clock, and
         // node-b (whose link is fine) goes on serving, its own partitions and then node-a's.
         advance(3, Link::BlackHole);
