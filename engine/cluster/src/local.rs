@@ -136,12 +136,16 @@ impl LocalLeases {
         })
     }
 
-    /// The epoch `partition` is held at if the lease is locally valid at `now`.
-    pub fn valid_epoch(&self, partition: PartitionId, now: u64) -> Option<Epoch> {
+    /// The lease on `partition`, if it is locally valid at `now`.
+    pub fn valid(&self, partition: PartitionId, now: u64) -> Option<&Held> {
         self.held
             .get(&partition)
             .filter(|held| now < held.valid_until)
-            .map(|held| held.epoch)
+    }
+
+    /// The epoch `partition` is held at if the lease is locally valid at `now`.
+    pub fn valid_epoch(&self, partition: PartitionId, now: u64) -> Option<Epoch> {
+        self.valid(partition, now).map(|held| held.epoch)
     }
 
     /// Takes in a fresh view of the store: where other nodes' partitions are, and which of

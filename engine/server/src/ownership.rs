@@ -224,13 +224,28 @@ impl Ownership {
     /// How much longer this node holds conversation `id`'s partition by its local lease, if
     /// it holds it now. A tick that renews the lease lengthens it; a tick that cannot reach
     /// the store does not, and the lease lapses here when this runs out (no tick says so).
-    pub fn held_for(&self, id: &str) -> Option<Duration> {
+    fn held_for(&self, id: &str) -> Option<Duration> {
         let local = self.snapshot();
         let partition = partition_of(id, local.config().partitions);
         let now = self.now();
-        (local.held().get(&partition))
-            .filter(|held| now < held.valid_until)
-            .map(|held| Duration::from_millis(held.valid_until - now))
+        (local.valid(partition, now)).map(|held| Duration::from_millis(held.valid_until - now))
+    }
+
+    /// Returns once this node no longer owns conversation `id` (at once if it does not now):
+    /// a tick or a fenced commit saw its partition move, or this node's lease on it lapsed
+    /// with no tick to renew it (the store out of reach; that changes no held set, so the
+    /// wait also wakes when the lease runs out).
+    pub async fn until_moved(&self, id: &str) {
+        // Subscribed before the first look: a move in between still wakes it.
+        let mut moved = self.held_changes();
+        while let Some(left) = self.held_for(id) {
+            tokio::select! {
+                changed = moved.changed() => if changed.is_err() {
+                    return;
+                },
+                () = tokio::time::sleep(left) => {}
+            }
+        }
     }
 
     /// Wakes up each time the set of partitions this node holds changes.
@@ -241,6 +256,13 @@ impl Ownership {
     /// A fresh conversation id in a partition this node owns now, if it owns any.
     pub fn own_id(&self) -> Option<String> {
         self.own_id_drawn(|| colloquy_core::engine::new_id().to_string())
+    }
+
+    /// [`Ownership::own_id`], else (this node owns nothing yet) any fresh id: what opens a
+    /// conversation is then served by that id's owner.
+    fn own_or_any_id(&self) -> String {
+        self.own_id()
+            .unwrap_or_else(|| colloquy_core::engine::new_id().to_string())
     }
 
     /// An id `draw` makes (fresh ones, from a large space), drawn until it falls in a
@@ -349,9 +371,7 @@ impl colloquy_core::engine::Fencer for Ownership {
     }
 
     fn holds(&self, conversation_id: &str) -> bool {
-        let local = self.snapshot();
-        let partition = partition_of(conversation_id, local.config().partitions);
-        local.valid_epoch(partition, self.now()).is_some()
+        self.held_for(conversation_id).is_some()
     }
 
     fn lost(&self, fenced: &colloquy_cluster::Fenced) {
@@ -450,13 +470,7 @@ pub async fn route_to_owner(
             A2aRoute::Task(id) => (body, id),
             // Served here when this node owns a partition; else by the owner of any id. (A
             // derived id came back as `Task`.)
-            A2aRoute::New | A2aRoute::Derived { .. } => {
-                let id = ownership.own_id();
-                (
-                    body,
-                    id.unwrap_or_else(|| colloquy_core::engine::new_id().to_string()),
-                )
-            }
+            A2aRoute::New | A2aRoute::Derived { .. } => (body, ownership.own_or_any_id()),
         },
     };
     let served = &id;
@@ -567,9 +581,7 @@ fn with_conversation_id(
         Ok(Named {
             conversation_id: None,
         }) => {
-            // When this node owns nothing yet, any id: the start goes to its owner.
-            let id =
-                (ownership.own_id()).unwrap_or_else(|| colloquy_core::engine::new_id().to_string());
+            let id = ownership.own_or_any_id();
             match with_id(&body, &id) {
                 Some(named) => {
                     parts.headers.remove(header::CONTENT_LENGTH);

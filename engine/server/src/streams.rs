@@ -106,36 +106,14 @@ pub(crate) async fn wait_as_owner(
     let Some(ownership) = state.ownership() else {
         return wait(rung, tx, state).await;
     };
-    let mut moved = ownership.held_changes();
-    // Moved before this wait subscribed, after the stream's last read: over already.
-    if !ownership.owns(id) {
-        return Wake::Stop;
-    }
     let mut closing = state.closing();
-    // A lease that lapses here without a tick (the store unreachable) changes no held set:
-    // the wait also wakes when the lease runs out, and ends unless a tick renewed it.
-    let lapse = tokio::time::sleep(ownership.held_for(id).unwrap_or_default());
-    tokio::pin!(rung, lapse);
-    loop {
-        tokio::select! {
-            () = &mut rung => return Wake::Read,
-            () = tx.closed() => return Wake::Stop,
-            _ = closing.wait_for(|closing| *closing) => return Wake::Stop,
-            changed = moved.changed() => {
-                if changed.is_err() || !ownership.owns(id) {
-                    tracing::debug!("the conversation moved to another node: its stream ends here");
-                    return Wake::Stop;
-                }
-            }
-            () = &mut lapse => match ownership.held_for(id) {
-                Some(left) => lapse.as_mut().reset(tokio::time::Instant::now() + left),
-                None => {
-                    tracing::debug!(
-                        "this node's lease on the conversation lapsed: its stream ends here"
-                    );
-                    return Wake::Stop;
-                }
-            },
+    tokio::select! {
+        () = rung => Wake::Read,
+        () = tx.closed() => Wake::Stop,
+        _ = closing.wait_for(|closing| *closing) => Wake::Stop,
+        () = ownership.until_moved(id) => {
+            tracing::debug!("the conversation is no longer this node's: its stream ends here");
+            Wake::Stop
         }
     }
 }

@@ -23,8 +23,9 @@
 //! that resumes it); with several nodes over one Redis, each resumes every config at start,
 //! so an update may be pushed twice (at least once still holds). On a cluster of partition
 //! owners a config is followed on its conversation's owner only: set there (the call is
-//! routed to it), given up when the partition moves, and taken up by the node that takes the
-//! partition ([`follow_owned`]), from the cursor kept in the store.
+//! routed to it), given up when the partition moves (or this node's lease on it lapses), and
+//! taken up by the node that takes the partition ([`follow_owned`]), from the cursor kept in
+//! the store.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -481,7 +482,6 @@ fn follow(state: AppState, mut config: PushConfig) {
         let engine = state.engine().clone();
         let listener = engine.listen_conversation(&config.conversation_id);
         let mut closing = state.closing();
-        let mut moved = (state.ownership()).map(|ownership| ownership.held_changes());
         let mut backoff = FIRST_BACKOFF;
         loop {
             if !state.a2a_followers().is_current(&key, generation) {
@@ -562,21 +562,21 @@ fn follow(state: AppState, mut config: PushConfig) {
             }
             tokio::select! {
                 _ = rung => {}
-                () = partitions_moved(&mut moved) => {}
+                () = moved_away(&state, &config.conversation_id) => {}
                 _ = closing.wait_for(|closing| *closing) => return,
             }
         }
     });
 }
 
-/// Returns when the partitions this node holds change; never without partition owners.
-async fn partitions_moved(moved: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    if let Some(moved) = moved
-        && moved.changed().await.is_ok()
-    {
-        return;
+/// Returns once conversation `id` is no longer this node's
+/// ([`Ownership::until_moved`](crate::ownership::Ownership::until_moved)); never without
+/// partition owners.
+async fn moved_away(state: &AppState, id: &str) {
+    match state.ownership() {
+        Some(ownership) => ownership.until_moved(id).await,
+        None => std::future::pending().await,
     }
-    std::future::pending().await
 }
 
 /// The `StreamResponse`s for what happened in `view` after `delivered` steps (the
